@@ -1,0 +1,114 @@
+"""Inventory scale: load and validate a 2,000-node inventory; kiln beside `ansible-inventory --list`.
+
+Targets (issue 2): validate + summary in <= 5 s and <= 300 MB peak memory.
+
+    python benchmarks/inventory_scale.py [--nodes 2000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+_MEASURE = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from kiln.inventory.loader import load_raw
+from kiln.inventory import validate
+t1 = time.perf_counter()
+raw = load_raw(sys.argv[1])
+t2 = time.perf_counter()
+cluster, errors = validate(sys.argv[1])
+summary = cluster.summary()
+t3 = time.perf_counter()
+assert not errors, errors[:3]
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "validate": t3 - t2, "hosts": summary["hosts"],
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def make_inventory(root: Path, nodes: int) -> None:
+    """A production-shaped inventory: 80 % HGX nodes, 20 % L40S nodes, host ranges, templated addresses."""
+    shutil.copytree(REPO / "inventory" / "example", root)
+    h100 = nodes * 4 // 5
+    l40s = nodes - h100 - 2
+    hosts = (root / "hosts.yml").read_text()
+    hosts = hosts.replace("hgx[001:032]", f"hgx[0001:{h100:04d}]").replace("l40s[01:08]", f"l40s[0001:{l40s:04d}]")
+    (root / "hosts.yml").write_text(hosts)
+    gv = root / "group_vars"
+    for name, prefix, offset in (("gpu_h100", 3, 0), ("gpu_l40s", 4, 1 << 14)):
+        text = (gv / f"{name}.yml").read_text().splitlines()
+        text[[i for i, l in enumerate(text) if l.startswith("ansible_host")][0]] = (
+            f'ansible_host: "10.{{{{ (({offset} + inventory_hostname[{prefix}:] | int) // 256) + 16 }}}}.'
+            f'{{{{ ({offset} + inventory_hostname[{prefix}:] | int) % 256 }}}}.1"')
+        (gv / f"{name}.yml").write_text("\n".join(text) + "\n")
+
+
+def run_kiln(path: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], capture_output=True, text=True,
+                         env=env, check=True)
+    result = json.loads(out.stdout)
+    result["wall"] = time.perf_counter() - start
+    return result
+
+
+def run_cli(path: Path) -> float:
+    kiln = Path(sys.executable).with_name("kiln")
+    start = time.perf_counter()
+    subprocess.run([str(kiln), "inventory", "validate", "-i", str(path)], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def run_ansible(path: Path) -> tuple[float, float]:
+    exe = Path(sys.executable).with_name("ansible-inventory")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    subprocess.run([str(exe), "-i", str(path), "--list"], check=True, capture_output=True,
+                   env=dict(os.environ, ANSIBLE_INVENTORY_ENABLED="yaml,ini"))
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return wall, max(after, before) / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "inv"
+        make_inventory(root, args.nodes)
+        kiln_runs = [run_kiln(root) for _ in range(args.runs)]
+        cli_runs = [run_cli(root) for _ in range(args.runs)]
+        ansible_runs = [run_ansible(root) for _ in range(args.runs)]
+    med = lambda key: statistics.median(r[key] for r in kiln_runs)  # noqa: E731
+    hosts = kiln_runs[0]["hosts"]
+    rss = max(r["rss_mb"] for r in kiln_runs)
+    print(f"inventory of {hosts} hosts, median of {args.runs} runs\n")
+    print(f"{'what':46} {'seconds':>8} {'peak MB':>8}")
+    print(f"{'kiln: import ansible-core + kiln':46} {med('import'):8.2f} {'':>8}")
+    print(f"{'kiln: load (ansible-core, vars, templates)':46} {med('load'):8.2f} {'':>8}")
+    print(f"{'kiln: load + validate + summary':46} {med('validate'):8.2f} {rss:8.0f}")
+    print(f"{'kiln inventory validate (whole command)':46} {statistics.median(cli_runs):8.2f} {'':>8}")
+    print(f"{'ansible-inventory --list (same inventory)':46} {statistics.median(w for w, _ in ansible_runs):8.2f} "
+          f"{max(m for _, m in ansible_runs):8.0f}")
+    ok = med("validate") <= 5 and rss <= 300
+    print(f"\ntarget: validate + summary <= 5 s and <= 300 MB: {'met' if ok else 'NOT met'} "
+          f"({med('validate'):.2f} s, {rss:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()

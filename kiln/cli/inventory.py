@@ -1,0 +1,81 @@
+"""`kiln inventory validate|show`: check an inventory and see what kiln resolves from it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from kiln.cli.main import EXIT_BAD_INPUT, EXIT_OK, default_inventory, inventory_option, json_option
+from kiln.inventory import validate
+
+
+@click.group()
+def inventory() -> None:
+    """Validate and inspect an inventory (nothing connects to any host)."""
+
+
+@inventory.command("validate")
+@inventory_option
+@json_option
+def validate_cmd(inventory: Path | None, as_json: bool) -> None:
+    """Validate the whole inventory: exit 0 and a summary, or exit 2 and every error."""
+    path = inventory or default_inventory()
+    cluster, errors = validate(path)
+    if as_json:
+        click.echo(json.dumps({
+            "valid": not errors,
+            "inventory": str(path),
+            "errors": [e.as_dict() for e in errors],
+            "summary": cluster.summary() if cluster else {},
+        }, indent=2))
+        sys.exit(EXIT_BAD_INPUT if errors else EXIT_OK)
+    if errors:
+        click.echo(f"{path}: {len(errors)} error(s); nothing was touched", err=True)
+        for error in errors:
+            click.echo(f"  {error}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    s = cluster.summary()
+    click.echo(f"{path}: valid. cluster {s['cluster']}: {s['hosts']} hosts, {s['gpus_total']} GPUs")
+    click.echo("  groups:     " + ", ".join(f"{g} {n}" for g, n in s["groups"].items()))
+    for name, t in s["node_types"].items():
+        gpus = f"{t['gpus_per_node']}x {t['gpu_model']}" if t["gpus_per_node"] else "no GPUs"
+        click.echo(f"  node type:  {name}: {t['hosts']} nodes, {gpus}")
+    click.echo("  partitions: " + (", ".join(s["partitions"]) or "(none)"))
+    click.echo("  teams:      " + (", ".join(f"{t} ({sh} shares)" for t, sh in s["teams"].items()) or "(none)"))
+    click.echo("  versions:   " + ", ".join(f"{k}={v}" for k, v in s["versions"].items() if v))
+
+
+@inventory.command("show")
+@inventory_option
+@click.option("--host", "host_name", default=None, help="show one host only")
+@json_option
+def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> None:
+    """Print the resolved variables of every host (or one), after precedence and templating."""
+    path = inventory or default_inventory()
+    cluster, errors = validate(path)
+    if errors:
+        for error in errors:
+            click.echo(f"  {error}", err=True)
+        click.echo(f"{path}: invalid; run `kiln inventory validate -i {path}`", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    hosts = cluster.hosts
+    if host_name is not None:
+        if host_name not in hosts:
+            click.echo(f"no host {host_name!r} in {path}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        hosts = {host_name: hosts[host_name]}
+    data = {
+        name: {"groups": list(h.groups), "node_type": h.node_type, "roles": sorted(h.roles),
+               "connection": h.connection, "vars": dict(sorted(h.vars.items()))}
+        for name, h in hosts.items()
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    for name, d in data.items():
+        click.echo(f"{name}  groups={','.join(d['groups'])}  roles={','.join(d['roles'])}")
+        for key, value in d["vars"].items():
+            click.echo(f"    {key}: {json.dumps(value, default=str)}")

@@ -1,0 +1,56 @@
+"""`kiln` entry point and the options every sub-command shares."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from kiln import __version__
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_INVENTORY = REPO_ROOT / "inventory" / "testbed"
+
+# Exit codes (DESIGN.md): 0 all good, 1 something failed on a node, 2 bad input or usage.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def default_inventory() -> Path:
+    return Path(os.environ.get("KILN_INVENTORY") or DEFAULT_INVENTORY)
+
+
+inventory_option = click.option(
+    "-i", "--inventory", "inventory", type=click.Path(path_type=Path), default=None,
+    help="inventory directory (default: $KILN_INVENTORY, else inventory/testbed)",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+
+
+class KilnGroup(click.Group):
+    """Usage errors exit 2 (click's default too); unexpected errors print one line, not a traceback."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=KilnGroup)
+@click.version_option(__version__, prog_name="kiln")
+def main() -> None:
+    """kiln provisions, validates and patches GPU clusters."""
+
+
+def _register() -> None:
+    from kiln.cli import inventory as inventory_cli
+
+    main.add_command(inventory_cli.inventory)
+
+
+_register()

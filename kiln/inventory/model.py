@@ -1,0 +1,113 @@
+"""The typed cluster model every other part of kiln reads: built only by ``validate``, never by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln.inventory.schema import Fabric, Partition, StorageMount, Team
+
+CONTROLLER = "slurm_controller"
+DBD = "slurm_dbd"
+LOGIN = "login"
+COMPUTE = "compute"
+STORAGE = "storage_servers"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    groups: tuple[str, ...]
+    address: str
+    connection: dict[str, Any]
+    os: str
+    node_type: str | None
+    cpus: int | None
+    sockets: int | None
+    cores_per_socket: int | None
+    threads_per_core: int | None
+    memory_mb: int | None
+    gpu_count: int
+    gpu_model: str | None
+    nvswitch: bool
+    features: tuple[str, ...]
+    fabric: Fabric
+    storage_mounts: tuple[StorageMount, ...]
+    sysctls: dict[str, Any]
+    vars: dict[str, Any] = field(repr=False, compare=False)
+
+    def in_group(self, group: str) -> bool:
+        return group in self.groups
+
+    @property
+    def is_compute(self) -> bool:
+        return COMPUTE in self.groups
+
+    @property
+    def roles(self) -> set[str]:
+        """The roles ``kiln deploy`` runs on this host, chosen from its groups and facts."""
+        roles = {"base"}
+        if set(self.groups) & {CONTROLLER, DBD, LOGIN, COMPUTE}:
+            roles.add("slurm")
+        if self.gpu_count:
+            roles |= {"nvidia_driver", "cuda", "nccl", "dcgm"}
+        if self.nvswitch:
+            roles.add("fabricmanager")
+        if self.fabric.type in ("infiniband", "roce"):
+            roles.add("rdma")
+        return roles
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """A sub-group of ``compute`` whose hosts share hardware facts (e.g. gpu_h100)."""
+
+    name: str
+    hosts: tuple[str, ...]
+    cpus: int | None
+    memory_mb: int | None
+    gpu_count: int
+    gpu_model: str | None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    path: Path
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]]
+    node_types: dict[str, NodeType]
+    partitions: tuple[Partition, ...]
+    teams: tuple[Team, ...]
+    versions: dict[str, str]
+    slurm_ha: bool
+    secrets_dir: Path
+    health_check_interval: int
+    topology: dict[str, list[str]]
+
+    def group(self, name: str) -> list[Host]:
+        return [self.hosts[h] for h in self.groups.get(name, ())]
+
+    @property
+    def controllers(self) -> list[Host]:
+        return self.group(CONTROLLER)
+
+    @property
+    def compute(self) -> list[Host]:
+        return self.group(COMPUTE)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "cluster": self.name,
+            "hosts": len(self.hosts),
+            "groups": {g: len(h) for g, h in sorted(self.groups.items()) if h or g != "ungrouped"},
+            "node_types": {
+                n.name: {"hosts": len(n.hosts), "gpus_per_node": n.gpu_count, "gpu_model": n.gpu_model}
+                for n in self.node_types.values()
+            },
+            "gpus_total": sum(h.gpu_count for h in self.compute),
+            "versions": dict(sorted(self.versions.items())),
+            "partitions": [p.name for p in self.partitions],
+            "teams": {t.name: t.shares for t in self.teams},
+        }

@@ -1,0 +1,157 @@
+"""Every inventory setting kiln reads: name, type, default and meaning, documented once here.
+
+kiln's own settings all start with ``kiln_``. A variable with that prefix that is not listed here is
+an error (with a "did you mean"); every other variable belongs to some other tool and is left alone.
+The connection variables ``ansible_host``, ``ansible_user``, ``ansible_port``,
+``ansible_ssh_private_key_file`` and ``ansible_become`` are read as Ansible defines them.
+
+Cluster-wide settings (``scope="cluster"``) must have one value for the whole inventory: put them in
+``group_vars/all/``. Node settings (``scope="host"``) may differ per group or host; Ansible's
+precedence applies (host over child group over parent group over all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PREFIX = "kiln_"
+
+SUPPORTED_OS = ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")
+STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind")
+FABRIC_TYPES = ("infiniband", "roce", "ethernet", "none")
+
+
+class _Strict(BaseModel):
+    """Structured values reject keys they do not know, so a typo inside a dict is caught too."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Fabric(_Strict):
+    """The node's high-speed network, as the fabric checks and /etc/nccl.conf expect it."""
+
+    type: Literal["infiniband", "roce", "ethernet", "none"] = "none"
+    hca_count: int = Field(0, ge=0, description="RDMA adapters (HCAs) the node must show")
+    rate_gbps: int = Field(0, ge=0, description="expected port rate, e.g. 400 for NDR")
+    hcas: list[str] = Field([], description="HCA names for NCCL_IB_HCA, e.g. mlx5_0")
+    socket_ifname: str = Field("", description="NCCL_SOCKET_IFNAME (bootstrap network interface)")
+    gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX, RoCE only")
+
+
+class StorageMount(_Strict):
+    """A filesystem every node of the group must have mounted."""
+
+    path: str = Field(description="absolute mount point, e.g. /home")
+    type: str = Field(description=f"one of {', '.join(STORAGE_TYPES)}")
+    source: str = Field(description="what is mounted, e.g. nfs01:/export/home")
+    options: str = Field("defaults", description="mount options, comma separated")
+    warn_percent: int = Field(80, ge=1, le=100, description="fullness that warns")
+    fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"mount point {v!r} is relative: give an absolute path such as /{v}")
+        return v
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in STORAGE_TYPES:
+            raise ValueError(f"unknown storage type {v!r}: use one of {', '.join(STORAGE_TYPES)}")
+        return v
+
+
+class TeamUser(_Strict):
+    name: str
+    uid: int = Field(ge=1000, le=2**31 - 2)
+
+
+class Team(_Strict):
+    """A team becomes a Slurm account with fair-share shares, users and a GPU limit."""
+
+    name: str
+    shares: int = Field(ge=0, description="fair-share shares (relative)")
+    gid: int | None = Field(None, ge=1000, le=2**31 - 2)
+    gpu_limit: int | None = Field(None, ge=0, description="GrpTRES gres/gpu for the whole team")
+    users: list[TeamUser] = []
+
+
+class Partition(_Strict):
+    """A Slurm partition made of inventory groups."""
+
+    name: str
+    groups: list[str] = Field(min_length=1, description="inventory groups whose hosts it holds")
+    default: bool = False
+    max_time: str = "INFINITE"
+    priority_tier: int = Field(1, ge=0)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One documented kiln setting."""
+
+    name: str
+    annotation: Any
+    default: Any
+    scope: Literal["cluster", "host"]
+    doc: str
+
+
+def _s(name: str, annotation: Any, default: Any, scope: Literal["cluster", "host"], doc: str) -> Setting:
+    return Setting(PREFIX + name, annotation, default, scope, doc)
+
+
+_HOSTNAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        # --- cluster-wide ---
+        _s("cluster_name", str, "kiln", "cluster", "Slurm ClusterName; lower case letters, digits, '-'"),
+        _s("versions", dict[str, str], {}, "cluster",
+           "every version pin, in group_vars/all/versions.yml; names and defaults in kiln/versions.py"),
+        _s("slurm_partitions", list[Partition], [], "cluster", "Slurm partitions (see Partition)"),
+        _s("teams", list[Team], [], "cluster", "teams: Slurm accounts with shares, users, GPU limits"),
+        _s("slurm_ha", bool, False, "cluster",
+           "allow more than one host in slurm_controller (SlurmctldHost backup order = group order)"),
+        _s("secrets_dir", str, "secrets", "cluster",
+           "where kiln keeps generated secrets, relative to the inventory's parent; never in git"),
+        _s("health_check_interval", int, 300, "cluster", "seconds between node-local health checks"),
+        _s("topology", dict[str, list[str]], {}, "cluster",
+           "switch name -> hosts under it; renders topology.conf when set"),
+        # --- per node ---
+        _s("os", Literal[SUPPORTED_OS], "debian12", "host", f"node OS: {', '.join(SUPPORTED_OS)}"),
+        _s("cpus", int, None, "host", "CPUs Slurm may use on the node (required on compute nodes)"),
+        _s("sockets", int, None, "host", "CPU sockets (optional; Slurm derives it)"),
+        _s("cores_per_socket", int, None, "host", "cores per socket (optional)"),
+        _s("threads_per_core", int, None, "host", "hardware threads per core (optional)"),
+        _s("memory_mb", int, None, "host", "RealMemory in MiB (required on compute nodes)"),
+        _s("gpu_count", int, 0, "host", "GPUs per node"),
+        _s("gpu_model", str, None, "host", "GPU model as Slurm GRES type, e.g. h100; required with GPUs"),
+        _s("nvswitch", bool, False, "host", "node has NVSwitch (fabric manager required)"),
+        _s("features", list[str], [], "host", "Slurm node features"),
+        _s("fabric", Fabric, None, "host", "high-speed network (see Fabric)"),
+        _s("storage_mounts", list[StorageMount], [], "host", "filesystems the node mounts"),
+        _s("sysctls", dict[str, str | int], {}, "host", "kernel parameters set by the base role"),
+        _s("ssh_known_hosts_file", str, None, "host",
+           "known_hosts file for this host (strict checking is always on)"),
+        _s("ssh_config_file", str, None, "host", "ssh_config file used to reach this host"),
+    )
+}
+
+CONNECTION_VARS = {
+    "ansible_host": ("ssh_hostname", str),
+    "ansible_user": ("ssh_user", str),
+    "ansible_port": ("ssh_port", int),
+    "ansible_ssh_private_key_file": ("ssh_key", str),
+    "ansible_become": ("_sudo", bool),
+}
+
+HOST_RANGE = re.compile(r"\[([^\]]*)\]")
+CLUSTER_NAME = re.compile(_HOSTNAME)

@@ -1,0 +1,153 @@
+"""Malformed inventories: each case is the small valid inventory (tests/inventories/small) with some
+files replaced, plus the file and key its error must name.
+
+``files`` maps a path relative to the inventory to its new content (``None`` deletes the file,
+``bytes`` are written raw). ``file`` and ``key`` are what the error must name; ``text`` is a fragment
+the message must contain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GPU_A = """ansible_host: "10.0.0.{{ 10 + inventory_hostname[3:] | int }}"
+kiln_cpus: 32
+kiln_memory_mb: 128000
+kiln_gpu_count: 4
+kiln_gpu_model: a100
+kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}
+"""
+
+CLUSTER = """kiln_cluster_name: small
+ansible_user: root
+kiln_slurm_partitions:
+  - {name: gpu, groups: [gpu_a], default: true}
+  - {name: cpu, groups: [cpu_b]}
+kiln_teams:
+  - name: alpha
+    shares: 70
+    gpu_limit: 4
+    users: [{name: ann, uid: 3001}]
+  - name: beta
+    shares: 30
+    users: [{name: ben, uid: 3002}]
+kiln_storage_mounts:
+  - {path: /home, type: nfs, source: "nfs1:/home", options: "rw,hard"}
+"""
+
+HOSTS = """all:
+  children:
+    slurm_controller:
+      hosts:
+        ctl1: {ansible_host: 10.0.0.1}
+    login:
+      hosts:
+        ctl1:
+    compute:
+      children:
+        gpu_a:
+          hosts:
+            gpu[01:04]:
+        cpu_b:
+          hosts:
+            cpu01: {ansible_host: 10.0.0.31}
+"""
+
+
+@dataclass
+class Case:
+    name: str
+    files: dict[str, str | bytes | None]
+    file: str
+    key: str
+    text: str
+    line: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _mount(line: str) -> str:
+    return CLUSTER.replace('  - {path: /home, type: nfs, source: "nfs1:/home", options: "rw,hard"}', line)
+
+
+CASES = [
+    Case("yaml_syntax_error", {"group_vars/gpu_a.yml": GPU_A + "kiln_features: [a, b\nkiln_x: 1\n"},
+         "group_vars/gpu_a.yml", "-", "YAML syntax error", line=8),
+    Case("yaml_bad_indent_hosts", {"hosts.yml": HOSTS.replace("    login:", "   login:")},
+         "hosts.yml", "-", "YAML syntax error"),
+    Case("misspelt_kiln_setting", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_model", "kiln_gpu_modle")},
+         "group_vars/gpu_a.yml", "kiln_gpu_modle", "did you mean 'kiln_gpu_model'"),
+    Case("misspelt_version_pin", {"group_vars/all/versions.yml":
+         'kiln_versions:\n  nvidia_drvier: "535.261.03"\n  nvidia_driver: "535.261.03"\n  cuda: "11.8.89"\n'
+         '  nccl: "2.18.5"\n  dcgm: "3.3.9"\n  slurm: "22.05.8"\n'},
+         "group_vars/all/versions.yml", "kiln_versions.nvidia_drvier", "did you mean 'nvidia_driver'"),
+    Case("misspelt_key_inside_fabric", {"group_vars/gpu_a.yml": GPU_A.replace("hca_count", "hca_cont")},
+         "group_vars/gpu_a.yml", "kiln_fabric.hca_cont", "did you mean 'hca_count'"),
+    Case("wrong_type_cpus", {"group_vars/cpu_b.yml": "kiln_cpus: lots\nkiln_memory_mb: 64000\n"},
+         "group_vars/cpu_b.yml", "kiln_cpus", "valid integer", line=1),
+    Case("non_integer_gpu_count", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_count: 4", "kiln_gpu_count: 4.5")},
+         "group_vars/gpu_a.yml", "kiln_gpu_count", "integer"),
+    Case("gpu_count_as_string", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_count: 4", 'kiln_gpu_count: "8"')},
+         "group_vars/gpu_a.yml", "kiln_gpu_count", "integer"),
+    Case("negative_gpu_count", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_count: 4", "kiln_gpu_count: -2")},
+         "group_vars/gpu_a.yml", "kiln_gpu_count", "negative"),
+    Case("gpu_count_without_model", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_model: a100\n", "")},
+         "group_vars/gpu_a.yml", "kiln_gpu_model", "no GPU model"),
+    Case("duplicate_host_address", {"hosts.yml": HOSTS.replace("10.0.0.31", "10.0.0.1")},
+         "hosts.yml", "ansible_host", "10.0.0.1 is used by 2 hosts"),
+    Case("host_in_two_node_types_conflicting",
+         {"hosts.yml": HOSTS.replace("            cpu01: {ansible_host: 10.0.0.31}",
+                                     "            cpu01: {ansible_host: 10.0.0.31}\n            gpu02:")},
+         "hosts.yml", "gpu02.kiln_cpus", "conflict"),
+    Case("compute_without_cpus", {"group_vars/cpu_b.yml": "kiln_memory_mb: 64000\n"},
+         "group_vars/cpu_b.yml", "kiln_cpus", "no CPU count"),
+    Case("compute_without_memory", {"group_vars/cpu_b.yml": "kiln_cpus: 16\n"},
+         "group_vars/cpu_b.yml", "kiln_memory_mb", "no memory"),
+    Case("unsupported_os", {"group_vars/cpu_b.yml": "kiln_cpus: 16\nkiln_memory_mb: 64000\nkiln_os: centos7\n"},
+         "group_vars/cpu_b.yml", "kiln_os", "unsupported OS 'centos7'", line=3),
+    Case("storage_mount_without_type", {"group_vars/all/cluster.yml": _mount('  - {path: /home, source: "nfs1:/home"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0].type", "required"),
+    Case("storage_mount_relative_path", {"group_vars/all/cluster.yml": _mount('  - {path: home, type: nfs, source: "nfs1:/home"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0].path", "relative"),
+    Case("unknown_storage_type", {"group_vars/all/cluster.yml": _mount('  - {path: /home, type: zfs, source: "tank/home"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0].type", "unknown storage type 'zfs'"),
+    Case("duplicate_mount_point", {"group_vars/all/cluster.yml": _mount(
+         '  - {path: /home, type: nfs, source: "nfs1:/home"}\n  - {path: /home, type: nfs, source: "nfs2:/home"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts", "listed twice"),
+    Case("partition_names_missing_group", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]", "groups: [cpu_c]")},
+         "group_vars/all/cluster.yml", "kiln_slurm_partitions[1].groups", "'cpu_c', which is not in the inventory"),
+    Case("two_default_partitions", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]}", "groups: [cpu_b], default: true}")},
+         "group_vars/all/cluster.yml", "kiln_slurm_partitions", "more than one partition"),
+    Case("team_negative_shares", {"group_vars/all/cluster.yml": CLUSTER.replace("shares: 30", "shares: -5")},
+         "group_vars/all/cluster.yml", "kiln_teams[1].shares", "greater than or equal to 0"),
+    Case("team_user_two_uids", {"group_vars/all/cluster.yml": CLUSTER.replace("{name: ben, uid: 3002}", "{name: ann, uid: 3009}")},
+         "group_vars/all/cluster.yml", "kiln_teams[1].users[0].uid", "uid 3009"),
+    Case("missing_version_pin", {"group_vars/all/versions.yml":
+         'kiln_versions:\n  cuda: "11.8.89"\n  nccl: "2.18.5"\n  dcgm: "3.3.9"\n  slurm: "22.05.8"\n'},
+         "group_vars/all/versions.yml", "kiln_versions.nvidia_driver", "role nvidia_driver needs"),
+    Case("version_pin_not_quoted", {"group_vars/all/versions.yml":
+         'kiln_versions:\n  nvidia_driver: "535.261.03"\n  cuda: 12.10\n  nccl: "2.18.5"\n  dcgm: "3.3.9"\n  slurm: "22.05.8"\n'},
+         "group_vars/all/versions.yml", "kiln_versions.cuda", "quote it"),
+    Case("invalid_host_range", {"hosts.yml": HOSTS.replace("gpu[01:04]", "gpu[01:0x]")},
+         "hosts.yml", "gpu_a.hosts.gpu[01:0x]", "invalid host range"),
+    Case("empty_host_range", {"hosts.yml": HOSTS.replace("gpu[01:04]", "gpu[09:04]")},
+         "hosts.yml", "gpu_a.hosts.gpu[09:04]", "expands to no hosts"),
+    Case("controller_group_empty", {"hosts.yml": HOSTS.replace("        ctl1: {ansible_host: 10.0.0.1}\n    login:",
+                                                              "    login:").replace("        ctl1:\n", "        ctl1: {ansible_host: 10.0.0.1}\n")},
+         "hosts.yml", "slurm_controller", "missing or empty"),
+    Case("two_controllers_without_ha", {"hosts.yml": HOSTS.replace("        ctl1: {ansible_host: 10.0.0.1}",
+                                                                  "        ctl1: {ansible_host: 10.0.0.1}\n        ctl2: {ansible_host: 10.0.0.2}")},
+         "hosts.yml", "slurm_controller", "kiln_slurm_ha is not true"),
+    Case("unreadable_group_vars_file", {"group_vars/cpu_b.yml": b"kiln_cpus: 16\nkiln_memory_mb: \xff\xfe64000\n"},
+         "group_vars/cpu_b.yml", "-", "not UTF-8"),
+    Case("group_vars_not_a_mapping", {"group_vars/cpu_b.yml": "- kiln_cpus: 16\n"},
+         "group_vars/cpu_b.yml", "-", "must hold a mapping"),
+    Case("cluster_setting_differs_by_group", {"group_vars/cpu_b.yml": "kiln_cpus: 16\nkiln_memory_mb: 64000\nkiln_cluster_name: other\n"},
+         "group_vars/cpu_b.yml", "kiln_cluster_name", "set it once in group_vars/all/"),
+    Case("bad_ssh_port", {"hosts.yml": HOSTS.replace("{ansible_host: 10.0.0.31}", "{ansible_host: 10.0.0.31, ansible_port: ssh}")},
+         "hosts.yml", "ansible_port", "TCP port"),
+    Case("rdma_fabric_without_hcas", {"group_vars/gpu_a.yml": GPU_A.replace("hca_count: 4", "hca_count: 0")},
+         "group_vars/gpu_a.yml", "kiln_fabric.hca_count", "needs hca_count > 0"),
+    Case("bad_cluster_name", {"group_vars/all/cluster.yml": CLUSTER.replace("kiln_cluster_name: small", "kiln_cluster_name: My_Cluster")},
+         "group_vars/all/cluster.yml", "kiln_cluster_name", "lower case"),
+    Case("no_hosts_file", {"hosts.yml": None}, ".", "-", "no hosts file"),
+]
