@@ -49,8 +49,10 @@ def main() -> None:
 
 def _register() -> None:
     from kiln.cli import inventory as inventory_cli
+    from kiln.cli import testbed as testbed_cli
 
     main.add_command(inventory_cli.inventory)
+    main.add_command(testbed_cli.testbed)
 
 
 _register()

@@ -1,0 +1,101 @@
+"""`kiln testbed up|status|ssh|down`: the local cluster of systemd-nspawn nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from kiln.cli.main import DEFAULT_INVENTORY, EXIT_BAD_INPUT, EXIT_FAILED, json_option
+
+name_option = click.option("--name", default="kiln", show_default=True, help="testbed name (up to 8 letters/digits)")
+
+
+def _testbed(name: str):
+    from kiln.testbed.host import TestbedError
+    from kiln.testbed.testbed import Testbed
+
+    try:
+        return Testbed(name=name, progress=lambda m: click.echo(m, err=True))
+    except TestbedError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(EXIT_FAILED)
+
+
+@click.group()
+def testbed() -> None:
+    """Local cluster of real systemd nodes (systemd-nspawn) on this host; needs root."""
+
+
+@testbed.command()
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 200),
+              help="node 1 is the controller and login node, the rest compute")
+@name_option
+@json_option
+def up(nodes: int, name: str, as_json: bool) -> None:
+    """Build (or repair) the testbed and write inventory/testbed/."""
+    from kiln.testbed.host import TestbedError
+
+    tb = _testbed(name)
+    try:
+        status = tb.up(nodes, inventory_dir=DEFAULT_INVENTORY if name == "kiln" else DEFAULT_INVENTORY.with_name(f"testbed-{name}"))
+    except TestbedError as exc:
+        _fail(exc)
+    _print_status(status, as_json)
+
+
+@testbed.command()
+@name_option
+@json_option
+def status(name: str, as_json: bool) -> None:
+    """Nodes, addresses and their systemd state."""
+    _print_status(_testbed(name).status(), as_json)
+
+
+def _print_status(status: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    click.echo(f"testbed {status['name']}: bridge {status['bridge']} ({'up' if status['bridge_up'] else 'absent'}), "
+               f"apt proxy {status['apt_proxy'] or 'stopped'}, shared dir {status['shared_dir']}")
+    if not status["nodes"]:
+        click.echo("  no nodes: run `kiln testbed up`")
+    for node in status["nodes"]:
+        click.echo(f"  {node['name']:10} {node['address']:15} {node['role']:10} {node['state']}")
+    click.echo(f"  ssh: ssh -F {status['ssh_config']} NODE   (or: kiln testbed ssh NODE)")
+
+
+@testbed.command(context_settings={"ignore_unknown_options": True})
+@name_option
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(name: str, node: str, command: tuple[str, ...]) -> None:
+    """Open a shell on NODE, or run COMMAND there (strict host keys)."""
+    tb = _testbed(name)
+    if node not in [n.name for n in tb.recorded_nodes()]:
+        click.echo(f"error: no node {node!r} in testbed {name}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    argv = tb.ssh_command(node, list(command))
+    os.execvp(argv[0], argv)
+
+
+@testbed.command()
+@name_option
+@click.option("--wipe", is_flag=True, help="also remove the cached base image and apt cache")
+def down(name: str, wipe: bool) -> None:
+    """Stop every node and remove everything `up` made."""
+    from kiln.testbed.host import TestbedError
+
+    tb = _testbed(name)
+    try:
+        tb.down(wipe=wipe, inventory_dir=DEFAULT_INVENTORY if name == "kiln" else DEFAULT_INVENTORY.with_name(f"testbed-{name}"))
+    except TestbedError as exc:
+        _fail(exc)
+    click.echo(f"testbed {name} is down" + (" and its caches wiped" if wipe else ""), err=True)

@@ -1,0 +1,65 @@
+"""Write the testbed's own inventory (Ansible YAML) describing the nodes it made."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+if TYPE_CHECKING:
+    from kiln.testbed.nspawn import Node
+    from kiln.testbed.testbed import Testbed
+
+# What Debian 12 carries; the testbed's nodes install exactly these.
+TESTBED_VERSIONS = {
+    "slurm": "22.05.8-4+deb12u3",
+    "nvidia_driver": "535.261.03",
+    "cuda": "11.8.89",
+    "nccl": "2.18.5",
+    "dcgm": "3.3.9",
+}
+
+
+def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None:
+    controller = [n for n in nodes if n.role == "controller"]
+    compute = [n for n in nodes if n.role == "compute"] or controller
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "group_vars" / "all").mkdir(parents=True)
+    hosts = {
+        "all": {"children": {
+            "slurm_controller": {"hosts": {n.name: {"ansible_host": n.address} for n in controller}},
+            "slurm_dbd": {"hosts": {n.name: None for n in controller}},
+            "login": {"hosts": {n.name: None for n in controller}},
+            "compute": {"children": {"testbed_compute": {"hosts": {
+                n.name: {"ansible_host": n.address} for n in compute if n not in controller}}}},
+        }}
+    }
+    if compute == controller:
+        hosts["all"]["children"]["compute"]["children"]["testbed_compute"]["hosts"] = {
+            n.name: None for n in controller}
+    header = f"# Written by `kiln testbed up --name {testbed.name}`; rewritten on every up. Do not edit.\n"
+    (tmp / "hosts.yml").write_text(header + yaml.safe_dump(hosts, sort_keys=False))
+    cpus = os.cpu_count() or 2
+    (tmp / "group_vars" / "all" / "testbed.yml").write_text(header + yaml.safe_dump({
+        "kiln_cluster_name": testbed.name,
+        "kiln_os": "debian12",
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(testbed.key),
+        "kiln_ssh_known_hosts_file": str(testbed.known_hosts),
+        "kiln_ssh_config_file": str(testbed.ssh_config),
+        "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True}],
+    }, sort_keys=False))
+    (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
+        "kiln_cpus": cpus, "kiln_memory_mb": 1024}, sort_keys=False))
+    (tmp / "group_vars" / "all" / "versions.yml").write_text(header + yaml.safe_dump(
+        {"kiln_versions": TESTBED_VERSIONS}, sort_keys=False))
+    (tmp / ".kiln-testbed").write_text(testbed.name + "\n")
+    if path.exists():
+        if not (path / ".kiln-testbed").exists():
+            raise FileExistsError(f"{path} exists and was not written by the testbed; not replacing it")
+        shutil.rmtree(path)
+    tmp.rename(path)

@@ -1,0 +1,234 @@
+"""Node kind ``nspawn``: each node is ``systemd-nspawn --boot`` over a copy-on-write overlay of the base.
+
+A second kind (QEMU virtual machines with a real kernel) fits behind the same ``NodeKind`` methods;
+the testbed above it (keys, bridge, proxy, inventory) does not change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from kiln.testbed.host import (TestbedError, children, kill_and_wait, link_exists, mounted, pid_alive,
+                               read_pid, run)
+from kiln.testbed.supervise import CGROUP_CONTROLLERS
+
+SUPERVISOR_MARKER = "kiln.testbed.supervise"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    address: str          # address on the testbed bridge
+    prefix: int
+    role: str             # controller | compute
+    dir: Path             # the node's own state directory
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "root"
+
+
+class NodeKind(Protocol):
+    """What the testbed needs from a kind of node."""
+
+    def prepare(self, node: Node, files: dict[str, tuple[str, int]]) -> None: ...
+    def start(self, node: Node) -> None: ...
+    def wait_ready(self, node: Node, timeout: float) -> str: ...
+    def running(self, node: Node) -> bool: ...
+    def stop(self, node: Node) -> None: ...
+    def cleanup(self, node: Node) -> None: ...
+    def exec(self, node: Node, command: list[str], timeout: float = 60) -> subprocess.CompletedProcess: ...
+
+
+class NspawnNodes:
+    def __init__(self, testbed: str, base: Path | None, bridge: str, shared: str):
+        """``shared`` is ``HOST_DIR:NODE_DIR``, bind-mounted into every node."""
+        self.testbed = testbed
+        self.base = base
+        self.bridge = bridge
+        self.shared = shared
+
+    # --- paths and pids ---
+    def cgroup(self, node: Node) -> str:
+        return f"kiln-{self.testbed}/{node.name}"
+
+    def _supervisor_pid(self, node: Node) -> int | None:
+        pid = read_pid(node.dir / "supervisor.pid")
+        return pid if pid_alive(pid, SUPERVISOR_MARKER) else None
+
+    def _nspawn_pid(self, node: Node) -> int | None:
+        pid = read_pid(node.dir / "nspawn.pid")
+        return pid if pid_alive(pid, "systemd-nspawn") else None
+
+    def init_pid(self, node: Node) -> int | None:
+        """The node's PID 1 (systemd), as the host sees it."""
+        pid = self._nspawn_pid(node)
+        if not pid:
+            return None
+        for child in children(pid):
+            try:
+                if Path(f"/proc/{child}/comm").read_text().strip() == "systemd":
+                    return child
+            except OSError:
+                continue
+        return None
+
+    # --- lifecycle ---
+    def prepare(self, node: Node, files: dict[str, tuple[str, int]]) -> None:
+        """Mount the node's overlay and write its own files (hostname, network, keys)."""
+        if self.base is None:
+            raise TestbedError("no base image to build nodes on")
+        for sub in ("upper", "work", "root"):
+            (node.dir / sub).mkdir(parents=True, exist_ok=True)
+        if not mounted(node.root):
+            run(["mount", "-t", "overlay", "overlay", "-o",
+                 f"lowerdir={self.base},upperdir={node.dir / 'upper'},workdir={node.dir / 'work'}",
+                 str(node.root)])
+        for rel, (content, mode) in files.items():
+            path = node.root / rel.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(content)
+            os.chmod(path, mode)
+
+    def start(self, node: Node) -> None:
+        if self._supervisor_pid(node):
+            return
+        spec = {"name": node.name, "root": str(node.root), "bridge": self.bridge,
+                "shared": self.shared, "cgroup": self.cgroup(node),
+                "pidfile": str(node.dir / "nspawn.pid"), "console": str(node.dir / "console.log")}
+        (node.dir / "node.json").write_text(json.dumps(spec))
+        proc = subprocess.Popen([sys.executable, "-m", "kiln.testbed.supervise", str(node.dir / "node.json")],
+                                start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=open(node.dir / "supervisor.log", "ab"),
+                                cwd="/", env=dict(os.environ, PYTHONPATH=_kiln_path()))
+        (node.dir / "supervisor.pid").write_text(f"{proc.pid}\n")
+
+    def wait_ready(self, node: Node, timeout: float) -> str:
+        """Wait until systemd in the node says running or degraded; returns that state."""
+        deadline = time.monotonic() + timeout
+        state = "not started"
+        while time.monotonic() < deadline:
+            if not self._supervisor_pid(node):
+                raise TestbedError(f"node {node.name} exited while booting; console log:\n"
+                                   + self.console_tail(node))
+            init = self.init_pid(node)
+            if init:
+                result = run(["nsenter", "-t", str(init), "-a", "systemctl", "is-system-running"],
+                             check=False, timeout=10)
+                state = result.stdout.strip() or "unknown"
+                if state in ("running", "degraded"):
+                    return state
+            time.sleep(0.3)
+        raise TestbedError(f"node {node.name} not ready after {timeout:.0f} s (systemd says {state!r}); "
+                           "console log:\n" + self.console_tail(node))
+
+    def console_tail(self, node: Node, lines: int = 25) -> str:
+        try:
+            text = (node.dir / "console.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no console log)"
+        return "\n".join("    " + line for line in text[-lines:])
+
+    def running(self, node: Node) -> bool:
+        return self.init_pid(node) is not None
+
+    def exec(self, node: Node, command: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+        init = self.init_pid(node)
+        if not init:
+            raise TestbedError(f"node {node.name} is not running")
+        return run(["nsenter", "-t", str(init), "-a", *command], check=False, timeout=timeout)
+
+    def stop(self, node: Node) -> None:
+        """Power the node off cleanly; kill it if its shutdown hangs."""
+        supervisor = self._supervisor_pid(node)
+        nspawn = self._nspawn_pid(node)
+        init = self.init_pid(node)
+        if supervisor:
+            os.kill(supervisor, signal.SIGTERM)
+        elif nspawn:
+            os.kill(nspawn, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (pid_alive(nspawn) or pid_alive(supervisor)):
+            time.sleep(0.2)
+        for pid in (init, nspawn, supervisor):
+            if pid and pid_alive(pid):
+                kill_and_wait(pid, signal.SIGKILL, timeout=5)
+        self._kill_cgroup(node)
+
+    def _kill_cgroup(self, node: Node) -> None:
+        """Anything left in the node's cgroup (a hung shutdown, a crashed run) is killed."""
+        for _ in range(20):
+            pids = self._cgroup_pids(node)
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+
+    def _cgroup_pids(self, node: Node) -> list[int]:
+        pids: set[int] = set()
+        for controller in CGROUP_CONTROLLERS:
+            base = Path("/sys/fs/cgroup") / controller / self.cgroup(node)
+            for procs in base.rglob("cgroup.procs") if base.is_dir() else ():
+                try:
+                    pids |= {int(p) for p in procs.read_text().split()}
+                except OSError:
+                    pass
+        return sorted(pids)
+
+    def cleanup(self, node: Node) -> None:
+        """Remove what the node left on the host: mount, veth, cgroups, nspawn's propagation dir, files."""
+        self.stop(node)
+        for attempt in range(10):
+            if not mounted(node.root):
+                break
+            if run(["umount", str(node.root)], check=False).returncode != 0 and attempt > 4:
+                run(["umount", "-l", str(node.root)], check=False)
+            time.sleep(0.2)
+        veth = f"vb-{node.name}"[:15]
+        if link_exists(veth):
+            run(["ip", "link", "delete", veth], check=False)
+        shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.name}", ignore_errors=True)
+        for controller in CGROUP_CONTROLLERS:
+            _rmdir_tree(Path("/sys/fs/cgroup") / controller / self.cgroup(node))
+        if mounted(node.root):
+            raise TestbedError(f"cannot unmount {node.root}; something still uses it (see fuser -m)")
+        shutil.rmtree(node.dir, ignore_errors=True)
+
+    def remove_testbed_cgroups(self) -> None:
+        for controller in CGROUP_CONTROLLERS:
+            _rmdir_tree(Path("/sys/fs/cgroup") / controller / f"kiln-{self.testbed}")
+
+
+def _rmdir_tree(path: Path) -> None:
+    """Remove a cgroup directory and its children, deepest first (cgroups are removed with rmdir)."""
+    if not path.is_dir():
+        return
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _kiln_path() -> str:
+    return str(Path(__file__).resolve().parents[2])

@@ -1,0 +1,266 @@
+"""`kiln testbed`: bring a local cluster of real systemd nodes up and down, whatever an earlier run left.
+
+Everything the testbed makes is named after it, so it only ever removes its own things:
+state in /var/lib/kiln/testbed/NAME, the bridge kb-NAME, cgroups kiln-NAME/, overlay mounts under
+its state, its own apt-cacher-ng (pid file in its state). Caches that survive ``down``: the base image
+(/var/cache/kiln/testbed) and the apt cache; ``down --wipe`` removes them too.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kiln.testbed import base as base_image
+from kiln.testbed.host import TestbedError, link_exists, mounts_under, require_root, require_tools, run
+from kiln.testbed.inventory import write_inventory
+from kiln.testbed.nspawn import Node, NspawnNodes
+from kiln.testbed.proxy import AptProxy
+
+STATE_ROOT = Path(os.environ.get("KILN_TESTBED_STATE", "/var/lib/kiln/testbed"))
+APT_CACHE = Path("/var/cache/kiln/apt-cacher-ng")
+PROXY_PORT = 3149
+SHARED_DIR = "/srv/kiln-shared"
+
+
+@dataclass
+class Testbed:
+    name: str = "kiln"
+    progress: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        if not self.name.isalnum() or not self.name.islower() or len(self.name) > 8:
+            raise TestbedError(f"testbed name {self.name!r}: use up to 8 lower-case letters and digits")
+        self.state = STATE_ROOT / self.name
+        index = int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 200 if self.name != "kiln" else 0
+        self.subnet = f"10.213.{index}"
+        self.bridge = f"kb-{self.name}"
+        self.host_address = f"{self.subnet}.1"
+        self.shared = self.state / "shared"
+        self.proxy = AptProxy(self.state, APT_CACHE / self.name, self.host_address, PROXY_PORT)
+
+    # --- layout ---
+    @property
+    def key(self) -> Path:
+        return self.state / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.state / "ssh_config"
+
+    def node_list(self, count: int) -> list[Node]:
+        return [Node(name=f"{self.name}{i:02d}", address=f"{self.subnet}.{10 + i}", prefix=24,
+                     role="controller" if i == 1 else "compute", dir=self.state / "nodes" / f"{self.name}{i:02d}")
+                for i in range(1, count + 1)]
+
+    def recorded_nodes(self) -> list[Node]:
+        try:
+            data = json.loads((self.state / "testbed.json").read_text())
+        except (OSError, ValueError):
+            return [Node(p.name, "", 24, "compute", p) for p in sorted((self.state / "nodes").glob("*"))]
+        return [Node(n["name"], n["address"], 24, n["role"], Path(n["dir"])) for n in data["nodes"]]
+
+    def kind(self, base: Path | None = None) -> NspawnNodes:
+        return NspawnNodes(self.name, base, self.bridge, f"{self.shared}:{SHARED_DIR}")
+
+    # --- up ---
+    def up(self, count: int = 3, inventory_dir: Path | None = None) -> dict:
+        require_root()
+        require_tools("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "ssh-keygen", "unshare",
+                      "nsenter")
+        if count < 1 or count > 200:
+            raise TestbedError(f"--nodes {count}: give 1 to 200 nodes")
+        started = time.monotonic()
+        nodes = self.node_list(count)
+        if self._healthy(nodes):
+            self._write_access(nodes, inventory_dir)
+            try:
+                self._wait_ssh(nodes, timeout=10)
+                self.progress(f"testbed {self.name} already up with {count} nodes")
+                return self.status()
+            except TestbedError as exc:
+                self.progress(f"testbed {self.name} is up but unhealthy ({exc}); rebuilding it")
+        self.progress(f"clearing what an earlier run of testbed {self.name} left behind")
+        self.teardown(remove_state=False)
+        base = base_image.ensure_base(self.progress)
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.shared.mkdir(parents=True, exist_ok=True)
+        self._bridge_up()
+        self.proxy.start()
+        self._keys()
+        kind = self.kind(base)
+        (self.state / "testbed.json").write_text(json.dumps({
+            "name": self.name, "bridge": self.bridge, "subnet": self.subnet,
+            "nodes": [{"name": n.name, "address": n.address, "role": n.role, "dir": str(n.dir)} for n in nodes],
+        }, indent=2))
+        host_keys = {}
+        for node in nodes:
+            host_keys[node.name] = self._host_key(node)
+            kind.prepare(node, self._node_files(node, nodes, host_keys[node.name]))
+        self._write_known_hosts(nodes, host_keys)
+        self.progress(f"booting {count} node(s)")
+        for node in nodes:
+            kind.start(node)
+        states = self._wait_all(kind, nodes)
+        self._write_access(nodes, inventory_dir)
+        self._wait_ssh(nodes)
+        self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
+                      f"({', '.join(f'{n}: {s}' for n, s in states.items())})")
+        return self.status()
+
+    def _healthy(self, nodes: list[Node]) -> bool:
+        if [n.name for n in self.recorded_nodes()] != [n.name for n in nodes]:
+            return False
+        kind = self.kind()
+        return self.proxy.running() and link_exists(self.bridge) and all(kind.running(n) for n in nodes)
+
+    def _bridge_up(self) -> None:
+        if not link_exists(self.bridge):
+            run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        run(["ip", "addr", "replace", f"{self.host_address}/24", "dev", self.bridge])
+        run(["ip", "link", "set", self.bridge, "up"])
+
+    def _keys(self) -> None:
+        if not self.key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"kiln-testbed-{self.name}",
+                 "-f", str(self.key)])
+
+    def _host_key(self, node: Node) -> tuple[str, str]:
+        """A fresh host key pair for the node, made on the host before it boots."""
+        path = self.state / "hostkeys" / node.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for p in (path, path.with_suffix(".pub")):
+            p.unlink(missing_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(path)])
+        return path.read_text(), path.with_suffix(".pub").read_text()
+
+    def _node_files(self, node: Node, nodes: list[Node], host_key: tuple[str, str]) -> dict[str, tuple[str, int]]:
+        hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n" + "".join(
+            f"{n.address} {n.name}\n" for n in nodes)
+        return {
+            "/etc/hostname": (f"{node.name}\n", 0o644),
+            "/etc/hosts": (hosts, 0o644),
+            "/etc/machine-id": (hashlib.md5(f"{self.name}/{node.name}/{time.time()}".encode()).hexdigest() + "\n", 0o444),
+            "/etc/systemd/network/10-kiln-host0.network": (
+                f"[Match]\nName=host0\n\n[Network]\nAddress={node.address}/{node.prefix}\nLinkLocalAddressing=no\n"
+                "IPv6AcceptRA=no\n", 0o644),
+            "/etc/ssh/ssh_host_ed25519_key": (host_key[0], 0o600),
+            "/etc/ssh/ssh_host_ed25519_key.pub": (host_key[1], 0o644),
+            "/etc/ssh/sshd_config.d/80-kiln.conf": ("HostKey /etc/ssh/ssh_host_ed25519_key\nUseDNS no\n"
+                                                    "PermitRootLogin prohibit-password\n", 0o644),
+            "/root/.ssh/authorized_keys": (self.key.with_suffix(".pub").read_text(), 0o600),
+            "/etc/apt/apt.conf.d/80kiln-proxy": (f'Acquire::http::Proxy "{self.proxy.url}";\n', 0o644),
+        }
+
+    def _write_known_hosts(self, nodes: list[Node], host_keys: dict[str, tuple[str, str]]) -> None:
+        lines = []
+        for node in nodes:
+            kind, blob = host_keys[node.name][1].split()[:2]
+            lines.append(f"{node.name},{node.address} {kind} {blob}\n")
+        self.known_hosts.write_text("".join(lines))
+
+    def _write_access(self, nodes: list[Node], inventory_dir: Path | None) -> None:
+        entries = []
+        for node in nodes:
+            entries.append(
+                f"Host {node.name} {node.address}\n  HostName {node.address}\n  User root\n"
+                f"  IdentityFile {self.key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {self.known_hosts}\n"
+                "  StrictHostKeyChecking yes\n  ControlMaster auto\n"
+                f"  ControlPath {self.state}/cm-%C\n  ControlPersist 120\n  ConnectTimeout 10\n  LogLevel ERROR\n")
+        self.ssh_config.write_text("".join(entries))
+        if inventory_dir is not None:
+            write_inventory(inventory_dir, self, nodes)
+
+    def _wait_all(self, kind: NspawnNodes, nodes: list[Node]) -> dict[str, str]:
+        states: dict[str, str] = {}
+        errors = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            futures = {pool.submit(kind.wait_ready, n, 120 + 3 * len(nodes)): n for n in nodes}
+            for future in concurrent.futures.as_completed(futures):
+                node = futures[future]
+                try:
+                    states[node.name] = future.result()
+                    self.progress(f"  {node.name} {node.address}: {states[node.name]}")
+                except TestbedError as exc:
+                    errors.append(str(exc))
+        if errors:
+            raise TestbedError("\n".join(errors))
+        return dict(sorted(states.items()))
+
+    def _wait_ssh(self, nodes: list[Node], timeout: float = 60) -> None:
+        for node in nodes:
+            deadline = time.monotonic() + timeout
+            while True:
+                result = self.ssh(node.name, ["true"], check=False, timeout=15)
+                if result.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise TestbedError(f"node {node.name}: ssh does not answer: {result.stderr.strip()}")
+                time.sleep(0.3)
+
+    # --- use ---
+    def ssh_command(self, node: str, command: list[str] | None = None) -> list[str]:
+        return ["ssh", "-F", str(self.ssh_config), node, *(command or [])]
+
+    def ssh(self, node: str, command: list[str], check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        return run(self.ssh_command(node, command), check=check, timeout=timeout)
+
+    def status(self) -> dict:
+        nodes = self.recorded_nodes()
+        kind = self.kind()
+        out = []
+        for node in nodes:
+            state = "stopped"
+            if kind.running(node):
+                result = kind.exec(node, ["systemctl", "is-system-running"], timeout=10)
+                state = result.stdout.strip() or "unknown"
+            out.append({"name": node.name, "address": node.address, "role": node.role, "state": state})
+        return {"name": self.name, "state_dir": str(self.state), "bridge": self.bridge,
+                "bridge_up": link_exists(self.bridge), "apt_proxy": self.proxy.url if self.proxy.running() else None,
+                "ssh_config": str(self.ssh_config), "shared_dir": SHARED_DIR, "nodes": out}
+
+    # --- down ---
+    def teardown(self, remove_state: bool = True) -> None:
+        """Stop and remove everything this testbed made. Safe on a half-made or crashed testbed."""
+        kind = self.kind()
+        nodes = self.recorded_nodes()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(nodes)))) as pool:
+            list(pool.map(kind.stop, nodes))
+        for node in nodes:
+            kind.cleanup(node)
+        for control in self.state.glob("cm-*"):
+            run(["ssh", "-F", str(self.ssh_config), "-O", "exit", "-o", f"ControlPath={control}", "x"],
+                check=False, timeout=10)
+            control.unlink(missing_ok=True)
+        kind.remove_testbed_cgroups()
+        self.proxy.stop()
+        if link_exists(self.bridge):
+            run(["ip", "link", "delete", self.bridge], check=False)
+        leftovers = mounts_under(self.state)
+        if leftovers:
+            raise TestbedError(f"mounts left under {self.state}: {', '.join(leftovers)}")
+        if remove_state:
+            shutil.rmtree(self.state, ignore_errors=True)
+        else:
+            shutil.rmtree(self.state / "nodes", ignore_errors=True)
+
+    def down(self, wipe: bool = False, inventory_dir: Path | None = None) -> None:
+        require_root()
+        self.teardown(remove_state=True)
+        if inventory_dir is not None and (inventory_dir / ".kiln-testbed").exists():
+            shutil.rmtree(inventory_dir, ignore_errors=True)
+        if wipe:
+            shutil.rmtree(APT_CACHE / self.name, ignore_errors=True)
+            shutil.rmtree(base_image.CACHE, ignore_errors=True)
