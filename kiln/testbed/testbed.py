@@ -33,6 +33,8 @@ SHARED_DIR = "/srv/kiln-shared"
 
 @dataclass
 class Testbed:
+    __test__ = False  # not a pytest test class
+
     name: str = "kiln"
     progress: Callable[[str], None] = print
 

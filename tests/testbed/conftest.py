@@ -1,0 +1,50 @@
+"""End-to-end tests on the systemd-nspawn testbed: one shared testbed per test run.
+
+They need root and the host tools (.ci/run installs them). Outside CI they skip, saying why; in CI
+(CI=true) a missing prerequisite is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from kiln.testbed.testbed import Testbed
+
+SHARED_NAME = "kilntest"
+TOOLS = ("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "unshare", "nsenter")
+
+
+def testbed_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the testbed needs root (mounts, bridges, systemd-nspawn)"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"host tools missing: {', '.join(missing)} (apt-get install debootstrap systemd-container apt-cacher-ng)"
+    return None
+
+
+def require_testbed() -> None:
+    reason = testbed_unavailable()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the testbed tests, but {reason}")
+        pytest.skip(reason)
+
+
+def quiet(message: str) -> None:
+    print(message)
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory):
+    """A 3-node testbed (1 controller + 2 compute) shared by every end-to-end test of the run."""
+    require_testbed()
+    tb = Testbed(SHARED_NAME, progress=quiet)
+    inventory = tmp_path_factory.mktemp("inventory") / "testbed"
+    tb.up(3, inventory_dir=inventory)
+    tb.inventory = inventory
+    yield tb
+    tb.down(inventory_dir=inventory)
