@@ -25,8 +25,10 @@ def _testbed(name: str):
 
 
 def _fail(exc: Exception) -> None:
+    from kiln.testbed.host import TestbedUnavailable
+
     click.echo(f"error: {exc}", err=True)
-    sys.exit(EXIT_FAILED)
+    sys.exit(EXIT_BAD_INPUT if isinstance(exc, TestbedUnavailable) else EXIT_FAILED)
 
 
 @click.group()

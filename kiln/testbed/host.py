@@ -14,6 +14,10 @@ class TestbedError(Exception):
     """A testbed step failed; the message says which node or step and what to do."""
 
 
+class TestbedUnavailable(TestbedError):
+    """This host cannot run the testbed as it is (not root, tools missing): a usage problem."""
+
+
 def run(cmd: list[str], check: bool = True, timeout: float | None = 120, **kw) -> subprocess.CompletedProcess:
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
@@ -27,13 +31,13 @@ def run(cmd: list[str], check: bool = True, timeout: float | None = 120, **kw) -
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise TestbedError("the testbed needs root (mounts, bridges, systemd-nspawn): run as root")
+        raise TestbedUnavailable("the testbed needs root (mounts, bridges, systemd-nspawn): run as root")
 
 
 def require_tools(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        raise TestbedError(f"missing host tools: {', '.join(missing)}; install them with apt-get install "
+        raise TestbedUnavailable(f"missing host tools: {', '.join(missing)}; install them with apt-get install "
                            "debootstrap systemd-container apt-cacher-ng iproute2 openssh-client")
 
 

@@ -29,6 +29,7 @@ STATE_ROOT = Path(os.environ.get("KILN_TESTBED_STATE", "/var/lib/kiln/testbed"))
 APT_CACHE = Path("/var/cache/kiln/apt-cacher-ng")
 PROXY_PORT = 3149
 SHARED_DIR = "/srv/kiln-shared"
+INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Testbed:
         if not self.name.isalnum() or not self.name.islower() or len(self.name) > 8:
             raise TestbedError(f"testbed name {self.name!r}: use up to 8 lower-case letters and digits")
         self.state = STATE_ROOT / self.name
-        index = int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 200 if self.name != "kiln" else 0
+        index = 1 + int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 250 if self.name != "kiln" else 0
         self.subnet = f"10.213.{index}"
         self.bridge = f"kb-{self.name}"
         self.host_address = f"{self.subnet}.1"
@@ -99,6 +100,7 @@ class Testbed:
         base = base_image.ensure_base(self.progress)
         self.state.mkdir(parents=True, exist_ok=True)
         self.shared.mkdir(parents=True, exist_ok=True)
+        self._raise_inotify_limit(count)
         self._bridge_up()
         self.proxy.start()
         self._keys()
@@ -127,6 +129,27 @@ class Testbed:
             return False
         kind = self.kind()
         return self.proxy.running() and link_exists(self.bridge) and all(kind.running(n) for n in nodes)
+
+    def _raise_inotify_limit(self, count: int) -> None:
+        """systemd in each node holds about six inotify instances; the kernel's default of 128 per user
+        stalls boot at about 20 nodes (they stay 'initializing'). Raise it for the testbed's size and
+        remember the old value so ``down`` puts it back."""
+        path = Path(INOTIFY_INSTANCES)
+        current = int(path.read_text())
+        wanted = 64 + 16 * count
+        if current >= wanted:
+            return
+        saved = self.state / "inotify-max-user-instances"
+        if not saved.exists():
+            saved.write_text(f"{current}\n")
+        path.write_text(f"{wanted}\n")
+        self.progress(f"raised fs.inotify.max_user_instances from {current} to {wanted} for {count} nodes")
+
+    def _restore_inotify_limit(self) -> None:
+        saved = self.state / "inotify-max-user-instances"
+        if saved.exists():
+            Path(INOTIFY_INSTANCES).write_text(saved.read_text())
+            saved.unlink()
 
     def _bridge_up(self) -> None:
         if not link_exists(self.bridge):
@@ -248,6 +271,8 @@ class Testbed:
             control.unlink(missing_ok=True)
         kind.remove_testbed_cgroups()
         self.proxy.stop()
+        if remove_state:
+            self._restore_inotify_limit()
         if link_exists(self.bridge):
             run(["ip", "link", "delete", self.bridge], check=False)
         leftovers = mounts_under(self.state)

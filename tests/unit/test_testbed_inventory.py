@@ -1,0 +1,56 @@
+"""The inventory the testbed writes is one `kiln inventory validate` accepts (no root needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kiln.inventory import load_cluster
+from kiln.testbed.inventory import write_inventory
+from kiln.testbed.testbed import Testbed
+
+
+def test_written_inventory_validates_and_describes_the_nodes(tmp_path):
+    tb = Testbed("unit", progress=lambda m: None)
+    nodes = tb.node_list(4)
+    path = tmp_path / "testbed"
+    write_inventory(path, tb, nodes)
+    cluster = load_cluster(path)
+    assert [h.name for h in cluster.controllers] == ["unit01"]
+    assert sorted(h.name for h in cluster.compute) == ["unit02", "unit03", "unit04"]
+    assert cluster.hosts["unit03"].address == nodes[2].address
+    assert len({h.address for h in cluster.hosts.values()}) == 4
+    conn = cluster.hosts["unit02"].connection
+    assert conn["ssh_strict_host_key_checking"] == "yes"
+    assert conn["ssh_known_hosts_file"] == str(tb.known_hosts)
+    assert conn["ssh_key"] == str(tb.key)
+    # rewritten on the next up, but never over a directory the testbed did not write
+    write_inventory(path, tb, tb.node_list(2))
+    assert sorted(load_cluster(path).hosts) == ["unit01", "unit02"]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    with pytest.raises(FileExistsError):
+        write_inventory(foreign, tb, nodes)
+
+
+@pytest.mark.parametrize("name", ["Kiln", "kiln-1", "toolongname", ""])
+def test_bad_testbed_names_are_refused(name):
+    from kiln.testbed.host import TestbedError
+
+    with pytest.raises(TestbedError):
+        Testbed(name)
+
+
+def test_testbed_names_get_distinct_subnets():
+    names = ["kiln", "kilntest", "kilnapt", "kilndown", "kilnkill", "bench"]
+    assert len({Testbed(n).subnet for n in names}) == len(names)
+
+
+def test_base_recipe_hash_changes_with_the_recipe(monkeypatch):
+    from kiln.testbed import base
+
+    before = base.recipe_hash()
+    monkeypatch.setattr(base, "PACKAGES", base.PACKAGES + ("curl",))
+    assert base.recipe_hash() != before
+    assert Path(base.base_dir()).name == f"base-{base.recipe_hash()}"
