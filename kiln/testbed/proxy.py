@@ -53,7 +53,11 @@ class AptProxy:
             shutil.chown(d, "apt-cacher-ng", "apt-cacher-ng") if _user_exists("apt-cacher-ng") else None
         run(["apt-cacher-ng", "-c", str(conf), "ForeGround=0", f"PidFile={self.pidfile}",
              f"CacheDir={self.cache}", f"LogDir={self.dir / 'log'}", f"Port={self.port}",
-             f"BindAddress=127.0.0.1 {self.address}", "ExThreshold=4", "ReuseConnections=1"])
+             f"BindAddress=127.0.0.1 {self.address}", "ExThreshold=4", "ReuseConnections=1",
+             # Index files fetched in the last 10 minutes count as fresh: many nodes running
+             # `apt-get update` at once are answered from the cache instead of each re-validating the
+             # same InRelease upstream at the same moment.
+             "FreshIndexMaxAge=600"])
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.running() and self._answers():

@@ -31,6 +31,21 @@ PROXY_PORT = 3149
 SHARED_DIR = "/srv/kiln-shared"
 INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
 
+# apt-cacher-ng (3.7 in Debian 12) races when several clients make it refresh the same index file in
+# the same second ("cannot create .../InRelease.<seconds> - errno: File exists") and the losing
+# clients wait forever. On the testbed, `apt-get update` therefore takes a lock in the directory
+# every node shares, so index refreshes run one node at a time (about a second each, from the
+# cache); package downloads and installs stay fully concurrent. Testbed nodes only.
+APT_GET_WRAPPER = f"""#!/bin/sh
+# Written by kiln's testbed: serialise index refreshes across nodes (see kiln/testbed/testbed.py).
+for arg in "$@"; do
+  if [ "$arg" = update ]; then
+    exec flock --timeout 600 {SHARED_DIR}/.kiln-apt-update.lock /usr/bin/apt-get "$@"
+  fi
+done
+exec /usr/bin/apt-get "$@"
+"""
+
 
 @dataclass
 class Testbed:
@@ -120,6 +135,7 @@ class Testbed:
         states = self._wait_all(kind, nodes)
         self._write_access(nodes, inventory_dir)
         self._wait_ssh(nodes)
+        self._warm_apt(nodes[0])
         self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
                       f"({', '.join(f'{n}: {s}' for n, s in states.items())})")
         return self.status()
@@ -185,8 +201,12 @@ class Testbed:
             "/etc/ssh/ssh_host_ed25519_key.pub": (host_key[1], 0o644),
             "/etc/ssh/sshd_config.d/80-kiln.conf": ("HostKey /etc/ssh/ssh_host_ed25519_key\nUseDNS no\n"
                                                     "PermitRootLogin prohibit-password\n", 0o644),
+            "/usr/local/sbin/apt-get": (APT_GET_WRAPPER, 0o755),
             "/root/.ssh/authorized_keys": (self.key.with_suffix(".pub").read_text(), 0o600),
-            "/etc/apt/apt.conf.d/80kiln-proxy": (f'Acquire::http::Proxy "{self.proxy.url}";\n', 0o644),
+            # No HTTP pipelining through the proxy: pipelined requests are where apt and
+            # apt-cacher-ng can wait on each other for minutes when many nodes fetch at once.
+            "/etc/apt/apt.conf.d/80kiln-proxy": (f'Acquire::http::Proxy "{self.proxy.url}";\n'
+                                                 'Acquire::http::Pipeline-Depth "0";\n', 0o644),
         }
 
     def _write_known_hosts(self, nodes: list[Node], host_keys: dict[str, tuple[str, str]]) -> None:
@@ -234,6 +254,21 @@ class Testbed:
                 if time.monotonic() > deadline:
                     raise TestbedError(f"node {node.name}: ssh does not answer: {result.stderr.strip()}")
                 time.sleep(0.3)
+
+    def _warm_apt(self, node: Node) -> None:
+        """Fetch the package indexes once, through one node, before anything fans out.
+
+        Many nodes fetching the same index files through a cold proxy at the same moment is where
+        concurrent apt traffic stalled; with the indexes cached (and fresh), they are served at once.
+        """
+        started = time.monotonic()
+        for attempt in range(3):
+            result = self.ssh(node.name, ["apt-get", "update", "-q"], check=False, timeout=300)
+            if result.returncode == 0:
+                self.progress(f"apt indexes cached by the proxy in {time.monotonic() - started:.1f} s")
+                return
+        raise TestbedError(f"node {node.name}: apt-get update through the proxy {self.proxy.url} failed: "
+                           f"{result.stderr.strip()[-400:]}; see {self.proxy.dir / 'log'}")
 
     # --- use ---
     def ssh_command(self, node: str, command: list[str] | None = None) -> list[str]:

@@ -88,7 +88,7 @@ def test_eight_nodes_install_packages_at_once_through_the_proxy(fresh):
 
     def install(node: str) -> subprocess.CompletedProcess:
         return tb.ssh(node, ["apt-get update -q && apt-get install -y -q jq && jq --version"], check=False,
-                      timeout=600)
+                      timeout=300)
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         results = dict(zip([n.name for n in tb.recorded_nodes()],
