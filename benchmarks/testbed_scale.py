@@ -31,7 +31,7 @@ def node_memory_mib(tb: Testbed) -> float:
     kind = tb.kind()
     totals = []
     for node in tb.recorded_nodes():
-        pids = kind._cgroup_pids(node)
+        pids = kind.cgroup_pids(node)
         totals.append(sum(pss_kib(p) for p in pids) / 1024)
     return sum(totals) / len(totals)
 

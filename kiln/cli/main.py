@@ -29,7 +29,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON i
 
 
 class KilnGroup(click.Group):
-    """Usage errors exit 2 (click's default too); unexpected errors print one line, not a traceback."""
+    """Ctrl-C ends any command with one line and exit 130 instead of a traceback."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:

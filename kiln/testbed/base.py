@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kiln.testbed.host import TestbedError, run
+from kiln.testbed.host import run
 
 CACHE = Path("/var/cache/kiln/testbed")
 SUITE = "bookworm"

@@ -170,7 +170,7 @@ class NspawnNodes:
     def _kill_cgroup(self, node: Node) -> None:
         """Anything left in the node's cgroup (a hung shutdown, a crashed run) is killed."""
         for _ in range(20):
-            pids = self._cgroup_pids(node)
+            pids = self.cgroup_pids(node)
             if not pids:
                 return
             for pid in pids:
@@ -180,7 +180,7 @@ class NspawnNodes:
                     pass
             time.sleep(0.2)
 
-    def _cgroup_pids(self, node: Node) -> list[int]:
+    def cgroup_pids(self, node: Node) -> list[int]:
         pids: set[int] = set()
         for controller in CGROUP_CONTROLLERS:
             base = Path("/sys/fs/cgroup") / controller / self.cgroup(node)
@@ -200,9 +200,13 @@ class NspawnNodes:
             if run(["umount", str(node.root)], check=False).returncode != 0 and attempt > 4:
                 run(["umount", "-l", str(node.root)], check=False)
             time.sleep(0.2)
+        # The host end of a killed node's veth can outlive it for a moment; a new boot then fails
+        # with "Failed to add new veth interfaces ... File exists". Remove it and wait until it is gone.
         veth = f"vb-{node.name}"[:15]
-        if link_exists(veth):
+        deadline = time.monotonic() + 10
+        while link_exists(veth) and time.monotonic() < deadline:
             run(["ip", "link", "delete", veth], check=False)
+            time.sleep(0.2)
         shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.name}", ignore_errors=True)
         for controller in CGROUP_CONTROLLERS:
             _rmdir_tree(Path("/sys/fs/cgroup") / controller / self.cgroup(node))

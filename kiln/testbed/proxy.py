@@ -49,8 +49,9 @@ class AptProxy:
         (conf / "backends_debian_security").write_text("http://deb.debian.org/debian-security/\n")
         (self.dir / "log").mkdir(parents=True, exist_ok=True)
         self.cache.mkdir(parents=True, exist_ok=True)
-        for d in (self.cache, self.dir / "log"):
-            shutil.chown(d, "apt-cacher-ng", "apt-cacher-ng") if _user_exists("apt-cacher-ng") else None
+        if _user_exists("apt-cacher-ng"):  # the package's user; the daemon drops to it
+            for d in (self.cache, self.dir / "log"):
+                shutil.chown(d, "apt-cacher-ng", "apt-cacher-ng")
         run(["apt-cacher-ng", "-c", str(conf), "ForeGround=0", f"PidFile={self.pidfile}",
              f"CacheDir={self.cache}", f"LogDir={self.dir / 'log'}", f"Port={self.port}",
              f"BindAddress=127.0.0.1 {self.address}", "ExThreshold=4", "ReuseConnections=1",
