@@ -85,6 +85,11 @@ class Cluster:
     secrets_dir: Path
     health_check_interval: int
     topology: dict[str, list[str]]
+    settings: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def setting(self, name: str) -> Any:
+        """A cluster-wide setting by its name without the ``kiln_`` prefix (default applied)."""
+        return self.settings["kiln_" + name]
 
     def group(self, name: str) -> list[Host]:
         return [self.hosts[h] for h in self.groups.get(name, ())]
@@ -111,3 +116,17 @@ class Cluster:
             "partitions": [p.name for p in self.partitions],
             "teams": {t.name: t.shares for t in self.teams},
         }
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """The cluster's generated secrets (see kiln/secrets.py); never printed."""
+
+    munge_key: bytes
+    dbd_password: str
+
+    def __repr__(self) -> str:
+        return "Secrets(<masked>)"
+
+    def mask(self, text: str) -> str:
+        return text.replace(self.dbd_password, "********") if self.dbd_password else text

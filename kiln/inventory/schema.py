@@ -22,6 +22,7 @@ PREFIX = "kiln_"
 
 SUPPORTED_OS = ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")
 STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind")
+SERVICE_ACCOUNTS = ("slurm", "munge")
 FABRIC_TYPES = ("infiniband", "roce", "ethernet", "none")
 
 
@@ -125,6 +126,21 @@ SETTINGS: dict[str, Setting] = {
         _s("health_check_interval", int, 300, "cluster", "seconds between node-local health checks"),
         _s("topology", dict[str, list[str]], {}, "cluster",
            "switch name -> hosts under it; renders topology.conf when set"),
+        _s("service_uids", dict[str, int], {"slurm": 980, "munge": 981}, "cluster",
+           "fixed UID (and GID of the same number) of service accounts on every node; 100-999"),
+        _s("ntp_servers", list[str], [], "cluster",
+           "time servers for chrony; empty keeps the distribution's pool"),
+        _s("package_proxy", str, "", "cluster", "HTTP proxy for apt/dnf, e.g. http://10.0.0.1:3142"),
+        _s("slurm_cgroup_plugin", Literal["autodetect", "cgroup/v1", "cgroup/v2"], "autodetect", "cluster",
+           "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
+        _s("slurm_constrain_devices", bool, True, "cluster",
+           "cgroup ConstrainDevices: a job sees only the GPUs it was given"),
+        _s("slurm_constrain_cores_memory", bool, True, "cluster",
+           "cgroup ConstrainCores and ConstrainRAMSpace: a job gets only its cores and memory"),
+        _s("slurm_def_mem_per_cpu", int, None, "cluster",
+           "DefMemPerCPU in MiB; default: the smallest compute node's memory_mb / cpus"),
+        _s("slurm_health_check", bool, False, "cluster",
+           "run kiln's node-local checks as Slurm's HealthCheckProgram every health_check_interval"),
         # --- per node ---
         _s("os", Literal[SUPPORTED_OS], "debian12", "host", f"node OS: {', '.join(SUPPORTED_OS)}"),
         _s("cpus", int, None, "host", "CPUs Slurm may use on the node (required on compute nodes)"),

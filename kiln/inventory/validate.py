@@ -17,8 +17,8 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from kiln.inventory import model
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
-from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SETTINGS, SUPPORTED_OS,
-                                   Fabric, Setting)
+from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SERVICE_ACCOUNTS, SETTINGS,
+                                   SUPPORTED_OS, Fabric, Setting)
 from kiln.versions import PINS, required_pins
 
 def _adapter(annotation: Any) -> TypeAdapter:
@@ -97,6 +97,7 @@ def validate(root: Path | str) -> tuple[model.Cluster | None, list[InventoryErro
         secrets_dir=(raw.root.parent / get("kiln_secrets_dir")).resolve(),
         health_check_interval=get("kiln_health_check_interval"),
         topology=get("kiln_topology"),
+        settings={s.name: get(s.name) for s in SETTINGS.values() if s.scope == "cluster"},
     )
     return cluster, []
 
@@ -371,6 +372,14 @@ def _check_partitions_teams(raw: RawInventory, values: dict[str, Any], out: _Col
         for member in members:
             if member not in raw.hosts and member not in topo:
                 out.add(file, f"kiln_topology.{switch}", f"{member!r} is neither a host nor a switch", line)
+    file, line = file_of("kiln_service_uids")
+    for account, uid in values.get("kiln_service_uids", {}).items():
+        if account not in SERVICE_ACCOUNTS:
+            out.add(file, f"kiln_service_uids.{account}", f"unknown service account {account!r}: kiln "
+                    f"manages {', '.join(SERVICE_ACCOUNTS)}{suggest(account, SERVICE_ACCOUNTS)}", line)
+        elif not 100 <= uid <= 999:
+            out.add(file, f"kiln_service_uids.{account}", f"uid {uid} is outside the system range 100-999 "
+                    "that distribution packages accept for service accounts", line)
     name = values.get("kiln_cluster_name", SETTINGS["kiln_cluster_name"].default)
     if not CLUSTER_NAME.match(name):
         file, line = file_of("kiln_cluster_name")

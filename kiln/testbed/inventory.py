@@ -22,6 +22,18 @@ TESTBED_VERSIONS = {
     "dcgm": "3.3.9",
 }
 
+# Compute nodes get this many stand-in GPU device files (see Testbed._node_files): enough for Slurm's
+# GPU GRES to be exercised for real; there is no GPU behind them.
+GPUS_PER_NODE = 4
+
+# Two teams, so fair-share, per-team GPU limits and pam_slurm_adopt can be shown with real users.
+TESTBED_TEAMS = [
+    {"name": "vision", "shares": 60, "gid": 2001, "gpu_limit": 2,
+     "users": [{"name": "alice", "uid": 2101}]},
+    {"name": "language", "shares": 40, "gid": 2002, "gpu_limit": 4,
+     "users": [{"name": "bob", "uid": 2102}]},
+]
+
 
 def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None:
     controller = [n for n in nodes if n.role == "controller"]
@@ -52,9 +64,16 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_ssh_known_hosts_file": str(testbed.known_hosts),
         "kiln_ssh_config_file": str(testbed.ssh_config),
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True}],
+        "kiln_teams": TESTBED_TEAMS,
+        # The host mounts cgroups as the hybrid (v1 + unified) hierarchy; Slurm needs v1 there.
+        "kiln_slurm_cgroup_plugin": "cgroup/v1",
+        # Nodes get their own writable freezer and devices cgroups, but share the host's cpuset and
+        # memory hierarchies read-only: Slurm constrains devices (GPUs) there, not cores or memory.
+        "kiln_slurm_constrain_cores_memory": False,
     }, sort_keys=False))
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
-        "kiln_cpus": cpus, "kiln_memory_mb": 1024}, sort_keys=False))
+        "kiln_cpus": cpus, "kiln_memory_mb": 1024, "kiln_gpu_count": GPUS_PER_NODE,
+        "kiln_gpu_model": "h100"}, sort_keys=False))
     (tmp / "group_vars" / "all" / "versions.yml").write_text(header + yaml.safe_dump(
         {"kiln_versions": TESTBED_VERSIONS}, sort_keys=False))
     (tmp / ".kiln-testbed").write_text(testbed.name + "\n")

@@ -21,7 +21,7 @@ from typing import Callable
 
 from kiln.testbed import base as base_image
 from kiln.testbed.host import TestbedError, link_exists, mounts_under, require_root, require_tools, run
-from kiln.testbed.inventory import write_inventory
+from kiln.testbed.inventory import GPUS_PER_NODE, write_inventory
 from kiln.testbed.nspawn import Node, NspawnNodes
 from kiln.testbed.proxy import AptProxy
 
@@ -190,7 +190,13 @@ class Testbed:
     def _node_files(self, node: Node, nodes: list[Node], host_key: tuple[str, str]) -> dict[str, tuple[str, int]]:
         hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n" + "".join(
             f"{n.address} {n.name}\n" for n in nodes)
-        return {
+        files = {}
+        if node.role == "compute" or len(nodes) == 1:
+            # Stand-in GPU device files (NVIDIA's major 195) so slurmd can start with GPU GRES; there is
+            # no GPU behind them. /dev is rebuilt at each boot, so tmpfiles.d makes them every boot.
+            files["/etc/tmpfiles.d/kiln-testbed-gpus.conf"] = ("".join(
+                f"c /dev/nvidia{i} 0666 root root - 195:{i}\n" for i in range(GPUS_PER_NODE)), 0o644)
+        return files | {
             "/etc/hostname": (f"{node.name}\n", 0o644),
             "/etc/hosts": (hosts, 0o644),
             "/etc/machine-id": (hashlib.md5(f"{self.name}/{node.name}/{time.time()}".encode()).hexdigest() + "\n", 0o444),

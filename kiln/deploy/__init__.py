@@ -1,0 +1,1 @@
+"""Running roles on hosts (pyinfra) and reporting what happened."""

@@ -1,0 +1,301 @@
+"""Run roles on the inventory's hosts through pyinfra's API, in parallel, and report per host.
+
+One run: connect to the selected hosts (strict host keys), check each node's OS against the
+inventory (an unsupported or different OS stops the whole run before any change), prepare every
+host's operations in its own greenlet, run them with no barrier between hosts, then run the
+roles' ``after_run`` steps (``scontrol reconfigure`` once every node has the new slurm.conf), and
+collect what changed or failed on each host. ``dry_run`` stops after preparing and reports what
+would change, with diffs of managed files (secrets masked).
+
+The caller must have monkey-patched the process with gevent before importing this module (the
+``kiln`` command does), or hosts are handled one after another.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import gevent
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import BaseStateCallback
+from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state
+from pyinfra.facts.files import FileContents
+from pyinfra.facts.server import LinuxDistribution
+
+import roles
+from kiln.inventory.model import Cluster, Secrets
+from roles.context import NodeContext
+from roles.facts import IsContainer
+from roles.platform import UnsupportedPlatform, platform_for
+
+OUTPUT_LINES = 15
+
+
+@dataclass
+class HostResult:
+    name: str
+    status: str = "pending"    # changed | no change | failed | unreachable | would change (dry run)
+    ops: int = 0
+    changed: list[str] = field(default_factory=list)
+    failed_op: str | None = None
+    error: str | None = None
+    next_step: str | None = None
+    diffs: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"host": self.name, "status": self.status, "operations": self.ops, "changed": self.changed,
+                "failed_operation": self.failed_op, "error": self.error, "next_step": self.next_step,
+                **({"diffs": self.diffs} if self.diffs else {})}
+
+
+@dataclass
+class DeployResult:
+    roles: list[str]
+    dry_run: bool
+    hosts: list[HostResult]
+    seconds: float
+    stopped: str | None = None   # why the run stopped before changing anything
+
+    @property
+    def failed(self) -> list[HostResult]:
+        return [h for h in self.hosts if h.status in ("failed", "unreachable")]
+
+    def as_dict(self) -> dict:
+        return {"roles": self.roles, "dry_run": self.dry_run, "seconds": round(self.seconds, 2),
+                "stopped": self.stopped, "hosts": [h.as_dict() for h in self.hosts],
+                "summary": {s: sum(h.status == s for h in self.hosts)
+                            for s in ("changed", "no change", "would change", "failed", "unreachable")}}
+
+
+class _Progress(BaseStateCallback):
+    """Counts finished operations per host and reports each host once when it is done or fails."""
+
+    def __init__(self, report: Callable[[str], None], totals: dict[str, int]):
+        self.report, self.totals, self.done = report, totals, {}
+
+    def operation_host_success(self, state, host, op_hash, retry_count=0):
+        self.done[host.name] = self.done.get(host.name, 0) + 1
+        if self.done[host.name] == self.totals.get(host.name):
+            self.report(f"  {host.name}: {self.totals[host.name]} operations done")
+
+    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+        self.report(f"  {host.name}: an operation failed (details in the summary)")
+
+
+def _quiet_pyinfra() -> None:
+    # pyinfra logs command output and file diffs; kiln reports through its own summary (masked),
+    # so nothing of pyinfra's reaches the terminal or a log.
+    log = logging.getLogger("pyinfra")
+    log.handlers[:] = [logging.NullHandler()]
+    log.propagate = False
+
+
+def _tail(lines: list[str], secrets: Secrets) -> str:
+    return secrets.mask("\n".join(lines[-OUTPUT_LINES:]))
+
+
+class Deploy:
+    def __init__(self, cluster: Cluster, secrets: Secrets, hosts: list[str], role_names: list[str] | None,
+                 dry_run: bool = False, progress: Callable[[str], None] = lambda line: None):
+        self.cluster, self.secrets, self.dry_run, self.progress = cluster, secrets, dry_run, progress
+        self.host_names = hosts
+        self.role_names = role_names
+        self.results = {name: HostResult(name) for name in hosts}
+        self.contexts: dict[str, NodeContext] = {}
+
+    def roles_for(self, name: str) -> list[str]:
+        wanted = set(self.cluster.hosts[name].roles)
+        if self.role_names is not None:
+            wanted &= set(self.role_names)
+        return [r for r in roles.ORDER if r in wanted]
+
+    # --- the run ---
+    def run(self) -> DeployResult:
+        start = time.monotonic()
+        _quiet_pyinfra()
+        inventory = Inventory(([(n, dict(self.cluster.hosts[n].connection)) for n in self.host_names], {}))
+        config = Config(CONNECT_TIMEOUT=15, PARALLEL=max(1, len(self.host_names)), FAIL_PERCENT=None)
+        state = State(inventory, config, check_for_changes=self.dry_run)
+        ctx_state.set(state)
+        ctx_inventory.set(inventory)
+        connect_errors = _ConnectErrors()
+        state.add_callback_handler(connect_errors)
+        self.progress(f"connecting to {len(self.host_names)} host(s)")
+        connect_all(state)
+        for host in inventory:
+            if host not in state.active_hosts:
+                r = self.results[host.name]
+                r.status, r.error = "unreachable", connect_errors.errors.get(host.name, "could not connect")
+                r.next_step = ("check that the host is up and reachable over ssh and that its host key is in "
+                               "the inventory's known_hosts file (kiln never accepts an unknown key)")
+        active = [h for h in inventory if h in state.active_hosts]
+        try:
+            stopped = self._preflight(state, active)
+            if stopped:
+                return self._result(start, stopped)
+            self._prepare(state, active)
+            if self.dry_run:
+                self._dry_run_report(state, active)
+                return self._result(start)
+            self.progress("running")
+            totals = {h.name: len(h.op_hash_order) for h in active}
+            state.add_callback_handler(_Progress(self.progress, totals))
+            try:
+                run_ops(state, no_wait=True)
+            except PyinfraError:
+                pass  # per-host results below say which hosts failed and why
+            self._after_run(state, active)
+            self._collect(state, active)
+            return self._result(start)
+        finally:
+            disconnect_all(state)
+
+    def _result(self, start: float, stopped: str | None = None) -> DeployResult:
+        return DeployResult(sorted({r for n in self.host_names for r in self.roles_for(n)}, key=roles.ORDER.index),
+                            self.dry_run, list(self.results.values()), time.monotonic() - start, stopped)
+
+    def _spawn(self, state: State, hosts: list, work: Callable) -> dict:
+        """Run ``work(host)`` in one greenlet per host with pyinfra's context set; exceptions returned."""
+        def one(host):
+            try:
+                with ctx_config.use(state.config.copy()), ctx_host.use(host):
+                    return work(host)
+            except Exception as e:  # reported per host
+                return e
+        greenlets = {host: gevent.spawn(one, host) for host in hosts}
+        gevent.joinall(list(greenlets.values()))
+        return {host: g.value for host, g in greenlets.items()}
+
+    def _preflight(self, state: State, hosts: list) -> str | None:
+        """Read each node's OS; any mismatch stops the run here, before any operation exists."""
+        def check(host):
+            distro = host.get_fact(LinuxDistribution)
+            platform = platform_for(self.cluster.hosts[host.name].os, distro)
+            return platform, host.get_fact(IsContainer)
+        bad = []
+        for host, value in self._spawn(state, hosts, check).items():
+            r = self.results[host.name]
+            if isinstance(value, Exception):
+                r.status, r.error = "failed", str(value)
+                r.next_step = ("fix kiln_os in the inventory or the node's OS, then run kiln deploy again"
+                               if isinstance(value, UnsupportedPlatform) else "check the node, then run kiln deploy again")
+                bad.append(host.name)
+                continue
+            platform, in_container = value
+            self.contexts[host.name] = NodeContext(self.cluster, self.cluster.hosts[host.name], platform,
+                                                   self.secrets, in_container)
+        if bad:
+            for name, r in self.results.items():
+                if r.status == "pending":
+                    r.status = "no change"
+            return f"no host was changed: {len(bad)} host(s) failed the OS check ({', '.join(bad)})"
+        return None
+
+    def _prepare(self, state: State, hosts: list) -> None:
+        def prepare(host):
+            ctx = self.contexts[host.name]
+            modules = [roles.module(r) for r in self.roles_for(host.name)]
+            for module in modules:
+                module.install(ctx)
+            for module in modules:
+                module.configure(ctx)
+        for host, value in self._spawn(state, hosts, prepare).items():
+            if isinstance(value, Exception):
+                r = self.results[host.name]
+                r.status, r.error = "failed", self.secrets.mask(f"{type(value).__name__}: {value}")
+                r.next_step = "fix the cause shown, then run kiln deploy --limit " + host.name
+                state.active_hosts.discard(host)
+                state.failed_hosts.add(host)
+
+    def _ops(self, state: State, host) -> list[tuple[str, object, object]]:
+        """(name, global arguments, OperationMeta) of each operation of ``host``, in order."""
+        out = []
+        for op_hash in host.op_hash_order:
+            data = state.ops[host].get(op_hash)
+            if data is not None:
+                out.append((data.global_arguments.get("name") or op_hash, data.global_arguments, data.operation_meta))
+        return out
+
+    def _dry_run_report(self, state: State, hosts: list) -> None:
+        for host in hosts:
+            r = self.results[host.name]
+            if r.status == "failed":
+                continue
+            for name, args, meta in self._ops(state, host):
+                r.ops += 1
+                condition = args.get("_if")
+                conditions = condition if isinstance(condition, list) else [condition] if condition else []
+                if meta._maybe_is_change and all(c() for c in conditions):
+                    r.changed.append(name)
+            ctx = self.contexts[host.name]
+            with ctx_host.use(host):
+                for f in ctx.files:
+                    if not f.op._maybe_is_change:
+                        continue
+                    if f.secret:
+                        r.diffs.append(f"--- {f.path}\n+++ {f.path}\n(secret content changed; not shown)")
+                        continue
+                    old = host.get_fact(FileContents, path=f.path) or []
+                    new = f.content.decode(errors="replace").splitlines()
+                    diff = "\n".join(difflib.unified_diff(old, new, f.path, f.path, lineterm=""))
+                    r.diffs.append(self.secrets.mask(diff))
+            r.status = "would change" if r.changed else "no change"
+
+    def _after_run(self, state: State, hosts: list) -> None:
+        ok = [h for h in hosts if self._host_ok(state, h)]
+        config_changed = any(ctx.changed("slurm_conf") for ctx in self.contexts.values())
+
+        def after(host):
+            for role in self.roles_for(host.name):
+                step = getattr(roles.module(role), "after_run", None)
+                if step:
+                    step(self.contexts[host.name], config_changed)
+        for host, value in self._spawn(state, ok, after).items():
+            if isinstance(value, Exception):
+                r = self.results[host.name]
+                r.status, r.error = "failed", self.secrets.mask(str(value))
+
+    def _host_ok(self, state: State, host) -> bool:
+        return all(meta.is_complete() and meta.did_succeed() for _, _, meta in self._ops(state, host))
+
+    def _collect(self, state: State, hosts: list) -> None:
+        for host in hosts:
+            r = self.results[host.name]
+            if r.status == "failed":
+                continue
+            for name, args, meta in self._ops(state, host):
+                r.ops += 1
+                if not meta.is_complete():
+                    continue
+                if not meta.did_succeed():
+                    r.status, r.failed_op = "failed", name
+                    output = meta._combined_output
+                    lines = [line.line for line in output] if output is not None else []
+                    r.error = _tail(lines, self.secrets) or "the operation failed without output"
+                    r.next_step = f"fix the cause shown, then run kiln deploy --limit {host.name}"
+                    break
+                if meta.did_change():
+                    r.changed.append(name)
+            if r.status == "pending":
+                incomplete = [n for n, _, m in self._ops(state, host) if not m.is_complete()]
+                if incomplete:
+                    r.status, r.failed_op = "failed", incomplete[0]
+                    r.error = "the run stopped before this operation"
+                    r.next_step = f"run kiln deploy --limit {host.name} again"
+                else:
+                    r.status = "changed" if r.changed else "no change"
+
+
+class _ConnectErrors(BaseStateCallback):
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+
+    def host_connect_error(self, state, host, error):
+        self.errors[host.name] = str(error)

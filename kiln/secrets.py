@@ -1,0 +1,82 @@
+"""The cluster's generated secrets: the munge key and the slurmdbd database password.
+
+They live in ``<kiln_secrets_dir>/<cluster name>/`` (default ``secrets/`` beside the inventory
+directory), the directory 0700 and each file 0600, generated on first use and reused after. kiln
+refuses a secrets directory that git would commit, and never prints a secret: deploy output, diffs
+and logs show ``********`` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as random
+import subprocess
+from pathlib import Path
+
+from kiln.inventory.model import Cluster, Secrets
+
+MUNGE_KEY = "munge.key"
+DBD_PASSWORD = "slurmdbd.password"
+
+
+class SecretsError(Exception):
+    pass
+
+
+def secrets_path(cluster: Cluster) -> Path:
+    return cluster.secrets_dir / cluster.name
+
+
+def _tracked_by_git(path: Path) -> bool:
+    """True when ``path`` is inside a git work tree and not ignored there."""
+    probe = path if path.exists() else path.parent
+    while not probe.exists():
+        probe = probe.parent
+    try:
+        inside = subprocess.run(["git", "-C", str(probe), "rev-parse", "--is-inside-work-tree"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        return False
+    ignored = subprocess.run(["git", "-C", str(probe), "check-ignore", "-q", str(path / MUNGE_KEY)],
+                             capture_output=True, timeout=10)
+    return ignored.returncode != 0
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
+    """The cluster's secrets, generated and kept when missing; with ``create=False`` (dry runs) missing
+    secrets are made up in memory and never written. ``SecretsError`` says what to fix."""
+    path = secrets_path(cluster)
+    if _tracked_by_git(path):
+        raise SecretsError(f"secrets directory {path} is inside a git work tree and not ignored: add it to "
+                           ".gitignore or set kiln_secrets_dir to a path outside the repository")
+    if not path.exists():
+        if not create:
+            # A dry run on a new cluster: show the changes with secrets that are never written.
+            return Secrets(munge_key=random.token_bytes(1024), dbd_password=random.token_urlsafe(32))
+        path.mkdir(parents=True, mode=0o700)
+    os.chmod(path, 0o700)
+    key_file, password_file = path / MUNGE_KEY, path / DBD_PASSWORD
+    if create and not key_file.exists():
+        _write_new(key_file, random.token_bytes(1024))
+    if create and not password_file.exists():
+        _write_new(password_file, random.token_urlsafe(32).encode())
+    try:
+        key, password = key_file.read_bytes(), password_file.read_text().strip()
+    except OSError as e:
+        raise SecretsError(f"cannot read the secrets of cluster {cluster.name!r} in {path}: {e.strerror}") from None
+    if len(key) < 32:
+        raise SecretsError(f"{key_file} holds {len(key)} bytes: a munge key needs at least 32 (delete it to regenerate)")
+    if not password or any(c in password for c in "'\"\\$` \n"):
+        raise SecretsError(f"{password_file} is empty or has quotes, spaces or '$': delete it to regenerate")
+    for f in (key_file, password_file):
+        if f.stat().st_mode & 0o077:
+            os.chmod(f, 0o600)
+    return Secrets(munge_key=key, dbd_password=password)

@@ -1,0 +1,78 @@
+"""The base role: what every node of the cluster has, before any other role runs.
+
+Defaults (all from the inventory; see kiln/inventory/schema.py for each setting):
+
++ /etc/hosts: every inventory host with its address (``ansible_host``), so names resolve the same
+  on every node without DNS; written from the inventory, never from facts of other hosts.
++ package manager: no recommended/weak packages, retries, ``kiln_package_proxy`` when set.
++ service accounts ``slurm`` and ``munge`` with fixed UID = GID from ``kiln_service_uids``
+  (default 980, 981), created before any package would create them with a random one.
++ each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
+  group, /bin/bash, home created unless a storage mount provides /home).
++ limits: memlock and nofile unlimited/65536 for everyone (RDMA, NCCL).
++ sysctls from ``kiln_sysctls`` in /etc/sysctl.d/90-kiln.conf, applied when the file changes.
++ time: chrony, with ``kiln_ntp_servers`` when set; not started in containers (the host keeps the
+  clock there, and chrony cannot set it).
+
+Stages: ``install`` (packages and files only: safe in an image chroot) and ``configure`` (services).
+"""
+
+from __future__ import annotations
+
+from pyinfra.operations import server, systemd
+
+from roles.context import NodeContext, render, when_changed
+from roles.operations import pinned_packages
+
+
+def install(ctx: NodeContext) -> None:
+    cluster, platform = ctx.cluster, ctx.platform
+    proxy = cluster.setting("package_proxy")
+    if platform.uses_apt:
+        ctx.put("/etc/apt/apt.conf.d/90kiln", render("base/apt.conf.j2", proxy=proxy), mode="644",
+                name="base: apt settings")
+    else:
+        ctx.put("/etc/dnf/dnf.conf", render("base/dnf.conf.j2", proxy=proxy), mode="644", name="base: dnf settings")
+    hosts = [(h.address, h.name) for h in cluster.hosts.values()]
+    ctx.put("/etc/hosts", render("base/hosts.j2", cluster_name=cluster.name, hosts=hosts), mode="644",
+            name="base: /etc/hosts from the inventory")
+    _accounts(ctx)
+    ctx.put("/etc/security/limits.d/90-kiln.conf", render("base/limits.conf.j2"), mode="644",
+            name="base: memlock and nofile limits")
+    pinned_packages(name="base: chrony", packages={platform.chrony_package: None}, apt=platform.uses_apt)
+    servers = cluster.setting("ntp_servers")
+    if servers:
+        ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
+                                        mode="644", name="base: chrony servers"))
+
+
+def _accounts(ctx: NodeContext) -> None:
+    cluster, platform = ctx.cluster, ctx.platform
+    homes = "/home" in {m.path for m in ctx.node.storage_mounts}
+    for account, uid in sorted(cluster.setting("service_uids").items()):
+        server.group(name=f"base: group {account} ({uid})", group=account, gid=uid, system=True)
+        server.user(name=f"base: service account {account} ({uid})", user=account, uid=uid, group=account,
+                    system=True, shell=platform.nologin, home=f"/var/lib/{account}", ensure_home=False)
+    for team in cluster.teams:
+        if team.gid is not None:
+            server.group(name=f"base: team group {team.name} ({team.gid})", group=team.name, gid=team.gid)
+        for user in team.users:
+            server.group(name=f"base: group {user.name} ({user.uid})", group=user.name, gid=user.uid)
+            server.user(name=f"base: user {user.name} ({user.uid}, team {team.name})", user=user.name,
+                        uid=user.uid, group=user.name, groups=[team.name] if team.gid is not None else None,
+                        shell="/bin/bash", home=f"/home/{user.name}", create_home=not homes, ensure_home=not homes)
+
+
+def configure(ctx: NodeContext) -> None:
+    sysctls = sorted(ctx.node.sysctls.items())
+    if sysctls:
+        conf = ctx.put("/etc/sysctl.d/90-kiln.conf", render("base/sysctl.conf.j2", sysctls=sysctls), mode="644",
+                       name="base: sysctls")
+        server.shell(name="base: apply sysctls (if changed)", commands=["sysctl -q -p /etc/sysctl.d/90-kiln.conf"],
+                     _if=when_changed(conf))
+    if not ctx.in_container:
+        systemd.service(name="base: chrony running", service=ctx.platform.chrony_service, running=True,
+                        enabled=True)
+        if ctx.marks.get("chrony_conf"):
+            systemd.service(name="base: restart chrony (if its servers changed)", service=ctx.platform.chrony_service,
+                            restarted=True, _if=when_changed(*ctx.marks["chrony_conf"]))

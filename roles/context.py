@@ -1,0 +1,84 @@
+"""What a role gets when it runs on one node, and the two helpers every role uses.
+
+``NodeContext`` carries the validated cluster, the node, its platform and the cluster's secrets.
+``ctx.put`` writes a whole managed file (explicit owner, group and mode, always) and remembers its
+new content so ``kiln deploy --dry-run`` can show a diff with secrets masked. ``render`` fills a
+template from ``templates/`` with strict undefined names, so a missing value is an error, not an
+empty line in slurm.conf.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from pyinfra.operations import files
+
+from kiln.inventory.model import Cluster, Host, Secrets
+from roles.platform import Platform
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                              autoescape=False)
+
+
+def render(template: str, **values: Any) -> str:
+    """Render ``templates/<template>`` with ``values``."""
+    return _environment().get_template(template).render(**values)
+
+
+@dataclass(frozen=True)
+class ManagedFile:
+    path: str
+    content: bytes
+    secret: bool
+    op: Any  # pyinfra OperationMeta
+
+
+@dataclass
+class NodeContext:
+    cluster: Cluster
+    node: Host
+    platform: Platform
+    secrets: Secrets
+    in_container: bool = False
+    files: list[ManagedFile] = field(default_factory=list)
+    marks: dict[str, list[Any]] = field(default_factory=dict)
+
+    def put(self, path: str, content: str | bytes, *, mode: str, user: str = "root", group: str = "root",
+            secret: bool = False, name: str | None = None) -> Any:
+        """Write ``content`` to ``path`` when it differs; return the pyinfra operation."""
+        data = content.encode() if isinstance(content, str) else content
+        op = files.put(name=name or f"file {path}", src=io.BytesIO(data), dest=path, user=user, group=group,
+                       mode=mode, create_remote_dir=False)
+        self.files.append(ManagedFile(path, data, secret, op))
+        return op
+
+    def mark(self, tag: str, op: Any) -> Any:
+        """Remember an operation under a tag (e.g. ``slurm_conf``) for decisions after the run."""
+        self.marks.setdefault(tag, []).append(op)
+        return op
+
+    def changed(self, tag: str) -> bool:
+        """Whether any operation marked ``tag`` changed something (only after execution)."""
+        return any(op.is_complete() and op.did_change() for op in self.marks.get(tag, []))
+
+
+def changed_any(*ops: Any) -> bool:
+    """True when one of ``ops`` changed the node: after they ran, from their results; in a dry run
+    (before anything ran), from whether they would change it."""
+    return any(op.did_change() if op.is_complete() else bool(op._maybe_is_change) for op in ops)
+
+
+def when_changed(*ops: Any):
+    """An ``_if=`` condition: run this operation only if one of ``ops`` changed the node."""
+    return lambda: changed_any(*ops)

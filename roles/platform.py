@@ -1,0 +1,97 @@
+"""What differs between the node operating systems kiln supports: package names, paths, services.
+
+Roles never test the OS themselves; they ask the node's ``Platform``. Debian 12 runs live on the
+testbed; Ubuntu 22.04/24.04 and Rocky 9 are shown by op-list tests from recorded facts
+(tests/plan/). An OS not listed here stops the run before any change (see ``platform_for``).
+
+Rocky 9 takes Slurm from OpenHPC 3 (``*-ohpc`` packages, repository from the ``ohpc-release``
+package) with EPEL and CRB enabled, as the OpenHPC install guide does; munge and MariaDB come from
+the distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OPENHPC_RELEASE_RPM = "http://repos.openhpc.community/OpenHPC/3/EL_9/x86_64/ohpc-release-3-1.el9.x86_64.rpm"
+
+
+@dataclass(frozen=True)
+class SlurmPackages:
+    """Package names per Slurm component; every one is installed at the ``slurm`` pin and held."""
+
+    client: tuple[str, ...]
+    controller: tuple[str, ...]
+    dbd: tuple[str, ...]
+    compute: tuple[str, ...]
+    pam_adopt: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Platform:
+    os: str                      # the inventory's kiln_os value
+    family: str                  # "debian" or "redhat"
+    distro_id: str               # /etc/os-release ID
+    major_version: int           # /etc/os-release VERSION_ID (major)
+    slurm: SlurmPackages
+    munge_package: str = "munge"
+    mariadb_packages: tuple[str, ...] = ("mariadb-server",)
+    mariadb_service: str = "mariadb"
+    chrony_package: str = "chrony"
+    chrony_service: str = "chrony"
+    chrony_conf: str = "/etc/chrony/chrony.conf"
+    nologin: str = "/usr/sbin/nologin"
+    slurm_conf_dir: str = "/etc/slurm"
+    pam_sshd: str = "/etc/pam.d/sshd"
+    # Repositories and release packages a role needs before installing (Rocky: EPEL, OpenHPC).
+    extra_repo_packages: tuple[str, ...] = field(default=())
+
+    @property
+    def uses_apt(self) -> bool:
+        return self.family == "debian"
+
+
+_DEB_SLURM = SlurmPackages(
+    client=("slurm-client",), controller=("slurmctld",), dbd=("slurmdbd",), compute=("slurmd",),
+    pam_adopt=("libpam-slurm-adopt",))
+
+PLATFORMS: dict[str, Platform] = {
+    "debian12": Platform("debian12", "debian", "debian", 12, _DEB_SLURM),
+    "ubuntu2204": Platform("ubuntu2204", "debian", "ubuntu", 22, _DEB_SLURM),
+    "ubuntu2404": Platform("ubuntu2404", "debian", "ubuntu", 24, _DEB_SLURM),
+    "rocky9": Platform(
+        "rocky9", "redhat", "rocky", 9,
+        SlurmPackages(client=("slurm-ohpc",), controller=("slurm-slurmctld-ohpc",),
+                      dbd=("slurm-slurmdbd-ohpc",), compute=("slurm-slurmd-ohpc",),
+                      pam_adopt=("slurm-pam_slurm-ohpc",)),
+        chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin",
+        extra_repo_packages=("epel-release", OPENHPC_RELEASE_RPM),
+    ),
+}
+
+
+class UnsupportedPlatform(Exception):
+    """The node runs an OS kiln has no platform for, or not the one the inventory says."""
+
+
+def platform_for(inventory_os: str, distro: dict | None) -> Platform:
+    """The platform for a node, checked against what the node itself reports (pyinfra's
+    ``server.LinuxDistribution`` fact). Raises ``UnsupportedPlatform`` with a message that says
+    what to change; called before any operation is added, so nothing on the node changes."""
+    platform = PLATFORMS.get(inventory_os)
+    if platform is None:
+        raise UnsupportedPlatform(f"kiln_os {inventory_os!r} is not supported: use one of {', '.join(PLATFORMS)}")
+    if not distro:
+        raise UnsupportedPlatform("could not read /etc/os-release on the node")
+    release = distro.get("release_meta") or {}
+    node_id = (release.get("ID") or "").lower()
+    node_version = str(release.get("VERSION_ID") or distro.get("major") or "")
+    node_major = node_version.split(".")[0]
+    if node_id != platform.distro_id or node_major != str(platform.major_version):
+        pretty = release.get("PRETTY_NAME") or f"{node_id} {node_version}".strip() or "an unknown OS"
+        matches = [p.os for p in PLATFORMS.values()
+                   if p.distro_id == node_id and str(p.major_version) == node_major]
+        hint = (f"set kiln_os: {matches[0]} for this host" if matches
+                else f"kiln supports {', '.join(PLATFORMS)}; this OS is not one of them")
+        raise UnsupportedPlatform(f"the inventory says kiln_os {inventory_os!r} but the node runs {pretty}: {hint}")
+    return platform

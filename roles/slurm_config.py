@@ -1,0 +1,155 @@
+"""Slurm's cluster-wide files, rendered from the inventory alone.
+
+Pure functions of the validated ``Cluster``: no facts, no host list of the current run. That is
+what keeps slurm.conf byte-identical on every node whatever ``--limit`` selects (the pain of tools
+that template slurm.conf from facts gathered on the hosts in the run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from itertools import groupby
+
+from kiln.inventory.model import Cluster, Host
+from roles.context import render
+
+STATE_SAVE = "/var/lib/slurm/slurmctld"
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress_hostlist(names: list[str]) -> str:
+    """Slurm hostlist expression for ``names``: ``["n01", "n02", "n04"]`` -> ``n[01-02,04]``.
+    Order is kept per prefix; names without a numeric suffix are listed as they are."""
+    parts: list[str] = []
+    by_prefix: dict[tuple[str, int], list[int]] = defaultdict(list)
+    order: list[tuple[str, int] | str] = []
+    for name in names:
+        match = _NUMBERED.match(name)
+        if not match:
+            order.append(name)
+            continue
+        key = (match[1], len(match[2]))
+        if key not in by_prefix:
+            order.append(key)
+        by_prefix[key].append(int(match[2]))
+    for item in order:
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        prefix, width = item
+        numbers = sorted(set(by_prefix[item]))
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{numbers[0]:0{width}d}")
+            continue
+        ranges = []
+        for _, run in groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
+            run = [n for _, n in run]
+            ranges.append(f"{run[0]:0{width}d}" if len(run) == 1 else f"{run[0]:0{width}d}-{run[-1]:0{width}d}")
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)
+
+
+def dbd_host(cluster: Cluster) -> str:
+    dbd = cluster.group("slurm_dbd") or cluster.controllers
+    return dbd[0].name
+
+
+def def_mem_per_cpu(cluster: Cluster) -> int:
+    configured = cluster.setting("slurm_def_mem_per_cpu")
+    if configured:
+        return configured
+    per_cpu = [h.memory_mb // h.cpus for h in cluster.compute if h.memory_mb and h.cpus]
+    return max(1, min(per_cpu)) if per_cpu else 1024
+
+
+def _node_attributes(host: Host) -> tuple[str, ...]:
+    attrs = [f"CPUs={host.cpus}"]
+    if host.sockets:
+        attrs.append(f"Sockets={host.sockets}")
+    if host.cores_per_socket:
+        attrs.append(f"CoresPerSocket={host.cores_per_socket}")
+    if host.threads_per_core:
+        attrs.append(f"ThreadsPerCore={host.threads_per_core}")
+    attrs.append(f"RealMemory={host.memory_mb}")
+    if host.gpu_count:
+        attrs.append(f"Gres=gpu:{host.gpu_model}:{host.gpu_count}")
+    if host.features:
+        attrs.append(f"Features={','.join(host.features)}")
+    return tuple(attrs)
+
+
+def _grouped(hosts: list[Host], key) -> list[tuple[tuple, list[str]]]:
+    """Hosts with the same key, in inventory order of each key's first host."""
+    groups: dict[tuple, list[str]] = {}
+    for host in hosts:
+        groups.setdefault(key(host), []).append(host.name)
+    return list(groups.items())
+
+
+def node_lines(cluster: Cluster) -> list[str]:
+    return [f"NodeName={compress_hostlist(names)} {' '.join(attrs)} State=UNKNOWN"
+            for attrs, names in _grouped(cluster.compute, _node_attributes)]
+
+
+def partition_lines(cluster: Cluster) -> list[str]:
+    compute = {h.name for h in cluster.compute}
+    lines = []
+    partitions = cluster.partitions
+    if not partitions:
+        names = [h.name for h in cluster.compute]
+        return [f"PartitionName=all Nodes={compress_hostlist(names)} Default=YES MaxTime=INFINITE State=UP"]
+    for part in partitions:
+        members: list[str] = []
+        for group in part.groups:
+            members += [h for h in cluster.groups.get(group, ()) if h in compute and h not in members]
+        nodes = compress_hostlist(members) if members else '""'
+        lines.append(f"PartitionName={part.name} Nodes={nodes} Default={'YES' if part.default else 'NO'} "
+                     f"MaxTime={part.max_time} PriorityTier={part.priority_tier} State=UP")
+    return lines
+
+
+def slurm_conf(cluster: Cluster) -> str:
+    return render(
+        "slurm/slurm.conf.j2", cluster=cluster, controllers=[h.name for h in cluster.controllers],
+        state_save=STATE_SAVE, def_mem_per_cpu=def_mem_per_cpu(cluster), dbd_host=dbd_host(cluster),
+        health_check=cluster.setting("slurm_health_check"), health_check_interval=cluster.health_check_interval,
+        topology=bool(cluster.topology),
+        # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
+        cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
+    )
+
+
+def gres_conf(cluster: Cluster) -> str:
+    lines = []
+    gpu_hosts = [h for h in cluster.compute if h.gpu_count]
+    for (model, count), names in _grouped(gpu_hosts, lambda h: (h.gpu_model, h.gpu_count)):
+        files = "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+        lines.append(f"NodeName={compress_hostlist(names)} Name=gpu Type={model} File={files}")
+    return render("slurm/gres.conf.j2", cluster_name=cluster.name, lines=lines)
+
+
+def cgroup_conf(cluster: Cluster) -> str:
+    return render("slurm/cgroup.conf.j2", plugin=cluster.setting("slurm_cgroup_plugin"),
+                  constrain_devices=cluster.setting("slurm_constrain_devices"),
+                  constrain_cores_memory=cluster.setting("slurm_constrain_cores_memory"))
+
+
+def topology_conf(cluster: Cluster) -> str | None:
+    if not cluster.topology:
+        return None
+    lines = []
+    for switch, members in cluster.topology.items():
+        hosts = [m for m in members if m in cluster.hosts]
+        switches = [m for m in members if m not in cluster.hosts]
+        line = f"SwitchName={switch}"
+        if hosts:
+            line += f" Nodes={compress_hostlist(hosts)}"
+        if switches:
+            line += f" Switches={','.join(switches)}"
+        lines.append(line)
+    return render("slurm/topology.conf.j2", lines=lines)
+
+
+def slurmdbd_conf(cluster: Cluster, password: str) -> str:
+    return render("slurm/slurmdbd.conf.j2", dbd_host=dbd_host(cluster), password=password)
