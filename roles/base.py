@@ -22,7 +22,7 @@ from __future__ import annotations
 from pyinfra.operations import server, systemd
 
 from roles.context import NodeContext, render, when_changed
-from roles.operations import pinned_packages
+from roles.operations import accounts, pinned_packages, service_running
 
 
 def install(ctx: NodeContext) -> None:
@@ -39,7 +39,7 @@ def install(ctx: NodeContext) -> None:
     _accounts(ctx)
     ctx.put("/etc/security/limits.d/90-kiln.conf", render("base/limits.conf.j2"), mode="644",
             name="base: memlock and nofile limits")
-    pinned_packages(name="base: chrony", packages={platform.chrony_package: None}, apt=platform.uses_apt)
+    pinned_packages(name="base: chrony", ctx=ctx, packages={platform.chrony_package: None})
     servers = cluster.setting("ntp_servers")
     if servers:
         ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
@@ -49,18 +49,22 @@ def install(ctx: NodeContext) -> None:
 def _accounts(ctx: NodeContext) -> None:
     cluster, platform = ctx.cluster, ctx.platform
     homes = "/home" in {m.path for m in ctx.node.storage_mounts}
+    groups: list[tuple[str, int, bool]] = []
+    users: list[dict] = []
     for account, uid in sorted(cluster.setting("service_uids").items()):
-        server.group(name=f"base: group {account} ({uid})", group=account, gid=uid, system=True)
-        server.user(name=f"base: service account {account} ({uid})", user=account, uid=uid, group=account,
-                    system=True, shell=platform.nologin, home=f"/var/lib/{account}", ensure_home=False)
+        groups.append((account, uid, True))
+        users.append({"name": account, "uid": uid, "group": account, "groups": [], "shell": platform.nologin,
+                      "home": f"/var/lib/{account}", "create_home": False, "system": True})
     for team in cluster.teams:
         if team.gid is not None:
-            server.group(name=f"base: team group {team.name} ({team.gid})", group=team.name, gid=team.gid)
+            groups.append((team.name, team.gid, False))
         for user in team.users:
-            server.group(name=f"base: group {user.name} ({user.uid})", group=user.name, gid=user.uid)
-            server.user(name=f"base: user {user.name} ({user.uid}, team {team.name})", user=user.name,
-                        uid=user.uid, group=user.name, groups=[team.name] if team.gid is not None else None,
-                        shell="/bin/bash", home=f"/home/{user.name}", create_home=not homes, ensure_home=not homes)
+            groups.append((user.name, user.uid, False))
+            users.append({"name": user.name, "uid": user.uid, "group": user.name,
+                          "groups": [team.name] if team.gid is not None else [], "shell": "/bin/bash",
+                          "home": f"/home/{user.name}", "create_home": not homes, "system": False})
+    accounts(name=f"base: service accounts and {sum(len(t.users) for t in cluster.teams)} team users, fixed IDs",
+             ctx=ctx, groups=groups, users=users)
 
 
 def configure(ctx: NodeContext) -> None:
@@ -71,8 +75,7 @@ def configure(ctx: NodeContext) -> None:
         server.shell(name="base: apply sysctls (if changed)", commands=["sysctl -q -p /etc/sysctl.d/90-kiln.conf"],
                      _if=when_changed(conf))
     if not ctx.in_container:
-        systemd.service(name="base: chrony running", service=ctx.platform.chrony_service, running=True,
-                        enabled=True)
+        service_running(name="base: chrony running", ctx=ctx, unit=ctx.watch_unit(ctx.platform.chrony_service))
         if ctx.marks.get("chrony_conf"):
             systemd.service(name="base: restart chrony (if its servers changed)", service=ctx.platform.chrony_service,
                             restarted=True, _if=when_changed(*ctx.marks["chrony_conf"]))

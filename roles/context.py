@@ -9,15 +9,12 @@ empty line in slurm.conf.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from pyinfra.operations import files
-
 from kiln.inventory.model import Cluster, Host, Secrets
 from roles.platform import Platform
 
@@ -53,13 +50,35 @@ class NodeContext:
     in_container: bool = False
     files: list[ManagedFile] = field(default_factory=list)
     marks: dict[str, list[Any]] = field(default_factory=dict)
+    # What kiln's operations on this node compare against (roles/snapshot.py): registered while
+    # operations are prepared, read once before they run.
+    paths: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    snapshot: Any = None
+
+    def watch_path(self, path: str) -> None:
+        if path not in self.paths:
+            self.paths.append(path)
+
+    def watch_unit(self, unit: str) -> str:
+        unit = unit if "." in unit else unit + ".service"
+        if unit not in self.units:
+            self.units.append(unit)
+        return unit
+
+    def watch_line(self, path: str, regex: str) -> int:
+        self.lines.append((path, regex))
+        return len(self.lines) - 1
 
     def put(self, path: str, content: str | bytes, *, mode: str, user: str = "root", group: str = "root",
             secret: bool = False, name: str | None = None) -> Any:
-        """Write ``content`` to ``path`` when it differs; return the pyinfra operation."""
+        """Write ``content`` to ``path`` when content, owner or mode differ; return the operation."""
+        from roles.operations import managed_file
         data = content.encode() if isinstance(content, str) else content
-        op = files.put(name=name or f"file {path}", src=io.BytesIO(data), dest=path, user=user, group=group,
-                       mode=mode, create_remote_dir=False)
+        self.watch_path(path)
+        op = managed_file(name=name or f"file {path}", ctx=self, path=path, content=data, mode=mode, user=user,
+                          group=group)
         self.files.append(ManagedFile(path, data, secret, op))
         return op
 

@@ -6,40 +6,9 @@ fresh node gives "nothing there yet" instead of failing the host while operation
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from pyinfra.api import FactBase
-
-
-class AptHeldPackages(FactBase):
-    """Packages on hold (``apt-mark showhold``): a sorted list of names."""
-
-    default = list
-
-    def command(self) -> str:
-        return "apt-mark showhold 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> list[str]:
-        return sorted({line.strip().split(":")[0] for line in output if line.strip()})
-
-
-class DnfVersionLocks(FactBase):
-    """Packages under ``dnf versionlock``: name -> locked version-release (epoch dropped)."""
-
-    default = dict
-    _LOCK = re.compile(r"^(?P<name>[A-Za-z0-9_.+-]+?)-(?:\d+:)?(?P<version>[^-]+-[^-]+)\.\*$")
-
-    def command(self) -> str:
-        return "dnf -q versionlock list 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> dict[str, str]:
-        locks = {}
-        for line in output:
-            match = self._LOCK.match(line.strip())
-            if match:
-                locks[match["name"]] = match["version"]
-        return locks
 
 
 class IsContainer(FactBase):

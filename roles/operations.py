@@ -2,44 +2,47 @@
 
 from __future__ import annotations
 
+import io
 import shlex
+from hashlib import sha1
 
 from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.rpm import RpmPackages
+from pyinfra.api import OperationError, operation
+from pyinfra.operations import files
 
 from kiln.inventory.schema import Team
-from roles.facts import AptHeldPackages, DnfVersionLocks, SlurmAccountingState
+from roles.facts import SlurmAccountingState
 
 APT_INSTALL = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "
                "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold")
 
 
+def _snapshot(ctx):
+    if ctx.snapshot is None:
+        raise RuntimeError("kiln operation run before the node snapshot was taken")
+    return ctx.snapshot
+
+
 @operation()
-def pinned_packages(packages: dict[str, str | None], apt: bool = True):
+def pinned_packages(ctx, packages: dict[str, str | None]):
     """
     Install packages, each at its exact version when one is given, and hold the versioned ones.
 
+    + ctx: the node's NodeContext (its platform picks apt or dnf; its snapshot is compared)
     + packages: name -> exact version (``22.05.8-4+deb12u3``), or None for "any version, not held"
-    + apt: True on Debian/Ubuntu (apt-get, apt-mark hold); False on Rocky (dnf, dnf versionlock)
 
     A held package that must move to a new pin is unheld, installed at the pin and held again, so a
     plain ``apt-get upgrade`` never moves it and only a changed pin does. The package index is
-    refreshed only when something must be installed.
+    refreshed only when something must be installed. On Rocky, holds are ``dnf versionlock``.
 
     .. code:: python
 
-        pinned_packages(packages={"slurmd": "22.05.8-4+deb12u3", "munge": None})
+        pinned_packages(ctx=ctx, packages={"slurmd": "22.05.8-4+deb12u3", "munge": None})
     """
-    if apt:
-        installed = host.get_fact(DebPackages)
-        held = set(host.get_fact(AptHeldPackages))
-    else:
-        installed = host.get_fact(RpmPackages)
-        held = set(host.get_fact(DnfVersionLocks))
+    snap, apt = _snapshot(ctx), ctx.platform.uses_apt
+    installed, held = snap.packages, snap.held
     missing = [name for name, version in packages.items()
-               if name not in installed or (version and version not in installed[name])]
+               if name not in installed or (version and installed[name] != version)]
     pinned = [name for name, version in packages.items() if version]
     if not apt and pinned and "python3-dnf-plugin-versionlock" not in installed:
         missing.insert(0, "python3-dnf-plugin-versionlock")
@@ -60,6 +63,118 @@ def pinned_packages(packages: dict[str, str | None], apt: bool = True):
             yield "apt-mark hold " + " ".join(hold)
         else:
             yield "dnf -q versionlock add " + " ".join(shlex.quote(spec(n)) for n in hold)
+
+
+@operation()
+def managed_file(ctx, path: str, content: bytes, mode: str, user: str, group: str):
+    """
+    A whole file with exact content, owner, group and mode (no templating here: roles render).
+
+    + ctx: the node's NodeContext
+    + path: absolute path on the node; its directory must exist
+    + content: the bytes the file must hold
+    + mode, user, group: e.g. ``"644"``, ``"root"``, ``"root"``
+    """
+    current = _snapshot(ctx).files.get(path)
+    if current is None or current.kind != "regular file" or current.sha1 != sha1(content).hexdigest():
+        yield from files.put._inner(src=io.BytesIO(content), dest=path, user=user, group=group, mode=mode,
+                                    create_remote_dir=False, force=True)
+        return
+    if (current.user, current.group) != (user, group):
+        yield f"chown {user}:{group} {shlex.quote(path)}"
+    if current.mode != mode.lstrip("0"):
+        yield f"chmod {mode} {shlex.quote(path)}"
+
+
+@operation()
+def managed_directory(ctx, path: str, mode: str, user: str, group: str):
+    """
+    A directory with owner, group and mode.
+
+    + ctx: the node's NodeContext
+    + path: absolute path; parents are created as needed
+    + mode, user, group: e.g. ``"755"``, ``"slurm"``, ``"slurm"``
+    """
+    current = _snapshot(ctx).files.get(path)
+    if current is None:
+        yield f"mkdir -p {shlex.quote(path)}"
+    elif current.kind != "directory":
+        raise OperationError(f"{path} exists and is a {current.kind}, not a directory: move it away")
+    if current is None or (current.user, current.group) != (user, group):
+        yield f"chown {user}:{group} {shlex.quote(path)}"
+    if current is None or current.mode != mode.lstrip("0"):
+        yield f"chmod {mode} {shlex.quote(path)}"
+
+
+@operation()
+def line_present(ctx, index: int, path: str, line: str):
+    """
+    Append ``line`` to ``path`` unless a line matching the watched regex is there.
+
+    + ctx: the node's NodeContext
+    + index: what ``ctx.watch_line(path, regex)`` returned
+    + path: the file
+    + line: the exact line to append
+    """
+    if index not in _snapshot(ctx).lines:
+        yield f"echo {shlex.quote(line)} >> {shlex.quote(path)}"
+
+
+@operation()
+def service_running(ctx, unit: str, enabled: bool = True):
+    """
+    A systemd unit that is active (and enabled, unless ``enabled=False``).
+
+    + ctx: the node's NodeContext
+    + unit: e.g. ``slurmd.service``
+    + enabled: also enable it at boot
+    """
+    state = _snapshot(ctx).unit(unit)
+    if enabled and state.enabled not in ("enabled", "static", "alias", "generated", "enabled-runtime"):
+        yield f"systemctl enable {shlex.quote(unit)}"
+    if state.active != "active":
+        yield f"systemctl start {shlex.quote(unit)}"
+
+
+@operation()
+def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
+    """
+    Groups and users with fixed IDs, created or corrected in one operation.
+
+    + ctx: the node's NodeContext
+    + groups: (name, gid, system) for each group
+    + users: dicts with name, uid, group, groups (supplementary), shell, home, create_home, system
+
+    An existing account with another UID/GID is changed to the inventory's (``usermod -u``,
+    ``groupmod -g``); files owned by the old number keep it, which the message of the command says.
+    """
+    snap = _snapshot(ctx)
+    for name, gid, system in groups:
+        current = snap.groups.get(name)
+        if current is None:
+            yield f"groupadd {'-r ' if system else ''}-g {gid} {shlex.quote(name)}"
+        elif current[0] != gid:
+            yield f"groupmod -g {gid} {shlex.quote(name)}"
+    for u in users:
+        name = shlex.quote(u["name"])
+        current = snap.users.get(u["name"])
+        extra = u.get("groups") or []
+        if current is None:
+            yield (f"useradd {'-r ' if u['system'] else ''}-u {u['uid']} -g {shlex.quote(u['group'])}"
+                   f"{' -G ' + ','.join(extra) if extra else ''} -s {u['shell']} -d {shlex.quote(u['home'])} "
+                   f"{'-m' if u['create_home'] else '-M'} {name}")
+            continue
+        if current.uid != u["uid"]:
+            yield f"usermod -u {u['uid']} {name}"
+        group_gid = snap.groups.get(u["group"], (None,))[0]
+        wanted_gid = next((gid for g, gid, _ in groups if g == u["group"]), group_gid)
+        if current.gid != wanted_gid:
+            yield f"usermod -g {shlex.quote(u['group'])} {name}"
+        if current.shell != u["shell"]:
+            yield f"usermod -s {u['shell']} {name}"
+        missing = [g for g in extra if u["name"] not in snap.groups.get(g, (0, set()))[1]]
+        if missing:
+            yield f"usermod -a -G {','.join(missing)} {name}"
 
 
 def _grp_tres(team: Team) -> str:

@@ -26,11 +26,12 @@ Defaults, in one place:
 
 from __future__ import annotations
 
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import server, systemd
 
 from roles import slurm_config
-from roles.context import NodeContext, render, when_changed
-from roles.operations import pinned_packages, settled, slurm_accounts
+from roles.context import NodeContext, changed_any, render, when_changed
+from roles.operations import (line_present, managed_directory, pinned_packages, service_running, settled,
+                              slurm_accounts)
 
 CONF = "/etc/slurm"
 PAM_LINE = "account    required     pam_slurm_adopt.so"
@@ -54,8 +55,8 @@ def install(ctx: NodeContext) -> None:
     platform, version = ctx.platform, ctx.cluster.versions["slurm"]
     which = parts(ctx)
     if platform.extra_repo_packages:
-        pinned_packages(name="slurm: EPEL and OpenHPC repositories",
-                        packages={p: None for p in platform.extra_repo_packages}, apt=False)
+        pinned_packages(name="slurm: EPEL and OpenHPC repositories", ctx=ctx,
+                        packages={p: None for p in platform.extra_repo_packages})
     packages: dict[str, str | None] = {platform.munge_package: None}
     packages |= {p: version for p in platform.slurm.client}
     if "controller" in which:
@@ -65,7 +66,7 @@ def install(ctx: NodeContext) -> None:
         packages |= {p: version for p in platform.slurm.dbd}
     if "compute" in which:
         packages |= {p: version for p in platform.slurm.compute + platform.slurm.pam_adopt}
-    pinned_packages(name=f"slurm: packages at {version}, held", packages=packages, apt=platform.uses_apt)
+    pinned_packages(name=f"slurm: packages at {version}, held", ctx=ctx, packages=packages)
     _files(ctx, which)
 
 
@@ -73,9 +74,9 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
     cluster = ctx.cluster
     ctx.mark("munge_key", ctx.put("/etc/munge/munge.key", ctx.secrets.munge_key, mode="400", user="munge",
                                   group="munge", secret=True, name="slurm: munge key"))
-    files.directory(name="slurm: config directory", path=CONF, user="root", group="root", mode="755")
-    files.directory(name="slurm: log directory", path="/var/log/slurm", user="slurm", group="slurm", mode="755")
-    files.directory(name="slurm: state directory", path="/var/lib/slurm", user="slurm", group="slurm", mode="755")
+    _directory(ctx, "slurm: config directory", CONF, "root", "755")
+    _directory(ctx, "slurm: log directory", "/var/log/slurm", "slurm", "755")
+    _directory(ctx, "slurm: state directory", "/var/lib/slurm", "slurm", "755")
     ctx.mark("slurm_conf", ctx.put(f"{CONF}/slurm.conf", slurm_config.slurm_conf(cluster), mode="644",
                                    name="slurm: slurm.conf"))
     ctx.mark("node_conf", ctx.put(f"{CONF}/gres.conf", slurm_config.gres_conf(cluster), mode="644",
@@ -86,29 +87,32 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
     if topology:
         ctx.mark("slurm_conf", ctx.put(f"{CONF}/topology.conf", topology, mode="644", name="slurm: topology.conf"))
     if "controller" in which:
-        files.directory(name="slurm: slurmctld state", path=slurm_config.STATE_SAVE, user="slurm", group="slurm",
-                        mode="700")
+        _directory(ctx, "slurm: slurmctld state", slurm_config.STATE_SAVE, "slurm", "700")
     if "dbd" in which:
         ctx.mark("dbd_conf", ctx.put(f"{CONF}/slurmdbd.conf",
                                      slurm_config.slurmdbd_conf(cluster, ctx.secrets.dbd_password),
                                      mode="600", user="slurm", group="slurm", secret=True,
                                      name="slurm: slurmdbd.conf"))
     if "compute" in which:
-        files.directory(name="slurm: slurmd spool", path="/var/lib/slurm/slurmd", user="root", group="root",
-                        mode="755")
-        files.directory(name="slurm: slurmd drop-in directory", path="/etc/systemd/system/slurmd.service.d",
-                        user="root", group="root", mode="755")
+        _directory(ctx, "slurm: slurmd spool", "/var/lib/slurm/slurmd", "root", "755")
+        _directory(ctx, "slurm: slurmd drop-in directory", "/etc/systemd/system/slurmd.service.d", "root", "755")
         ctx.mark("slurmd_unit", ctx.put("/etc/systemd/system/slurmd.service.d/kiln.conf",
                                         render("slurm/slurmd-kiln.conf.j2"), mode="644",
                                         name="slurm: slurmd after nvidia-persistenced"))
-        files.line(name="slurm: pam_slurm_adopt for sshd", path=ctx.platform.pam_sshd, line=r"^account\s+required\s+pam_slurm_adopt\.so",
-                   replace=PAM_LINE)
+        pam = ctx.platform.pam_sshd
+        line_present(name="slurm: pam_slurm_adopt for sshd", ctx=ctx, path=pam, line=PAM_LINE,
+                     index=ctx.watch_line(pam, r"^account\s+required\s+pam_slurm_adopt\.so"))
+
+
+def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) -> None:
+    ctx.watch_path(path)
+    managed_directory(name=name, ctx=ctx, path=path, user=owner, group=owner, mode=mode)
 
 
 def configure(ctx: NodeContext) -> None:
     which = parts(ctx)
     munge_key = ctx.marks["munge_key"]
-    systemd.service(name="slurm: munge running", service="munge", running=True, enabled=True)
+    service_running(name="slurm: munge running", ctx=ctx, unit=ctx.watch_unit("munge"))
     systemd.service(name="slurm: restart munge (if the key changed)", service="munge", restarted=True,
                     _if=when_changed(*munge_key))
     if "dbd" in which:
@@ -125,9 +129,10 @@ def configure(ctx: NodeContext) -> None:
 
 def _daemon(ctx: NodeContext, service: str, restart_on: list) -> None:
     """Enabled and running; restarted when one of ``restart_on`` changed; checked to stay up."""
-    start = systemd.service(name=f"slurm: {service} running", service=service, running=True, enabled=True)
+    start = service_running(name=f"slurm: {service} running", ctx=ctx, unit=ctx.watch_unit(service))
+    # A daemon this run just started has read its new files already: no second start.
     restart = systemd.service(name=f"slurm: restart {service} (if its files changed)", service=service,
-                              restarted=True, _if=when_changed(*restart_on))
+                              restarted=True, _if=lambda: changed_any(*restart_on) and not changed_any(start))
     ctx.mark(f"{service}_started", start)
     ctx.mark(f"{service}_started", restart)
     server.shell(name=f"slurm: {service} stays active after its start", commands=[settled(service)],
@@ -136,7 +141,7 @@ def _daemon(ctx: NodeContext, service: str, restart_on: list) -> None:
 
 def _database(ctx: NodeContext) -> None:
     service = ctx.platform.mariadb_service
-    db = systemd.service(name="slurm: MariaDB running", service=service, running=True, enabled=True)
+    db = service_running(name="slurm: MariaDB running", ctx=ctx, unit=ctx.watch_unit(service))
     dbd_conf = ctx.marks["dbd_conf"]
     # The password is read on the node from slurmdbd.conf, so it never appears in a command line.
     grant = server.shell(

@@ -34,6 +34,7 @@ from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
 from roles.facts import IsContainer
 from roles.platform import UnsupportedPlatform, platform_for
+from roles.snapshot import NodeSnapshotFact
 
 OUTPUT_LINES = 15
 
@@ -122,7 +123,8 @@ class Deploy:
         _quiet_pyinfra()
         inventory = Inventory(([(n, dict(self.cluster.hosts[n].connection)) for n in self.host_names], {}))
         config = Config(CONNECT_TIMEOUT=15, PARALLEL=max(1, len(self.host_names)), FAIL_PERCENT=None)
-        state = State(inventory, config, check_for_changes=self.dry_run)
+        # Operations are evaluated when they run (after the node snapshot), never while prepared.
+        state = State(inventory, config, check_for_changes=False)
         ctx_state.set(state)
         ctx_inventory.set(inventory)
         connect_errors = _ConnectErrors()
@@ -141,6 +143,7 @@ class Deploy:
             if stopped:
                 return self._result(start, stopped)
             self._prepare(state, active)
+            self._snapshot(state, [h for h in active if h in state.active_hosts])
             if self.dry_run:
                 self._dry_run_report(state, active)
                 return self._result(start)
@@ -214,26 +217,57 @@ class Deploy:
                 state.active_hosts.discard(host)
                 state.failed_hosts.add(host)
 
+    def _snapshot(self, state: State, hosts: list) -> None:
+        """One round trip per node: everything its prepared operations compare against."""
+        def take(host):
+            ctx = self.contexts[host.name]
+            ctx.snapshot = host.get_fact(NodeSnapshotFact, paths=tuple(ctx.paths), units=tuple(ctx.units),
+                                         lines=tuple(ctx.lines))
+        for host, value in self._spawn(state, hosts, take).items():
+            if isinstance(value, Exception):
+                r = self.results[host.name]
+                r.status, r.error = "failed", f"could not read the node's state: {value}"
+                r.next_step = "check the node (disk full? /etc/passwd readable?), then run kiln deploy again"
+                state.active_hosts.discard(host)
+                state.failed_hosts.add(host)
+
     def _ops(self, state: State, host) -> list[tuple[str, object, object]]:
         """(name, global arguments, OperationMeta) of each operation of ``host``, in order."""
+        return [(name, data.global_arguments, data.operation_meta) for name, data in self._op_data(state, host)]
+
+    def _op_data(self, state: State, host) -> list[tuple[str, object]]:
         out = []
         for op_hash in host.op_hash_order:
             data = state.ops[host].get(op_hash)
             if data is not None:
-                out.append((data.global_arguments.get("name") or op_hash, data.global_arguments, data.operation_meta))
+                out.append((data.global_arguments.get("name") or op_hash, data))
         return out
 
     def _dry_run_report(self, state: State, hosts: list) -> None:
-        for host in hosts:
-            r = self.results[host.name]
-            if r.status == "failed":
-                continue
-            for name, args, meta in self._ops(state, host):
-                r.ops += 1
-                condition = args.get("_if")
+        def evaluate(host):
+            """Run each operation's generator without executing it, in order, so conditions on
+            earlier operations (``_if=when_changed(...)``) see what those would change."""
+            changed = []
+            for name, data in self._op_data(state, host):
+                meta, condition = data.operation_meta, data.global_arguments.get("_if")
                 conditions = condition if isinstance(condition, list) else [condition] if condition else []
-                if meta._maybe_is_change and all(c() for c in conditions):
-                    r.changed.append(name)
+                would = False
+                if all(c() for c in conditions):
+                    commands = data.command_generator()
+                    for _ in commands:
+                        would = True
+                        break
+                    commands.close()
+                meta._maybe_is_change = would
+                if would:
+                    changed.append(name)
+            return changed
+        for host, value in self._spawn(state, [h for h in hosts if h in state.active_hosts], evaluate).items():
+            r = self.results[host.name]
+            if isinstance(value, Exception):
+                r.status, r.error = "failed", self.secrets.mask(f"{type(value).__name__}: {value}")
+                continue
+            r.ops, r.changed = len(self._op_data(state, host)), value
             ctx = self.contexts[host.name]
             with ctx_host.use(host):
                 for f in ctx.files:

@@ -1,0 +1,83 @@
+"""Helpers for the Slurm end-to-end tests: run kiln, run commands on nodes, wait for Slurm states."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def kiln(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the kiln command as an operator would (a separate process)."""
+    return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def deploy_json(inventory: Path, *args: str) -> tuple[int, dict, str]:
+    out = kiln("deploy", "-i", str(inventory), "--json", *args)
+    try:
+        data = json.loads(out.stdout)
+    except ValueError:
+        raise AssertionError(f"kiln deploy printed no JSON (exit {out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out.returncode, data, out.stdout + out.stderr
+
+
+def on(tb, node: str, command: str, timeout: float = 120, user: str | None = None) -> subprocess.CompletedProcess:
+    cmd = tb.ssh_command(node, [command])
+    if user:
+        cmd[1:1] = ["-l", user]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def ok(tb, node: str, command: str, timeout: float = 120) -> str:
+    out = on(tb, node, command, timeout)
+    assert out.returncode == 0, f"{command!r} on {node} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def wait_for(check, timeout: float = 60, interval: float = 1.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def job_state(tb, controller: str, job: str) -> str:
+    out = on(tb, controller, f"squeue -h -j {job} -o %T 2>/dev/null || true").stdout.strip()
+    if out:
+        return out
+    return on(tb, controller, f"sacct -n -X -P -j {job} -o State").stdout.strip().split("\n")[0]
+
+
+def submit(tb, controller: str, args: str, user: str | None = None) -> str:
+    command = f"sbatch --parsable {args}"
+    if user:
+        command = f"su - {user} -c {shlex_quote(command)}"
+    return ok(tb, controller, command).strip().split(";")[0]
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+    return shlex.quote(text)
+
+
+def copy_inventory(src: Path, dest: Path, changes: dict | None = None, host_changes: dict | None = None) -> Path:
+    """A copy of the testbed inventory that keeps the same secrets, with variables changed."""
+    shutil.copytree(src, dest)
+    path = dest / "group_vars" / "all" / "testbed.yml"
+    data = yaml.safe_load(path.read_text())
+    data["kiln_secrets_dir"] = str((src.parent / "secrets").resolve())
+    data.update(changes or {})
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    for host, values in (host_changes or {}).items():
+        (dest / "host_vars").mkdir(exist_ok=True)
+        (dest / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+    return dest

@@ -1,0 +1,226 @@
+"""Slurm deployed by `kiln deploy` on the shared testbed (1 controller + 2 compute), proven with real jobs.
+
+The GPUs are stand-in device files (the testbed makes /dev/nvidia0..3 on compute nodes): Slurm's GRES
+allocation, device cgroups and accounting are real; there is no GPU behind them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state, kiln, ok, on, submit,
+                                         wait_for)
+
+pytestmark = pytest.mark.testbed
+
+
+@pytest.fixture(scope="session")
+def slurm(testbed):
+    """The shared testbed with Slurm deployed once; every kiln output of the run is kept in ``outputs``."""
+    rc, data, text = deploy_json(testbed.inventory)
+    assert rc == 0, text
+    nodes = [n.name for n in testbed.recorded_nodes()]
+    testbed.controller, testbed.computes = nodes[0], nodes[1:]
+    testbed.first_deploy = data
+    testbed.outputs = [text]
+    wait_for(lambda: on(testbed, testbed.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == 2,
+             timeout=90, what="both compute nodes idle in sinfo")
+    return testbed
+
+
+def test_first_deploy_changes_every_host(slurm):
+    hosts = {h["host"]: h for h in slurm.first_deploy["hosts"]}
+    assert set(hosts) == {slurm.controller, *slurm.computes}
+    assert all(h["status"] == "changed" for h in hosts.values()), hosts
+    # Services were checked to stay up after their start (slurmd can die right after a "successful" start).
+    assert "slurm: slurmd stays active after its start" in hosts[slurm.computes[0]]["changed"]
+    assert "slurm: slurmctld stays active after its start" in hosts[slurm.controller]["changed"]
+
+
+def test_srun_runs_on_both_compute_nodes(slurm):
+    out = ok(slurm, slurm.controller, "timeout 60 srun -N2 hostname")
+    assert sorted(out.split()) == sorted(slurm.computes)
+
+
+def test_batch_job_completes_and_is_accounted(slurm):
+    job = submit(slurm, slurm.controller, "-N1 -o /srv/kiln-shared/job-%j.out --wrap 'hostname; sleep 1'")
+    wait_for(lambda: job_state(slurm, slurm.controller, job) == "COMPLETED", timeout=90, what=f"job {job} COMPLETED")
+    out = ok(slurm, slurm.controller, f"cat /srv/kiln-shared/job-{job}.out")
+    assert out.strip() in slurm.computes
+    # sacct reads slurmdbd (MariaDB): the job is in the accounting database.
+    acct = ok(slurm, slurm.controller, f"sacct -n -X -P -j {job} -o JobID,State,Cluster,NodeList")
+    assert acct.strip().split("|")[:3] == [job, "COMPLETED", "kilntest"]
+
+
+def test_gpu_gres_gives_exactly_the_devices_asked_for(slurm):
+    out = ok(slurm, slurm.controller, "timeout 60 srun -N1 --gres=gpu:2 sh -c 'echo $CUDA_VISIBLE_DEVICES; "
+                                      "ls /dev/nvidia*; cat /dev/nvidia3 >/dev/null 2>&1 && echo open3 || echo denied3'")
+    lines = out.split()
+    visible = lines[0].split(",")
+    assert len(visible) == 2 and all(v.isdigit() for v in visible), out
+    # ConstrainDevices: a GPU the job was not given cannot be opened (devices cgroup), unless it was given.
+    if "3" not in visible:
+        assert "denied3" in lines, out
+
+
+def test_more_gpus_than_a_node_has_is_refused(slurm):
+    out = on(slurm, slurm.controller, "timeout 30 srun -N1 --gres=gpu:5 true")
+    assert out.returncode != 0
+    assert "Requested node configuration is not available" in out.stderr
+
+
+def test_team_at_its_gpu_limit_waits_with_the_limit_named(slurm):
+    ctl = slurm.controller
+    first = submit(slurm, ctl, "--gres=gpu:2 -o /tmp/limit-%j.out --wrap 'sleep 120'", user="alice")
+    second = None
+    try:
+        wait_for(lambda: job_state(slurm, ctl, first) == "RUNNING", timeout=60, what="alice's 2-GPU job running")
+        second = submit(slurm, ctl, "--gres=gpu:1 -o /tmp/limit-%j.out --wrap 'true'", user="alice")
+        # The scheduler names the reason on its next pass.
+        wait_for(lambda: ok(slurm, ctl, f"squeue -h -j {second} -o '%T %r'").strip() == "PENDING AssocGrpGRES",
+                 timeout=60, what="the second job PENDING with reason AssocGrpGRES")
+        # bob's team (language) has its own limit: his GPU job runs meanwhile.
+        out = ok(slurm, ctl, "su - bob -c 'timeout 60 srun --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES'")
+        assert out.strip().isdigit()
+    finally:
+        on(slurm, ctl, f"scancel {first} {second or ''}")
+
+
+def test_fair_share_of_the_teams_in_sshare(slurm):
+    out = ok(slurm, slurm.controller, "sshare -n -P -a -o Account,User,RawShares")
+    # sshare indents accounts by depth in the tree: strip it
+    rows = {(f[0].strip(), f[1]): f[2] for f in (line.split("|") for line in out.splitlines())}
+    assert rows[("vision", "")] == "60" and rows[("language", "")] == "40", out
+    assert ("vision", "alice") in rows and ("language", "bob") in rows
+
+
+def test_pam_slurm_adopt_lets_in_only_users_with_a_job(slurm):
+    node = slurm.computes[0]
+    key = slurm.key.with_suffix(".pub").read_text()
+    ok(slurm, node, f"install -d -o alice -g alice -m 700 /home/alice/.ssh && echo '{key.strip()}' > "
+                    "/home/alice/.ssh/authorized_keys && chown alice:alice /home/alice/.ssh/authorized_keys")
+    refused = on(slurm, node, "true", user="alice")
+    assert refused.returncode != 0, "alice got in with no job on the node"
+    job = submit(slurm, slurm.controller, f"-w {node} -o /tmp/adopt-%j.out --wrap 'sleep 120'", user="alice")
+    try:
+        wait_for(lambda: job_state(slurm, slurm.controller, job) == "RUNNING", timeout=60, what="alice's job")
+        inside = on(slurm, node, "cat /proc/self/cgroup", user="alice")
+        assert inside.returncode == 0, inside.stderr
+        assert f"job_{job}" in inside.stdout  # the ssh session was adopted into the job
+    finally:
+        on(slurm, slurm.controller, f"scancel {job}")
+    # root is never affected
+    assert on(slurm, node, "true").returncode == 0
+
+
+def test_second_deploy_changes_nothing(slurm):
+    rc, data, text = deploy_json(slurm.inventory)
+    slurm.outputs.append(text)
+    assert rc == 0, text
+    assert {h["status"] for h in data["hosts"]} == {"no change"}, text
+
+
+def test_partition_change_touches_only_slurm_conf_and_a_running_job_survives(slurm, tmp_path):
+    ctl = slurm.controller
+    job = submit(slurm, ctl, f"-w {slurm.computes[0]} -o /tmp/survive-%j.out --wrap 'sleep 300'")
+    try:
+        wait_for(lambda: job_state(slurm, ctl, job) == "RUNNING", timeout=60, what="the long job running")
+        changed = copy_inventory(slurm.inventory, tmp_path / "inv", {"kiln_slurm_partitions": [
+            {"name": "batch", "groups": ["testbed_compute"], "default": True},
+            {"name": "debug", "groups": ["testbed_compute"], "max_time": "00:30:00", "priority_tier": 2}]})
+        rc, data, text = deploy_json(changed)
+        slurm.outputs.append(text)
+        assert rc == 0, text
+        for host in data["hosts"]:
+            expected = ["slurm: slurm.conf"]
+            if host["host"] == ctl:
+                expected.append("slurm: scontrol reconfigure (slurm.conf changed)")
+            assert host["changed"] == expected, host
+        part = ok(slurm, ctl, "scontrol show partition debug")
+        assert "MaxTime=00:30:00" in part
+        assert job_state(slurm, ctl, job) == "RUNNING"
+        # and back: again only slurm.conf
+        rc, data, text = deploy_json(slurm.inventory)
+        assert rc == 0 and all("slurm: slurm.conf" in h["changed"] for h in data["hosts"]), text
+        assert job_state(slurm, ctl, job) == "RUNNING"
+        assert on(slurm, ctl, "scontrol show partition debug").returncode != 0
+    finally:
+        on(slurm, ctl, f"scancel {job}")
+
+
+def test_limit_to_one_node_keeps_slurm_conf_identical_everywhere(slurm):
+    rc, data, text = deploy_json(slurm.inventory, "--limit", slurm.computes[-1])
+    slurm.outputs.append(text)
+    assert rc == 0, text
+    assert [h["host"] for h in data["hosts"]] == [slurm.computes[-1]]
+    assert data["hosts"][0]["status"] == "no change"
+    sums = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf").split()[0]
+            for n in [slurm.controller, *slurm.computes]}
+    assert len(set(sums.values())) == 1, sums
+
+
+def test_dry_run_shows_the_diff_and_changes_nothing(slurm, tmp_path):
+    changed = copy_inventory(slurm.inventory, tmp_path / "inv", {"kiln_slurm_partitions": [
+        {"name": "batch", "groups": ["testbed_compute"], "default": True, "max_time": "2-00:00:00"}]})
+    before = ok(slurm, slurm.controller, "sha256sum /etc/slurm/slurm.conf")
+    out = kiln("deploy", "-i", str(changed), "--dry-run")
+    slurm.outputs.append(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "+PartitionName=batch Nodes=kilntest[02-03] Default=YES MaxTime=2-00:00:00" in out.stdout
+    assert "-PartitionName=batch Nodes=kilntest[02-03] Default=YES MaxTime=INFINITE" in out.stdout
+    assert ok(slurm, slurm.controller, "sha256sum /etc/slurm/slurm.conf") == before
+
+
+def test_secrets_have_right_modes_and_never_leak(slurm):
+    for node in [slurm.controller, *slurm.computes]:
+        assert ok(slurm, node, "stat -c '%a %U %G' /etc/munge/munge.key").strip() == "400 munge munge"
+    assert ok(slurm, slurm.controller, "stat -c '%a %U %G' /etc/slurm/slurmdbd.conf").strip() == "600 slurm slurm"
+    secrets = slurm.inventory.parent / "secrets" / "kilntest"
+    password = (secrets / "slurmdbd.password").read_text().strip()
+    key = (secrets / "munge.key").read_bytes()
+    assert ok(slurm, slurm.controller, "sha256sum < /etc/munge/munge.key").split()[0] == hashlib.sha256(key).hexdigest()
+    forms = [password, key.hex()[:32], base64.b64encode(key)[:32].decode()]
+    for text in slurm.outputs:
+        for form in forms:
+            assert form not in text
+    tracked = subprocess.run(["git", "grep", "-l", "-F", password], capture_output=True, text=True, cwd=REPO)
+    assert tracked.returncode == 1 and tracked.stdout == ""
+    assert (secrets.stat().st_mode & 0o777) == 0o700
+    assert all((f.stat().st_mode & 0o777) == 0o600 for f in secrets.iterdir())
+
+
+def test_a_failing_operation_is_reported_for_its_host_only(slurm):
+    node = slurm.computes[-1]
+    ok(slurm, node, "mv /etc/slurm/cgroup.conf /root/cgroup.conf.saved && mkdir /etc/slurm/cgroup.conf")
+    try:
+        rc, data, text = deploy_json(slurm.inventory)
+        slurm.outputs.append(text)
+        assert rc == 1, text
+        hosts = {h["host"]: h for h in data["hosts"]}
+        assert hosts[node]["status"] == "failed"
+        assert hosts[node]["failed_operation"] == "slurm: cgroup.conf"
+        assert hosts[node]["next_step"] and hosts[node]["error"]
+        assert all(h["status"] == "no change" for n, h in hosts.items() if n != node)
+    finally:
+        ok(slurm, node, "rmdir /etc/slurm/cgroup.conf && mv /root/cgroup.conf.saved /etc/slurm/cgroup.conf")
+
+
+def test_a_node_with_another_os_stops_the_run_before_any_change(slurm, tmp_path):
+    node = slurm.computes[0]
+    changed = copy_inventory(slurm.inventory, tmp_path / "inv", {"kiln_slurm_partitions": [
+        {"name": "other", "groups": ["testbed_compute"], "default": True}]}, {node: {"kiln_os": "ubuntu2204"}})
+    before = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf") for n in [slurm.controller, *slurm.computes]}
+    rc, data, text = deploy_json(changed)
+    slurm.outputs.append(text)
+    assert rc == 1, text
+    assert data["stopped"] and "no host was changed" in data["stopped"]
+    bad = next(h for h in data["hosts"] if h["host"] == node)
+    assert "kiln_os 'ubuntu2204'" in bad["error"] and "Debian GNU/Linux 12" in bad["error"]
+    assert "kiln_os: debian12" in bad["error"]
+    after = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf") for n in before}
+    assert after == before
