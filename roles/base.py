@@ -19,10 +19,10 @@ Stages: ``install`` (packages and files only: safe in an image chroot) and ``con
 
 from __future__ import annotations
 
-from pyinfra.operations import server, systemd
+from pyinfra.operations import server
 
 from roles.context import NodeContext, render, when_changed
-from roles.operations import accounts, pinned_packages, service_running
+from roles.operations import accounts, pinned_packages, service_restarted, service_running
 
 
 def install(ctx: NodeContext) -> None:
@@ -75,7 +75,9 @@ def configure(ctx: NodeContext) -> None:
         server.shell(name="base: apply sysctls (if changed)", commands=["sysctl -q -p /etc/sysctl.d/90-kiln.conf"],
                      _if=when_changed(conf))
     if not ctx.in_container:
-        service_running(name="base: chrony running", ctx=ctx, unit=ctx.watch_unit(ctx.platform.chrony_service))
+        unit = ctx.watch_unit(ctx.platform.chrony_service)
+        service_running(name="base: chrony running", ctx=ctx, unit=unit)
         if ctx.marks.get("chrony_conf"):
-            systemd.service(name="base: restart chrony (if its servers changed)", service=ctx.platform.chrony_service,
-                            restarted=True, _if=when_changed(*ctx.marks["chrony_conf"]))
+            # The package starts chrony with its own servers: restart even right after a start.
+            service_restarted(name="base: restart chrony (if its servers changed)", unit=unit,
+                              _if=when_changed(*ctx.marks["chrony_conf"]))

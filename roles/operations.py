@@ -24,12 +24,13 @@ def _snapshot(ctx):
 
 
 @operation()
-def pinned_packages(ctx, packages: dict[str, str | None]):
+def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str] | None = None):
     """
     Install packages, each at its exact version when one is given, and hold the versioned ones.
 
     + ctx: the node's NodeContext (its platform picks apt or dnf; its snapshot is compared)
     + packages: name -> exact version (``22.05.8-4+deb12u3``), or None for "any version, not held"
+    + sources: name -> what to hand the package manager instead of the name (a release RPM's URL)
 
     A held package that must move to a new pin is unheld, installed at the pin and held again, so a
     plain ``apt-get upgrade`` never moves it and only a changed pin does. The package index is
@@ -46,8 +47,9 @@ def pinned_packages(ctx, packages: dict[str, str | None]):
     pinned = [name for name, version in packages.items() if version]
     if not apt and pinned and "python3-dnf-plugin-versionlock" not in installed:
         missing.insert(0, "python3-dnf-plugin-versionlock")
-    spec = (lambda n: f"{n}={packages[n]}" if packages.get(n) else n) if apt else \
-        (lambda n: f"{n}-{packages[n]}" if packages.get(n) else n)
+    sources = sources or {}
+    spec = (lambda n: f"{n}={packages[n]}" if packages.get(n) else sources.get(n, n)) if apt else \
+        (lambda n: f"{n}-{packages[n]}" if packages.get(n) else sources.get(n, n))
     unhold = sorted(set(missing) & held)
     if missing:
         if unhold:
@@ -134,6 +136,16 @@ def service_running(ctx, unit: str, enabled: bool = True):
         yield f"systemctl enable {shlex.quote(unit)}"
     if state.active != "active":
         yield f"systemctl start {shlex.quote(unit)}"
+
+
+@operation()
+def service_restarted(unit: str):
+    """
+    Restart a systemd unit; use with ``_if=when_changed(...)`` so it runs only when its files changed.
+
+    + unit: e.g. ``munge.service``
+    """
+    yield f"systemctl restart {shlex.quote(unit)}"
 
 
 @operation()

@@ -43,8 +43,8 @@ class Platform:
     nologin: str = "/usr/sbin/nologin"
     slurm_conf_dir: str = "/etc/slurm"
     pam_sshd: str = "/etc/pam.d/sshd"
-    # Repositories and release packages a role needs before installing (Rocky: EPEL, OpenHPC).
-    extra_repo_packages: tuple[str, ...] = field(default=())
+    # Release packages that add repositories a role needs (Rocky: EPEL, OpenHPC): name -> where from.
+    repo_packages: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def uses_apt(self) -> bool:
@@ -65,7 +65,7 @@ PLATFORMS: dict[str, Platform] = {
                       dbd=("slurm-slurmdbd-ohpc",), compute=("slurm-slurmd-ohpc",),
                       pam_adopt=("slurm-pam_slurm-ohpc",)),
         chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin",
-        extra_repo_packages=("epel-release", OPENHPC_RELEASE_RPM),
+        repo_packages=(("epel-release", "epel-release"), ("ohpc-release", OPENHPC_RELEASE_RPM)),
     ),
 }
 

@@ -30,8 +30,8 @@ from pyinfra.operations import server, systemd
 
 from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
-from roles.operations import (line_present, managed_directory, pinned_packages, service_running, settled,
-                              slurm_accounts)
+from roles.operations import (line_present, managed_directory, pinned_packages, service_restarted,
+                              service_running, settled, slurm_accounts)
 
 CONF = "/etc/slurm"
 PAM_LINE = "account    required     pam_slurm_adopt.so"
@@ -54,9 +54,10 @@ def parts(ctx: NodeContext) -> set[str]:
 def install(ctx: NodeContext) -> None:
     platform, version = ctx.platform, ctx.cluster.versions["slurm"]
     which = parts(ctx)
-    if platform.extra_repo_packages:
+    if platform.repo_packages:
         pinned_packages(name="slurm: EPEL and OpenHPC repositories", ctx=ctx,
-                        packages={p: None for p in platform.extra_repo_packages})
+                        packages={name: None for name, _ in platform.repo_packages},
+                        sources=dict(platform.repo_packages))
     packages: dict[str, str | None] = {platform.munge_package: None}
     packages |= {p: version for p in platform.slurm.client}
     if "controller" in which:
@@ -112,9 +113,10 @@ def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) ->
 def configure(ctx: NodeContext) -> None:
     which = parts(ctx)
     munge_key = ctx.marks["munge_key"]
-    service_running(name="slurm: munge running", ctx=ctx, unit=ctx.watch_unit("munge"))
-    systemd.service(name="slurm: restart munge (if the key changed)", service="munge", restarted=True,
-                    _if=when_changed(*munge_key))
+    unit = ctx.watch_unit("munge")
+    service_running(name="slurm: munge running", ctx=ctx, unit=unit)
+    # The package starts munge with a key of its own: restart even right after a start.
+    service_restarted(name="slurm: restart munge (if the key changed)", unit=unit, _if=when_changed(*munge_key))
     if "dbd" in which:
         _database(ctx)
     if "controller" in which:
@@ -129,10 +131,12 @@ def configure(ctx: NodeContext) -> None:
 
 def _daemon(ctx: NodeContext, service: str, restart_on: list) -> None:
     """Enabled and running; restarted when one of ``restart_on`` changed; checked to stay up."""
-    start = service_running(name=f"slurm: {service} running", ctx=ctx, unit=ctx.watch_unit(service))
-    # A daemon this run just started has read its new files already: no second start.
-    restart = systemd.service(name=f"slurm: restart {service} (if its files changed)", service=service,
-                              restarted=True, _if=lambda: changed_any(*restart_on) and not changed_any(start))
+    unit = ctx.watch_unit(service)
+    start = service_running(name=f"slurm: {service} running", ctx=ctx, unit=unit)
+    # Slurm's packages cannot start a daemon before kiln wrote its files (their units need them), so a
+    # daemon this run just started has read the new files already: no second start.
+    restart = service_restarted(name=f"slurm: restart {service} (if its files changed)", unit=unit,
+                                _if=lambda: changed_any(*restart_on) and not changed_any(start))
     ctx.mark(f"{service}_started", start)
     ctx.mark(f"{service}_started", restart)
     server.shell(name=f"slurm: {service} stays active after its start", commands=[settled(service)],

@@ -30,6 +30,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution
 
 import roles
+from kiln.deploy import plan
 from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
 from roles.facts import IsContainer
@@ -233,41 +234,17 @@ class Deploy:
 
     def _ops(self, state: State, host) -> list[tuple[str, object, object]]:
         """(name, global arguments, OperationMeta) of each operation of ``host``, in order."""
-        return [(name, data.global_arguments, data.operation_meta) for name, data in self._op_data(state, host)]
-
-    def _op_data(self, state: State, host) -> list[tuple[str, object]]:
-        out = []
-        for op_hash in host.op_hash_order:
-            data = state.ops[host].get(op_hash)
-            if data is not None:
-                out.append((data.global_arguments.get("name") or op_hash, data))
-        return out
+        return [(name, data.global_arguments, data.operation_meta) for name, data in plan.op_data(state, host)]
 
     def _dry_run_report(self, state: State, hosts: list) -> None:
         def evaluate(host):
-            """Run each operation's generator without executing it, in order, so conditions on
-            earlier operations (``_if=when_changed(...)``) see what those would change."""
-            changed = []
-            for name, data in self._op_data(state, host):
-                meta, condition = data.operation_meta, data.global_arguments.get("_if")
-                conditions = condition if isinstance(condition, list) else [condition] if condition else []
-                would = False
-                if all(c() for c in conditions):
-                    commands = data.command_generator()
-                    for _ in commands:
-                        would = True
-                        break
-                    commands.close()
-                meta._maybe_is_change = would
-                if would:
-                    changed.append(name)
-            return changed
+            return [name for name, would in plan.evaluate(state, host) if would]
         for host, value in self._spawn(state, [h for h in hosts if h in state.active_hosts], evaluate).items():
             r = self.results[host.name]
             if isinstance(value, Exception):
                 r.status, r.error = "failed", self.secrets.mask(f"{type(value).__name__}: {value}")
                 continue
-            r.ops, r.changed = len(self._op_data(state, host)), value
+            r.ops, r.changed = len(plan.op_data(state, host)), value
             ctx = self.contexts[host.name]
             with ctx_host.use(host):
                 for f in ctx.files:

@@ -1,7 +1,8 @@
 """Ansible host patterns (``--limit``) resolved on the validated cluster, the way Ansible resolves them.
 
-Supported, as in Ansible: host and group names, globs (``gpu0*``), regular expressions (``~gpu0[12]``),
-subscripts (``compute[0]``, ``compute[1:3]``, ``compute[-1]``), and lists joined with ``,`` or ``:``
+Supported, as in Ansible: ``all``, host and group names, globs (``gpu0*``), regular expressions
+(``~gpu0[12]``), subscripts (``compute[0]``, ``compute[1:3]``, ``compute[1-3]``, ``compute[-1]``; as in
+Ansible, ``name[1-3]`` is a subscript, not a glob), and lists joined with ``,`` or ``:``
 where ``&name`` intersects and ``!name`` excludes. Unions are taken first, then intersections, then
 exclusions; the result keeps inventory order. A term that matches nothing is an error, since a
 typo in ``--limit`` must not silently deploy to fewer hosts than meant.
@@ -14,7 +15,8 @@ import re
 
 from kiln.inventory.model import Cluster
 
-_SUBSCRIPT = re.compile(r"^(?P<pattern>.+)\[(?P<start>-?\d+)(?::(?P<end>-?\d*))?\]$")
+# Ansible's subscripts: [N], [-N], [A:B], [A-B], [A:]
+_SUBSCRIPT = re.compile(r"^(?P<pattern>.+)\[(?:(?P<index>-?\d+)|(?P<start>\d+)[:-](?P<end>\d+)?)\]$")
 
 
 class LimitError(ValueError):
@@ -42,17 +44,19 @@ def _match(cluster: Cluster, term: str) -> list[str]:
     subscript = _SUBSCRIPT.match(term)
     if subscript and not term.startswith("~"):
         hosts = _match(cluster, subscript["pattern"])
+        if subscript["index"] is not None:
+            index = int(subscript["index"])
+            return [hosts[index]] if -len(hosts) <= index < len(hosts) else []
         start = int(subscript["start"])
-        if subscript["end"] is None:
-            return hosts[start:start + 1] if -len(hosts) <= start < len(hosts) else []
-        end = int(subscript["end"]) if subscript["end"] else -1
-        end = end if end >= 0 else len(hosts) + end
+        end = int(subscript["end"]) if subscript["end"] else len(hosts) - 1
         return hosts[start:end + 1]
     if term.startswith("~"):
         regex = re.compile(term[1:])
         match_name = lambda name: bool(regex.match(name))  # noqa: E731
     else:
         match_name = lambda name: fnmatch.fnmatchcase(name, term)  # noqa: E731
+    if term in ("all", "*"):
+        return list(cluster.hosts)
     if term in cluster.groups:
         return list(cluster.groups[term])
     if term in cluster.hosts:

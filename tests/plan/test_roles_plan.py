@@ -1,0 +1,130 @@
+"""Op lists of the base and slurm roles for every supported OS, from recorded facts (no connection).
+
+The expected lists live in tests/plan/expected/<os>.json; a deliberate change to a role is reviewed
+by regenerating them (KILN_UPDATE_PLANS=1 pytest tests/plan) and reading the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os as os_module
+from dataclasses import replace
+
+import pytest
+
+from kiln.inventory import load_cluster
+from roles.platform import PLATFORMS
+from tests.conftest import INVENTORIES, REPO
+from tests.plan.facts import fresh
+from tests.plan.harness import SECRETS, plan_host
+
+EXPECTED = REPO / "tests" / "plan" / "expected"
+# The Slurm each OS carries (Debian/Ubuntu archives, OpenHPC 3 for Rocky 9).
+SLURM = {"debian12": "22.05.8-4+deb12u3", "ubuntu2204": "21.08.5-2ubuntu1", "ubuntu2404": "23.11.4-1.2ubuntu5",
+         "rocky9": "23.11.10-320.ohpc.3.2"}
+
+
+def cluster_for(os: str, slurm: str | None = None):
+    cluster = load_cluster(INVENTORIES / "plan")
+    return replace(cluster, versions=dict(cluster.versions, slurm=slurm or SLURM[os]))
+
+
+def full_plan(os: str, monkeypatch) -> dict:
+    cluster = cluster_for(os)
+    return {name: [[op, cmds] for op, cmds in plan_host(cluster, name, os, fresh(os), monkeypatch)]
+            for name in ("ctl1", "login1", "gpu01")}
+
+
+@pytest.mark.parametrize("os", sorted(PLATFORMS))
+def test_op_list_matches_the_reviewed_one(os, monkeypatch):
+    actual = full_plan(os, monkeypatch)
+    path = EXPECTED / f"{os}.json"
+    if os_module.environ.get("KILN_UPDATE_PLANS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(actual, indent=1) + "\n")
+    assert actual == json.loads(path.read_text())
+
+
+def commands(plan: list) -> str:
+    return "\n".join(c for _, cmds in plan for c in cmds)
+
+
+@pytest.mark.parametrize("os", ["debian12", "ubuntu2204", "ubuntu2404"])
+def test_apt_systems_install_exact_pins_and_hold_them(os, monkeypatch):
+    plan = plan_host(cluster_for(os), "gpu01", os, fresh(os), monkeypatch)
+    text = commands(plan)
+    pin = SLURM[os]
+    assert f"slurmd={pin}" in text and f"libpam-slurm-adopt={pin}" in text and f"slurm-client={pin}" in text
+    assert "apt-mark hold libpam-slurm-adopt slurm-client slurmd" in text
+    assert "--no-install-recommends" in text
+    assert "slurmctld" not in text and "mariadb" not in text  # compute nodes run no controller or database
+    assert "echo 'account    required     pam_slurm_adopt.so' >> /etc/pam.d/sshd" in text
+    assert "systemctl start slurmd.service" in text
+    assert "useradd -r -u 980 -g slurm -s /usr/sbin/nologin -d /var/lib/slurm -M slurm" in text
+    assert "useradd -u 3101 -g alice -G vision -s /bin/bash -d /home/alice -m alice" in text
+
+
+def test_rocky_release_packages_are_installed_once(monkeypatch):
+    installed = fresh("rocky9")
+    installed.packages.update({"epel-release": "9-8.el9", "ohpc-release": "3-1.el9"})
+    plan = dict(plan_host(cluster_for("rocky9"), "ctl1", "rocky9", installed, monkeypatch))
+    assert plan["slurm: EPEL and OpenHPC repositories"] == []
+
+
+def test_rocky_uses_openhpc_epel_and_versionlock(monkeypatch):
+    plan = plan_host(cluster_for("rocky9"), "ctl1", "rocky9", fresh("rocky9"), monkeypatch)
+    text = commands(plan)
+    pin = SLURM["rocky9"]
+    assert "dnf install -y -q epel-release " \
+           "http://repos.openhpc.community/OpenHPC/3/EL_9/x86_64/ohpc-release-3-1.el9.x86_64.rpm" in text
+    assert "dnf install -y -q python3-dnf-plugin-versionlock munge slurm-ohpc-" in text
+    assert f"slurm-slurmctld-ohpc-{pin}" in text and f"slurm-slurmdbd-ohpc-{pin}" in text
+    assert f"dnf -q versionlock add slurm-ohpc-{pin} slurm-slurmctld-ohpc-{pin} slurm-slurmdbd-ohpc-{pin}" in text
+    assert "systemctl start chronyd.service" in text and "upload /etc/chrony.conf" in text
+    assert "upload /etc/dnf/dnf.conf" in text and "apt" not in text
+    assert "useradd -r -u 980 -g slurm -s /sbin/nologin" in text
+
+
+def test_controller_gets_database_daemons_and_accounts(monkeypatch):
+    plan = dict(plan_host(cluster_for("debian12"), "ctl1", "debian12", fresh("debian12"), monkeypatch))
+    assert plan["slurm: slurmdbd.conf"][0] == "upload /etc/slurm/slurmdbd.conf"
+    assert "chmod 600 /etc/slurm/slurmdbd.conf" in plan["slurm: slurmdbd.conf"]
+    assert "chown slurm:slurm /etc/slurm/slurmdbd.conf" in plan["slurm: slurmdbd.conf"]
+    assert "chmod 400 /etc/munge/munge.key" in plan["slurm: munge key"]
+    grant = plan["slurm: accounting database and its user (if slurmdbd.conf changed)"][0]
+    assert SECRETS.dbd_password not in grant and "StoragePass" in grant  # read on the node, never sent
+    accounts = "\n".join(plan["slurm: accounts, shares, GPU limits and users of the teams"])
+    assert "sacctmgr -i add account vision Cluster=plan Fairshare=60 GrpTRES=gres/gpu=8" in accounts
+    assert "sacctmgr -i add user alice Account=vision Cluster=plan" in accounts
+    assert plan["slurm: slurmctld stays active after its start"]  # checked after its first start
+
+
+def test_no_secret_in_any_command(monkeypatch):
+    for os in PLATFORMS:
+        text = json.dumps(full_plan(os, monkeypatch))
+        assert SECRETS.dbd_password not in text and "kkkkkkkk" not in text
+
+
+def test_a_new_slurm_pin_changes_only_the_package_operation(monkeypatch):
+    os = "debian12"
+    old, new = "22.05.8-4+deb12u2", "22.05.8-4+deb12u3"
+    installed = fresh(os)
+    installed.packages["munge"] = "0.5.15-2+deb12u1"
+    for p in ("slurmd", "slurm-client", "libpam-slurm-adopt"):
+        installed.packages[p] = old
+        installed.held.add(p)
+    before = plan_host(cluster_for(os, old), "gpu01", os, installed, monkeypatch)
+    after = plan_host(cluster_for(os, new), "gpu01", os, installed, monkeypatch)
+    differing = [(a[0], b[0]) for a, b in zip(before, after) if a != b]
+    assert differing == [(f"slurm: packages at {old}, held", f"slurm: packages at {new}, held")]
+    package_op = dict(after)[differing[0][1]]
+    assert package_op[0] == "apt-mark unhold libpam-slurm-adopt slurm-client slurmd"
+    assert package_op[-1] == "apt-mark hold libpam-slurm-adopt slurm-client slurmd"
+    assert dict(before)[f"slurm: packages at {old}, held"] == []
+
+
+def test_containers_leave_the_clock_to_the_host(monkeypatch):
+    cluster = cluster_for("debian12")
+    inside = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch, in_container=True))
+    outside = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch))
+    assert "base: chrony running" not in inside and outside["base: chrony running"]

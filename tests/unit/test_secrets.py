@@ -1,0 +1,56 @@
+"""Secrets are generated once per cluster, kept 0600 outside git, and masked in anything kiln prints."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from kiln.inventory import load_cluster
+from kiln.secrets import SecretsError, load_or_create, secrets_path
+from tests.conftest import INVENTORIES
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    shutil.copytree(INVENTORIES / "small", tmp_path / "site" / "inventory")
+    return load_cluster(tmp_path / "site" / "inventory")
+
+
+def test_generated_once_and_reused(cluster):
+    first = load_or_create(cluster)
+    second = load_or_create(cluster)
+    assert first == second and len(first.munge_key) == 1024 and len(first.dbd_password) >= 32
+    path = secrets_path(cluster)
+    assert path == cluster.path.parent / "secrets" / cluster.name
+    assert path.stat().st_mode & 0o777 == 0o700
+    assert {f.name: f.stat().st_mode & 0o777 for f in path.iterdir()} == {"munge.key": 0o600,
+                                                                         "slurmdbd.password": 0o600}
+
+
+def test_dry_run_never_writes_secrets(cluster):
+    made_up = load_or_create(cluster, create=False)
+    assert not secrets_path(cluster).exists() and len(made_up.munge_key) == 1024
+
+
+def test_refused_inside_a_git_tree_unless_ignored(cluster):
+    site = cluster.path.parent
+    subprocess.run(["git", "init", "-q", str(site)], check=True)
+    with pytest.raises(SecretsError, match="inside a git work tree and not ignored"):
+        load_or_create(cluster)
+    (site / ".gitignore").write_text("secrets/\n")
+    assert load_or_create(cluster).munge_key
+
+
+def test_a_broken_secret_says_how_to_fix_it(cluster):
+    load_or_create(cluster)
+    (secrets_path(cluster) / "munge.key").write_bytes(b"short")
+    with pytest.raises(SecretsError, match="delete it to regenerate"):
+        load_or_create(cluster)
+
+
+def test_masking_and_repr(cluster):
+    secrets = load_or_create(cluster)
+    assert secrets.dbd_password not in repr(secrets)
+    assert secrets.mask(f"StoragePass={secrets.dbd_password}\n") == "StoragePass=********\n"

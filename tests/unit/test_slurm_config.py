@@ -1,0 +1,84 @@
+"""Slurm's cluster-wide files come from the inventory alone (roles/slurm_config.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kiln.inventory import load_cluster
+from roles import slurm_config
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def example():
+    return load_cluster(REPO / "inventory" / "example")
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["n01", "n02", "n03"], "n[01-03]"),
+    (["n01", "n02", "n04", "n05", "n07"], "n[01-02,04-05,07]"),
+    (["gpu1"], "gpu1"),
+    (["hgx001", "l40s01", "hgx002"], "hgx[001-002],l40s01"),
+    (["login", "ctl01"], "login,ctl01"),
+    (["a9", "a10"], "a9,a10"),  # different widths are different ranges
+])
+def test_hostlists_are_compressed_as_slurm_writes_them(names, expected):
+    assert slurm_config.compress_hostlist(names) == expected
+
+
+def test_node_lines_group_identical_nodes(example):
+    assert slurm_config.node_lines(example) == [
+        "NodeName=hgx[001-032] CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 RealMemory=2000000 "
+        "Gres=gpu:h100:8 Features=h100,nvswitch,ib_ndr State=UNKNOWN",
+        "NodeName=l40s[01-08] CPUs=64 RealMemory=512000 Gres=gpu:l40s:4 Features=l40s,roce State=UNKNOWN",
+    ]
+
+
+def test_partitions_come_from_inventory_groups(example):
+    assert slurm_config.partition_lines(example) == [
+        "PartitionName=h100 Nodes=hgx[001-032] Default=YES MaxTime=7-00:00:00 PriorityTier=1 State=UP",
+        "PartitionName=l40s Nodes=l40s[01-08] Default=NO MaxTime=2-00:00:00 PriorityTier=1 State=UP",
+        "PartitionName=debug Nodes=hgx[001-032],l40s[01-08] Default=NO MaxTime=01:00:00 PriorityTier=10 State=UP",
+    ]
+
+
+def test_slurm_conf_has_accounting_fair_share_and_cgroups(example):
+    conf = slurm_config.slurm_conf(example)
+    for line in ("ClusterName=hopper", "SlurmctldHost=ctl01", "AccountingStorageHost=ctl01",
+                 "AccountingStorageEnforce=associations,limits,qos,safe", "AccountingStorageTRES=gres/gpu",
+                 "PriorityType=priority/multifactor", "PriorityWeightFairshare=10000", "GresTypes=gpu",
+                 "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "RebootProgram=/usr/sbin/reboot",
+                 "JobAcctGatherType=jobacct_gather/cgroup", "DefMemPerCPU=8000"):
+        assert line + "\n" in conf, line
+    assert "HealthCheckProgram" not in conf  # off until the node-local checks are switched on
+    assert "TopologyPlugin" not in conf
+
+
+def test_health_check_hook_and_topology_when_set(example):
+    from dataclasses import replace
+    settings = dict(example.settings, kiln_slurm_health_check=True)
+    cluster = replace(example, settings=settings, topology={"leaf1": ["hgx001", "hgx002"], "spine": ["leaf1"]})
+    conf = slurm_config.slurm_conf(cluster)
+    assert "HealthCheckProgram=/usr/local/sbin/kiln-node-check\nHealthCheckInterval=300\n" in conf
+    assert "TopologyPlugin=topology/tree\n" in conf
+    topo = slurm_config.topology_conf(cluster)
+    assert "SwitchName=leaf1 Nodes=hgx[001-002]\n" in topo and "SwitchName=spine Switches=leaf1\n" in topo
+
+
+def test_gres_conf_lists_device_files(example):
+    gres = slurm_config.gres_conf(example)
+    assert "NodeName=hgx[001-032] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n" in gres
+    assert "NodeName=l40s[01-08] Name=gpu Type=l40s File=/dev/nvidia[0-3]\n" in gres
+    assert "AutoDetect" not in gres.replace("(no AutoDetect)", "")
+
+
+def test_cgroup_conf_follows_the_settings(example):
+    conf = slurm_config.cgroup_conf(example)
+    assert "CgroupPlugin=autodetect\n" in conf and "ConstrainDevices=yes\n" in conf
+    assert "ConstrainRAMSpace=yes\n" in conf
+
+
+def test_slurmdbd_conf_carries_the_password_only_there(example):
+    conf = slurm_config.slurmdbd_conf(example, "s3cretpass")
+    assert "StoragePass=s3cretpass\n" in conf and "DbdHost=ctl01\n" in conf
+    assert "s3cretpass" not in slurm_config.slurm_conf(example)
