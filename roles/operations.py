@@ -12,15 +12,25 @@ from pyinfra.operations import files
 
 from kiln.inventory.schema import Team
 from roles.facts import SlurmAccountingState
+from roles.snapshot import NodeSnapshotFact
 
 APT_INSTALL = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "
                "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold")
 
 
 def _snapshot(ctx):
-    if ctx.snapshot is None:
-        raise RuntimeError("kiln operation run before the node snapshot was taken")
-    return ctx.snapshot
+    """The node's snapshot, taken now if none covers everything registered so far: ``kiln deploy``
+    takes it once after preparing; under the plain ``pyinfra`` command the first operation takes it."""
+    snap = ctx.snapshot
+    if snap is None or not snap.covers(ctx.paths, ctx.units, ctx.lines):
+        snap = ctx.snapshot = take_snapshot(ctx)
+    return snap
+
+
+def take_snapshot(ctx):
+    snap = host.get_fact(NodeSnapshotFact, paths=tuple(ctx.paths), units=tuple(ctx.units), lines=tuple(ctx.lines))
+    snap.asked = (tuple(ctx.paths), tuple(ctx.units), tuple(ctx.lines))
+    return snap
 
 
 @operation()

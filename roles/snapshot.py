@@ -56,6 +56,14 @@ class NodeSnapshot:
     files: dict[str, FileState] = field(default_factory=dict)  # only paths that exist
     units: dict[str, UnitState] = field(default_factory=dict)
     lines: set[int] = field(default_factory=set)               # indexes of (path, regex) pairs found
+    # what the command asked about: (paths, units, lines); None means "anything" (hand-made snapshots)
+    asked: tuple | None = None
+
+    def covers(self, paths: list[str], units: list[str], lines: list) -> bool:
+        if self.asked is None:
+            return True
+        return (set(paths) <= set(self.asked[0]) and set(units) <= set(self.asked[1])
+                and len(lines) <= len(self.asked[2]))
 
     def unit(self, name: str) -> UnitState:
         return self.units.get(name, UnitState("not-found", "inactive", ""))

@@ -35,7 +35,7 @@ from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
 from roles.facts import IsContainer
 from roles.platform import UnsupportedPlatform, platform_for
-from roles.snapshot import NodeSnapshotFact
+from roles.operations import take_snapshot
 
 OUTPUT_LINES = 15
 
@@ -222,8 +222,7 @@ class Deploy:
         """One round trip per node: everything its prepared operations compare against."""
         def take(host):
             ctx = self.contexts[host.name]
-            ctx.snapshot = host.get_fact(NodeSnapshotFact, paths=tuple(ctx.paths), units=tuple(ctx.units),
-                                         lines=tuple(ctx.lines))
+            ctx.snapshot = take_snapshot(ctx)
         for host, value in self._spawn(state, hosts, take).items():
             if isinstance(value, Exception):
                 r = self.results[host.name]

@@ -1,0 +1,66 @@
+"""kiln's roles under the plain ``pyinfra`` command (deploy/site.py and deploy/inventory.py).
+
+``kiln deploy`` is the supported way: it checks every node's OS before any change, takes the node
+snapshots in parallel, reconfigures Slurm once every node has its files, and reports per host. This
+module gives operators who drive pyinfra themselves the same roles, from the same inventory
+(``$KILN_INVENTORY``, default inventory/testbed), with pyinfra's own output.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.operations import server
+
+import roles
+from kiln.inventory import load_cluster
+from kiln.inventory.model import Cluster, Secrets
+from kiln.secrets import load_or_create
+from roles.context import NodeContext, changed_any
+from roles.facts import IsContainer
+from roles.platform import platform_for
+
+REPO = Path(__file__).resolve().parents[2]
+_contexts: dict[str, NodeContext] = {}
+
+
+def inventory_path() -> Path:
+    return Path(os.environ.get("KILN_INVENTORY") or REPO / "inventory" / "testbed")
+
+
+@lru_cache(maxsize=1)
+def cluster_and_secrets() -> tuple[Cluster, Secrets]:
+    cluster = load_cluster(inventory_path())
+    return cluster, load_or_create(cluster)
+
+
+def pyinfra_groups() -> dict[str, list[tuple[str, dict]]]:
+    """The inventory's groups as pyinfra inventory lists: ``{group: [(host, connection data)]}``."""
+    cluster, _ = cluster_and_secrets()
+    return {group: [(name, dict(cluster.hosts[name].connection)) for name in members]
+            for group, members in cluster.groups.items() if members and group not in ("all", "ungrouped")}
+
+
+def converge(host, role_names: list[str] | None = None) -> NodeContext:
+    """Prepare the roles of ``host`` (pyinfra's current host), as ``kiln deploy`` would."""
+    cluster, secrets = cluster_and_secrets()
+    node = cluster.hosts[host.name]
+    platform = platform_for(node.os, host.get_fact(LinuxDistribution))
+    ctx = NodeContext(cluster, node, platform, secrets, host.get_fact(IsContainer))
+    _contexts[host.name] = ctx
+    wanted = [r for r in roles.ORDER if r in node.roles and (role_names is None or r in role_names)]
+    modules = [roles.module(r) for r in wanted]
+    for module in modules:
+        module.install(ctx)
+    for module in modules:
+        module.configure(ctx)
+    if "slurm" in wanted and node.in_group("slurm_controller"):
+        # pyinfra runs each operation on every host before the next: this one runs after every
+        # host of the run has written its slurm.conf.
+        server.shell(name="slurm: scontrol reconfigure (slurm.conf changed)", commands=["scontrol reconfigure"],
+                     _if=lambda: any(changed_any(*c.marks.get("slurm_conf", [])) for c in _contexts.values())
+                     and not changed_any(*ctx.marks.get("slurmctld_started", [])))
+    return ctx
