@@ -46,9 +46,9 @@ def install(ctx: NodeContext) -> None:
                                         mode="644", name="base: chrony servers"))
 
 
-def _accounts(ctx: NodeContext) -> None:
-    cluster, platform = ctx.cluster, ctx.platform
-    homes = "/home" in {m.path for m in ctx.node.storage_mounts}
+def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]], list[dict]]:
+    """(groups, users) every node must have: service accounts and the teams' users, fixed IDs."""
+    homes = "/home" in {m.path for m in node.storage_mounts}
     groups: list[tuple[str, int, bool]] = []
     users: list[dict] = []
     for account, uid in sorted(cluster.setting("service_uids").items()):
@@ -63,7 +63,12 @@ def _accounts(ctx: NodeContext) -> None:
             users.append({"name": user.name, "uid": user.uid, "group": user.name,
                           "groups": [team.name] if team.gid is not None else [], "shell": "/bin/bash",
                           "home": f"/home/{user.name}", "create_home": not homes, "system": False})
-    accounts(name=f"base: service accounts and {sum(len(t.users) for t in cluster.teams)} team users, fixed IDs",
+    return groups, users
+
+
+def _accounts(ctx: NodeContext) -> None:
+    groups, users = account_specs(ctx.cluster, ctx.platform, ctx.node)
+    accounts(name=f"base: service accounts and {sum(len(t.users) for t in ctx.cluster.teams)} team users, fixed IDs",
              ctx=ctx, groups=groups, users=users)
 
 

@@ -222,20 +222,7 @@ def slurm_accounts(cluster: str, teams: list[Team]):
     """
     state = host.get_fact(SlurmAccountingState, cluster=cluster)
     if not state.reachable:
-        yield _WAIT_FOR_DBD
-        yield (f"sacctmgr -nP show cluster format=cluster | grep -qx {shlex.quote(cluster)} "
-               f"|| sacctmgr -i add cluster {shlex.quote(cluster)}")
-        for team in teams:
-            name = shlex.quote(team.name)
-            tres = f"GrpTRES={_grp_tres(team)}" if team.gpu_limit is not None else ""
-            yield (f"sacctmgr -nP show account {name} format=account | grep -qx {name} "
-                   f"|| sacctmgr -i add account {name} Cluster={cluster} Fairshare={team.shares} {tres}").rstrip()
-            yield (f"sacctmgr -i modify account where name={name} cluster={cluster} set Fairshare={team.shares} "
-                   f"GrpTRES={_grp_tres(team) or 'gres/gpu=-1'} >/dev/null")
-            for user in team.users:
-                uname = shlex.quote(user.name)
-                yield (f"sacctmgr -nP show assoc cluster={cluster} account={name} user={uname} format=user "
-                       f"| grep -qx {uname} || sacctmgr -i add user {uname} Account={name} Cluster={cluster}")
+        yield from accounts_script(cluster, teams)
         return
     if not state.cluster_registered:
         yield f"sacctmgr -i add cluster {shlex.quote(cluster)}"
@@ -252,6 +239,26 @@ def slurm_accounts(cluster: str, teams: list[Team]):
         for user in team.users:
             if user.name not in present:
                 yield f"sacctmgr -i add user {shlex.quote(user.name)} Account={name} Cluster={cluster}"
+
+
+def accounts_script(cluster: str, teams: list[Team]) -> list[str]:
+    """Commands that wait for slurmdbd, then add the cluster, accounts and users that are missing and
+    set every account's shares and GPU limit: right on a fresh or a converged database alike."""
+    out = [_WAIT_FOR_DBD,
+           f"sacctmgr -nP show cluster format=cluster | grep -qx {shlex.quote(cluster)} "
+           f"|| sacctmgr -i add cluster {shlex.quote(cluster)}"]
+    for team in teams:
+        name = shlex.quote(team.name)
+        tres = f"GrpTRES={_grp_tres(team)}" if team.gpu_limit is not None else ""
+        out.append(f"sacctmgr -nP show account {name} format=account | grep -qx {name} "
+                   f"|| sacctmgr -i add account {name} Cluster={cluster} Fairshare={team.shares} {tres}".rstrip())
+        out.append(f"sacctmgr -i modify account where name={name} cluster={cluster} set Fairshare={team.shares} "
+                   f"GrpTRES={_grp_tres(team) or 'gres/gpu=-1'} >/dev/null")
+        for user in team.users:
+            uname = shlex.quote(user.name)
+            out.append(f"sacctmgr -nP show assoc cluster={cluster} account={name} user={uname} format=user "
+                       f"| grep -qx {uname} || sacctmgr -i add user {uname} Account={name} Cluster={cluster}")
+    return out
 
 
 def settled(service: str, seconds: float = 3.0) -> str:

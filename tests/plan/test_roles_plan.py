@@ -128,3 +128,11 @@ def test_containers_leave_the_clock_to_the_host(monkeypatch):
     inside = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch, in_container=True))
     outside = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch))
     assert "base: chrony running" not in inside and outside["base: chrony running"]
+
+
+def test_sysctls_are_written_and_applied_when_changed(monkeypatch):
+    plan = dict(plan_host(cluster_for("debian12"), "gpu01", "debian12", fresh("debian12"), monkeypatch))
+    assert plan["base: sysctls"][0] == "upload /etc/sysctl.d/90-kiln.conf"
+    assert plan["base: apply sysctls (if changed)"] == ["sysctl -q -p /etc/sysctl.d/90-kiln.conf"]
+    assert "base: sysctls" not in dict(plan_host(cluster_for("debian12"), "ctl1", "debian12", fresh("debian12"),
+                                                 monkeypatch))

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +43,21 @@ def test_first_deploy_changes_every_host(slurm):
     # Services were checked to stay up after their start (slurmd can die right after a "successful" start).
     assert "slurm: slurmd stays active after its start" in hosts[slurm.computes[0]]["changed"]
     assert "slurm: slurmctld stays active after its start" in hosts[slurm.controller]["changed"]
+
+
+def test_base_role_on_the_nodes(slurm):
+    for node in [slurm.controller, *slurm.computes]:
+        ids = ok(slurm, node, "id -u slurm; id -u munge; id -u alice; id -g alice; id -Gn alice").split("\n")
+        assert ids[:4] == ["980", "981", "2101", "2101"] and "vision" in ids[4].split()
+        hosts = ok(slurm, node, "cat /etc/hosts")
+        assert all(f" {n}\n" in hosts for n in [slurm.controller, *slurm.computes])
+    # slurmd waits for GPU device files (nvidia-persistenced, where a node has it) and munge
+    after = ok(slurm, slurm.computes[0], "systemctl show slurmd -p After")
+    assert "nvidia-persistenced.service" in after and "munge.service" in after
+    # Jobs get slurmd's locked-memory limit (unlimited on a real node, for RDMA and NCCL), never the
+    # submitting shell's (PropagateResourceLimitsExcept=MEMLOCK). Testbed nodes' init has 8 MiB.
+    out = ok(slurm, slurm.controller, "su - alice -c 'ulimit -l 64; ulimit -l; srun -N1 sh -c \"ulimit -l\"'")
+    assert out.split() == ["64", "8192"], out
 
 
 def test_srun_runs_on_both_compute_nodes(slurm):
@@ -224,3 +242,14 @@ def test_a_node_with_another_os_stops_the_run_before_any_change(slurm, tmp_path)
     assert "kiln_os: debian12" in bad["error"]
     after = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf") for n in before}
     assert after == before
+
+
+def test_plain_pyinfra_runs_the_same_roles(slurm):
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    out = subprocess.run([str(pyinfra), "deploy/inventory.py", "deploy/site.py", "-y"], cwd=REPO, capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, KILN_INVENTORY=str(slurm.inventory)))
+    slurm.outputs.append(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # it converged to exactly what kiln deploy converges to
+    rc, data, text = deploy_json(slurm.inventory)
+    assert rc == 0 and {h["status"] for h in data["hosts"]} == {"no change"}, text

@@ -1,0 +1,80 @@
+"""The same work as kiln's base + slurm roles with pyinfra's stock operations, for benchmarks/converge.py.
+
+    RENDERED=DIR pyinfra DIR/inventory.py pyinfra_deploy.py -y
+
+DIR/inventory.py is a plain pyinfra inventory the benchmark writes (no kiln, no ansible-core).
+
+Files are the ones kiln renders (RENDERED), so every tool writes identical bytes.
+"""
+
+import json
+import os
+
+from pyinfra import host
+from pyinfra.operations import apt, files, server, systemd
+
+R = os.environ["RENDERED"]
+V = host.data.kiln_versions["slurm"]
+is_ctl = "slurm_controller" in host.groups
+is_dbd = "slurm_dbd" in host.groups
+is_compute = "compute" in host.groups
+
+
+def put(src, dest, mode="644", user="root", group="root"):
+    return files.put(name=f"put {dest}", src=f"{R}/{src}", dest=dest, mode=mode, user=user, group=group)
+
+
+put("apt.conf", "/etc/apt/apt.conf.d/90kiln")
+put("hosts", "/etc/hosts")
+for g in json.load(open(f"{R}/groups.json")):
+    server.group(name=f"group {g['name']}", group=g["name"], gid=g["gid"], system=g["system"])
+for u in json.load(open(f"{R}/users.json")):
+    server.user(name=f"user {u['name']}", user=u["name"], uid=u["uid"], group=u["group"], groups=u["groups"] or None,
+                shell=u["shell"], home=u["home"], create_home=u["create_home"], system=u["system"])
+put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
+apt.packages(name="chrony", packages=["chrony"], update=True, cache_time=3600, no_recommends=True)
+pkgs = ["munge", f"slurm-client={V}"]
+held = ["slurm-client"]
+if is_ctl:
+    pkgs.append(f"slurmctld={V}")
+    held.append("slurmctld")
+if is_dbd:
+    pkgs += ["mariadb-server", f"slurmdbd={V}"]
+    held.append("slurmdbd")
+if is_compute:
+    pkgs += [f"slurmd={V}", f"libpam-slurm-adopt={V}"]
+    held += ["slurmd", "libpam-slurm-adopt"]
+install = apt.packages(name="slurm packages", packages=pkgs, no_recommends=True)
+server.shell(name="hold", commands=["apt-mark hold " + " ".join(held)], _if=install.did_change)
+key = put("munge.key", "/etc/munge/munge.key", mode="400", user="munge", group="munge")
+files.directory(name="etc/slurm", path="/etc/slurm", mode="755", user="root", group="root")
+files.directory(name="log", path="/var/log/slurm", mode="755", user="slurm", group="slurm")
+files.directory(name="lib", path="/var/lib/slurm", mode="755", user="slurm", group="slurm")
+conf = put("slurm.conf", "/etc/slurm/slurm.conf")
+node_conf = [put("gres.conf", "/etc/slurm/gres.conf"), put("cgroup.conf", "/etc/slurm/cgroup.conf")]
+if is_ctl:
+    files.directory(name="state", path="/var/lib/slurm/slurmctld", mode="700", user="slurm", group="slurm")
+dbd_conf = put("slurmdbd.conf", "/etc/slurm/slurmdbd.conf", mode="600", user="slurm", group="slurm") if is_dbd else None
+if is_compute:
+    files.directory(name="spool", path="/var/lib/slurm/slurmd", mode="755", user="root", group="root")
+    files.directory(name="dropin dir", path="/etc/systemd/system/slurmd.service.d", mode="755", user="root", group="root")
+    node_conf.append(put("slurmd-kiln.conf", "/etc/systemd/system/slurmd.service.d/kiln.conf"))
+    files.line(name="pam", path="/etc/pam.d/sshd", line=r"^account\s+required\s+pam_slurm_adopt\.so",
+               replace="account    required     pam_slurm_adopt.so")
+systemd.service(name="munge", service="munge", running=True, enabled=True)
+systemd.service(name="restart munge", service="munge", restarted=True, _if=key.did_change)
+if is_dbd:
+    systemd.service(name="mariadb", service="mariadb", running=True, enabled=True)
+    server.shell(name="grant", _if=dbd_conf.did_change, commands=[
+        "pass=$(sed -n 's/^StoragePass=//p' /etc/slurm/slurmdbd.conf) && mysql -u root -e \"CREATE DATABASE IF NOT "
+        "EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost'; ALTER USER 'slurm'@'localhost' "
+        "IDENTIFIED BY '$pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;\""])
+    systemd.service(name="slurmdbd", service="slurmdbd", running=True, enabled=True)
+if is_ctl:
+    systemd.service(name="slurmctld", service="slurmctld", running=True, enabled=True)
+    server.shell(name="accounts", commands=[open(f"{R}/accounts.sh").read()])
+    server.shell(name="reconfigure", commands=["scontrol reconfigure"], _if=conf.did_change)
+if is_compute:
+    systemd.service(name="slurmd", service="slurmd", running=True, enabled=True, daemon_reload=True)
+    systemd.service(name="restart slurmd", service="slurmd", restarted=True,
+                    _if=lambda: any(op.did_change() for op in node_conf))
