@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kiln.inventory import load_cluster
 from kiln.secrets import load_or_create
+from kiln.testbed.host import TestbedError
 from kiln.testbed.testbed import Testbed
 from roles import slurm_config
 from roles.base import account_specs
@@ -114,7 +115,14 @@ def run_one(tool: str, size: int, runs: int, log: Path) -> tuple[float, float]:
     tb.teardown()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    tb.up(size, inventory_dir=inventory)
+    try:
+        tb.up(size, inventory_dir=inventory)
+    except TestbedError as e:  # seen once in many runs: retry on a clean slate, and say so
+        print(f"  testbed up failed, retrying once: {str(e).splitlines()[0]}", flush=True)
+        with log.open("a") as f:
+            f.write(f"testbed up failed:\n{e}\n")
+        tb.teardown()
+        tb.up(size, inventory_dir=inventory)
     try:
         rendered = WORK / "rendered"
         render_files(inventory, rendered)

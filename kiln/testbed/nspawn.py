@@ -122,7 +122,8 @@ class NspawnNodes:
         while time.monotonic() < deadline:
             if not self._supervisor_pid(node):
                 raise TestbedError(f"node {node.name} exited while booting; console log:\n"
-                                   + self.console_tail(node))
+                                   + self.console_tail(node) + "\nsupervisor log:\n"
+                                   + self.console_tail(node, name="supervisor.log"))
             init = self.init_pid(node)
             if init:
                 result = run(["nsenter", "-t", str(init), "-a", "systemctl", "is-system-running"],
@@ -134,11 +135,11 @@ class NspawnNodes:
         raise TestbedError(f"node {node.name} not ready after {timeout:.0f} s (systemd says {state!r}); "
                            "console log:\n" + self.console_tail(node))
 
-    def console_tail(self, node: Node, lines: int = 25) -> str:
+    def console_tail(self, node: Node, lines: int = 25, name: str = "console.log") -> str:
         try:
-            text = (node.dir / "console.log").read_text(errors="replace").splitlines()
+            text = (node.dir / name).read_text(errors="replace").splitlines()
         except OSError:
-            return "(no console log)"
+            return f"(no {name})"
         return "\n".join("    " + line for line in text[-lines:])
 
     def running(self, node: Node) -> bool:
