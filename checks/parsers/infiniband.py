@@ -1,0 +1,134 @@
+"""InfiniBand / RoCE: ``ibstat``, ``ibv_devinfo`` and ``ib_write_bw`` output."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks.verdict import CheckError
+
+
+@dataclass
+class Port:
+    number: int
+    state: str = ""           # Active, Down, Initializing, Armed (ibstat) / PORT_ACTIVE (ibv_devinfo)
+    physical_state: str = ""  # LinkUp, Polling, Disabled ...
+    rate: float | None = None  # Gb/s
+    link_layer: str = ""      # InfiniBand | Ethernet
+
+    @property
+    def active(self) -> bool:
+        return self.state.upper() in ("ACTIVE", "PORT_ACTIVE")
+
+    @property
+    def link_up(self) -> bool | None:
+        """Physical link up; None when the tool did not say (ibv_devinfo without -v)."""
+        if not self.physical_state:
+            return None
+        return self.physical_state in ("LinkUp", "LINK_UP")
+
+
+@dataclass
+class Adapter:
+    name: str
+    ports: dict[int, Port] = field(default_factory=dict)
+
+
+def parse_ibstat(text: str) -> dict[str, Adapter]:
+    """``ibstat`` (all adapters): name -> Adapter with its ports."""
+    adapters: dict[str, Adapter] = {}
+    adapter = port = None
+    for line in text.splitlines():
+        if line.startswith("ibpanic:"):
+            raise CheckError(f"ibstat failed: {line.strip()}")
+        ca = re.match(r"^CA '([^']+)'", line)
+        if ca:
+            adapter = adapters.setdefault(ca.group(1), Adapter(ca.group(1)))
+            port = None
+            continue
+        if adapter is None:
+            if line.strip():
+                raise CheckError(f"ibstat output does not start with an adapter: {line[:80]!r}")
+            continue
+        p = re.match(r"^\s+Port (\d+):", line)
+        if p:
+            port = adapter.ports.setdefault(int(p.group(1)), Port(int(p.group(1))))
+            continue
+        kv = re.match(r"^\s+([^:]+):\s*(.*)$", line)  # tabs from ibstat; spaces where a log copied it
+        if kv and port is not None:
+            key, value = kv.group(1).strip(), kv.group(2).strip()
+            if key == "State":
+                port.state = value
+            elif key == "Physical state":
+                port.physical_state = value
+            elif key == "Rate":
+                port.rate = float(value) if re.match(r"^\d+(\.\d+)?$", value) else None
+            elif key == "Link layer":
+                port.link_layer = value
+    if not adapters:
+        raise CheckError("ibstat listed no adapter")
+    for a in adapters.values():
+        for p in a.ports.values():
+            if not p.state:
+                raise CheckError(f"ibstat output for {a.name} port {p.number} is cut short (no State line)")
+    return adapters
+
+
+_SPEEDS = {"2.5 Gbps": 2.5, "5.0 Gbps": 5, "10.0 Gbps": 10, "14.0 Gbps": 14, "25.0 Gbps": 25, "50.0 Gbps": 50,
+           "100.0 Gbps": 100, "200.0 Gbps": 200}
+
+
+def parse_ibv_devinfo(text: str) -> dict[str, Adapter]:
+    """``ibv_devinfo [-v]``: name -> Adapter; rate from active_width x active_speed when -v gave them."""
+    adapters: dict[str, Adapter] = {}
+    adapter = port = None
+    width = speed = None
+    for line in text.splitlines():
+        hca = re.match(r"^hca_id:\s*(\S+)", line)
+        if hca:
+            adapter = adapters.setdefault(hca.group(1), Adapter(hca.group(1)))
+            port = None
+            continue
+        p = re.match(r"^\s+port:\s*(\d+)", line)
+        if p and adapter is not None:
+            port = adapter.ports.setdefault(int(p.group(1)), Port(int(p.group(1))))
+            width = speed = None
+            continue
+        kv = re.match(r"^\s+(\w+):\s*(.*)$", line)
+        if kv and port is not None:
+            key, value = kv.group(1), kv.group(2).strip()
+            if key == "state":
+                port.state = value.split()[0]
+            elif key == "phys_state":
+                port.physical_state = value.split()[0]
+            elif key == "link_layer":
+                port.link_layer = value
+            elif key == "active_width":
+                width = int(re.match(r"(\d+)", value).group(1)) if re.match(r"\d+", value) else None
+            elif key == "active_speed":
+                gbps = re.match(r"([\d.]+) Gbps", value)
+                speed = float(gbps.group(1)) if gbps else None
+            if width and speed:
+                port.rate = width * speed
+    if not adapters:
+        raise CheckError("ibv_devinfo listed no adapter")
+    return adapters
+
+
+def parse_ib_write_bw(text: str) -> dict[int, float]:
+    """``ib_write_bw`` result rows: message size (bytes) -> average bandwidth in Gb/s (MB/sec converted
+    when the run did not use --report_gbits)."""
+    unit = None
+    results: dict[int, float] = {}
+    for line in text.splitlines():
+        header = re.search(r"BW average\[(Gb/sec|MB/sec)\]", line)
+        if header:
+            unit = header.group(1)
+            continue
+        row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", line)
+        if row and unit:
+            average = float(row.group(4))
+            results[int(row.group(1))] = average if unit == "Gb/sec" else average * 8 / 1000
+    if not results:
+        raise CheckError("ib_write_bw printed no result row (did the peer connect?)")
+    return results

@@ -1,0 +1,72 @@
+"""Mounts: ``findmnt --json``, /etc/fstab and ``df --output``."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from checks.verdict import CheckError
+
+
+@dataclass(frozen=True)
+class Mount:
+    target: str
+    source: str
+    fstype: str
+    options: tuple[str, ...]
+
+
+def parse_findmnt_json(text: str) -> dict[str, Mount]:
+    """Mount point -> Mount, from ``findmnt --json`` in list or tree mode (children flattened)."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise CheckError(f"findmnt JSON is malformed or cut short: {e}") from None
+    if not isinstance(data, dict) or "filesystems" not in data:
+        raise CheckError("findmnt JSON has no 'filesystems'")
+    mounts: dict[str, Mount] = {}
+
+    def walk(entries):
+        for e in entries or []:
+            if not isinstance(e, dict) or "target" not in e:
+                raise CheckError(f"findmnt entry without a target: {str(e)[:80]}")
+            opts = e.get("options") or ""
+            mounts[e["target"]] = Mount(e["target"], e.get("source") or "", e.get("fstype") or "",
+                                        tuple(o for o in opts.split(",") if o))
+            walk(e.get("children"))
+    walk(data["filesystems"])
+    return mounts
+
+
+def parse_fstab(text: str) -> dict[str, Mount]:
+    entries = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) < 3:
+            raise CheckError(f"/etc/fstab line with fewer than 3 fields: {line[:80]!r}")
+        options = fields[3] if len(fields) > 3 else "defaults"
+        entries[fields[1]] = Mount(fields[1], fields[0], fields[2], tuple(options.split(",")))
+    return entries
+
+
+def parse_df_percent(text: str) -> dict[str, tuple[int, int | None]]:
+    """``df --output=target,pcent,ipcent``: mount point -> (space % used, inodes % used or None)."""
+    usage = {}
+    for line in text.splitlines()[1:]:
+        m = re.match(r"^(\S+)\s+(\d+)%\s+(\d+%|-)\s*$", line.strip())
+        if m:
+            usage[m.group(1)] = (int(m.group(2)), int(m.group(3)[:-1]) if m.group(3) != "-" else None)
+        elif line.strip():
+            raise CheckError(f"df line not understood: {line[:80]!r}")
+    return usage
+
+
+def options_match(wanted: str, actual: tuple[str, ...]) -> list[str]:
+    """The wanted options (comma separated; ``defaults`` means none in particular) missing from ``actual``.
+    ``rw``/``ro`` and ``key=value`` options must match exactly."""
+    have = set(actual)
+    return [o for o in wanted.split(",") if o and o != "defaults" and o not in have]

@@ -1,0 +1,101 @@
+"""nvidia-smi: ``--query-gpu`` / ``--query-remapped-rows`` CSV, ``nvlink -s``, and its exit codes."""
+
+from __future__ import annotations
+
+import re
+
+from checks.verdict import CheckError
+
+NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]",
+                 "[Requested functionality has been deprecated]", "")
+
+# nvidia-smi's documented exit codes, with what an operator should do.
+EXIT_CODES = {
+    2: "a bad argument or field name was given to nvidia-smi (kiln bug or a driver too old for the query)",
+    3: "the requested operation is not available on this GPU",
+    4: "no permission to run nvidia-smi (run as root)",
+    6: "a query of a GPU failed",
+    8: "a GPU's external power cables are not attached: reseat them",
+    9: "the NVIDIA driver is not loaded: check the kernel module (lsmod | grep nvidia, dmesg), reboot",
+    10: "the NVIDIA kernel module detected an interrupt issue with a GPU",
+    12: "the NVML shared library is missing or cannot be loaded: reinstall the driver",
+    13: "the local NVML library does not support this function",
+    14: "a GPU's infoROM is corrupted: contact the vendor",
+    15: "a GPU has fallen off the bus: reboot; if it recurs, service the node",
+    255: "nvidia-smi failed with an internal error (see its output)",
+}
+
+
+def explain_exit(code: int) -> str:
+    return EXIT_CODES.get(code, f"nvidia-smi exited {code}")
+
+
+def _value(text: str) -> str | None:
+    text = text.strip()
+    return None if text in NOT_AVAILABLE else text
+
+
+def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict[str, str | None]]:
+    """Rows of ``--format=csv[,noheader][,nounits]`` as dicts (field -> value, None for [N/A]).
+
+    With a header line the field names come from it (units in brackets dropped); with ``noheader``
+    give ``fields``. A row with the wrong number of values (truncated output) is an error."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise CheckError("nvidia-smi printed nothing")
+    if fields is None:
+        fields = [re.sub(r"\s*\[[^\]]*\]$", "", f.strip()) for f in lines[0].split(",")]
+        lines = lines[1:]
+    rows = []
+    for line in lines:
+        values = [v for v in line.split(",")]
+        if len(values) == len(fields) + 1 and not values[-1].strip():
+            values = values[:-1]  # some drivers end rows with ", "
+        if len(values) != len(fields):
+            raise CheckError(f"nvidia-smi row has {len(values)} values for {len(fields)} fields: {line[:80]!r}")
+        rows.append({f: _value(v) for f, v in zip(fields, values)})
+    return rows
+
+
+def number(value: str | None) -> float | None:
+    """``'0'``, ``'41 C'``, ``'16x'``, ``'0x0000000000000004'`` -> a number; None stays None."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.lower().startswith("0x"):
+        return float(int(text, 16))
+    match = re.match(r"^-?\d+(\.\d+)?", text)
+    if not match:
+        if text.lower() in ("yes", "enabled", "active"):
+            return 1.0
+        if text.lower() in ("no", "disabled", "not active"):
+            return 0.0
+        raise CheckError(f"not a number: {value!r}")
+    return float(match.group(0))
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict]:
+    """``nvidia-smi nvlink -s``: gpu index -> {"name", "links": {n: GB/s or None if inactive},
+    "all_inactive": bool}."""
+    gpus: dict[int, dict] = {}
+    current = None
+    for line in text.splitlines():
+        header = re.match(r"^GPU (\d+): (.*?)(?: \(UUID: [^)]*\))?\s*$", line)
+        if header:
+            current = gpus.setdefault(int(header.group(1)), {"name": header.group(2), "links": {},
+                                                              "all_inactive": False})
+            continue
+        if current is None:
+            if line.strip():
+                raise CheckError(f"nvlink status line outside a GPU: {line[:80]!r}")
+            continue
+        if "all links are inactive" in line:
+            current["all_inactive"] = True
+            continue
+        link = re.match(r"^\s+Link (\d+): (.*)$", line)
+        if link:
+            speed = link.group(2).strip()
+            current["links"][int(link.group(1))] = None if "inactive" in speed else number(speed)
+    if not gpus:
+        raise CheckError("no GPU in nvlink status output")
+    return gpus

@@ -1,0 +1,227 @@
+"""Every parser on real recorded output (tests/recorded/captured/), and on malformed or truncated output:
+a clear CheckError, never a crash and never a silent pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from checks.parsers.dcgm import parse_dcgm_diag
+from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat, parse_ibv_devinfo
+from checks.parsers.kernel_log import count_link_flaps, parse_xids
+from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
+from checks.parsers.nccl import parse_nccl_tests
+from checks.parsers.nvidia_smi import explain_exit, number, parse_nvlink_status, parse_query_csv
+from checks.verdict import CheckError
+from tests.conftest import REPO
+
+CAPTURED = REPO / "tests" / "recorded" / "captured"
+
+
+def read(path: str) -> str:
+    return (CAPTURED / path).read_text(errors="replace")
+
+
+# --- nvidia-smi ---
+
+@pytest.mark.parametrize("name", ["gpuexp-linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.load.query-gpu.csv",
+                                  "gpuexp-linux-x86_64__nvidia-h200__590.48.01.load.query-gpu.csv",
+                                  "gpuexp-linux-x86_64__nvidia-h100-mig__590.48.01.idle.query-gpu.csv"])
+def test_query_gpu_csv_with_header_and_units(name):
+    rows = parse_query_csv(read(f"nvidia-smi-query-gpu-csv/{name}"))
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["driver_version"] == "590.48.01" and row["name"].startswith("NVIDIA H")
+    assert row["pci.bus_id"].startswith("00000000:")
+    assert row["vgpu_driver_capability.heterogenous_multivGPU"] is None  # [N/A]
+
+
+def test_query_csv_old_driver_and_na_values():
+    rows = parse_query_csv(read("nvidia-smi-query-gpu-csv/azdiag-nvidia-smi-query-gpu.csv"))
+    assert len(rows) == 4 and rows[0]["remapped_rows.failure"] is None and rows[3]["retired_pages.dbe"] == "0"
+
+
+def test_query_csv_noheader_and_numbers():
+    rows = parse_query_csv("0, NVIDIA H100 80GB HBM3, 16, 0x0000000000000004, Enabled, 41 C\n",
+                           ["index", "name", "width", "reasons", "ecc", "temp"])
+    assert number(rows[0]["width"]) == 16 and number(rows[0]["reasons"]) == 4 and number(rows[0]["temp"]) == 41
+    assert number(rows[0]["ecc"]) == 1 and number(None) is None
+
+
+@pytest.mark.parametrize("text", ["", "index, name\n0, NVIDIA H100, extra, values\n", "index, name\n0\n"])
+def test_query_csv_malformed(text):
+    with pytest.raises(CheckError):
+        parse_query_csv(text)
+
+
+def test_nvlink_healthy_and_inactive():
+    good = parse_nvlink_status(read("nvidia-smi-nvlink-status/azhc-good_nvlink_status.txt"))
+    assert list(good) == [7] and len(good[7]["links"]) == 12 and all(good[7]["links"].values())
+    bad = parse_nvlink_status(read("nvidia-smi-nvlink-status/azhc-bad_nvlink_status.txt"))
+    assert any(g["all_inactive"] for g in bad.values())
+    h100 = parse_nvlink_status(read("nvidia-smi-nvlink-status/gpuexp-linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.nvlink-s"))
+    assert len(h100[0]["links"]) == 18
+
+
+def test_nvlink_with_one_inactive_link():
+    text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)\n\t Link 0: 26.562 GB/s\n\t Link 1: <inactive>\n"
+    assert parse_nvlink_status(text)[0]["links"] == {0: 26.562, 1: None}
+
+
+def test_nvlink_garbage():
+    with pytest.raises(CheckError):
+        parse_nvlink_status("Failed to initialize NVML: Driver/library version mismatch\n")
+
+
+def test_exit_codes_are_explained():
+    assert "driver is not loaded" in explain_exit(9) and "fallen off the bus" in explain_exit(15)
+    assert explain_exit(42) == "nvidia-smi exited 42"
+
+
+# --- kernel log ---
+
+def test_xids_in_iso_dmesg():
+    xids = parse_xids(read("kernel-xid/gpud-dmesg-time-format-iso.log"))
+    codes = [x.code for x in xids]
+    assert 48 in codes and 63 in codes and 94 in codes
+    first = xids[0]
+    assert first.pci == "PCI:0000:19:00" and first.code == 48 and first.fatal and first.stamp.startswith("2024-11-15T")
+    assert next(x for x in xids if x.pid == "1248209").process == "python3.10"
+
+
+def test_xid_119_and_application_xids():
+    xids = parse_xids(read("kernel-xid/gpud-dmesg-with-xid-119.log"))
+    assert {x.code for x in xids} == {119} and all(x.fatal for x in xids)
+    app = parse_xids("[2397166.983093] NVRM: Xid (PCI:0000:0f:00): 13, pid=2503421, name=python3, Graphics Exception\n")
+    assert app[0].code == 13 and not app[0].fatal
+    off_bus = parse_xids("NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.\n")
+    assert off_bus[0].fatal and "reboot" in off_bus[0].action
+
+
+def test_nvswitch_sxid():
+    xids = parse_xids("nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, Link 44 egress error\n"
+                      "nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n")
+    assert [x.fatal for x in xids] == [False, True]
+
+
+def test_all_recorded_logs_parse():
+    for path in (CAPTURED / "kernel-xid").iterdir():
+        parse_xids(path.read_text(errors="replace"))
+
+
+def test_link_flaps():
+    assert count_link_flaps(read("syslog-ib-flap/azhc-1dev_6flap_syslog")) == {"ib6": 6}
+
+
+# --- InfiniBand ---
+
+def test_ibstat_all_active_h100():
+    adapters = parse_ibstat(read("ibstat/gpud-ibstat.47.0.h100.all.active.1"))
+    ports = [p for a in adapters.values() for p in a.ports.values()]
+    assert ports and all(p.active and p.link_up for p in ports)
+    assert {p.link_layer for p in ports} <= {"InfiniBand", "Ethernet"}
+
+
+def test_ibstat_some_down():
+    adapters = parse_ibstat(read("ibstat/gpud-ibstat.47.0.some.down.0"))
+    down = [a.name for a in adapters.values() for p in a.ports.values() if not p.active]
+    assert len(down) == 3 and all(not adapters[n].ports[1].link_up for n in down)
+    rates = {p.rate for a in adapters.values() for p in a.ports.values()}
+    assert 400 in rates
+
+
+def test_ibstat_ibpanic_and_truncated():
+    with pytest.raises(CheckError, match="ibpanic"):
+        parse_ibstat(read("ibstat/gpud-ibstat.39.0.a100.failed.ibpanic.exit-255.0"))
+    text = read("ibstat/gpud-ibstat.47.0.a100.all.active.0")
+    with pytest.raises(CheckError):
+        parse_ibstat(text[: text.index("State:")])
+    with pytest.raises(CheckError):
+        parse_ibstat("")
+
+
+def test_ibv_devinfo():
+    text = ("hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\tphys_port_cnt:\t\t\t1\n\t\tport:\t1\n"
+            "\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tactive_width:\t\t4X (2)\n\t\t\tactive_speed:\t\t100.0 Gbps (64)\n"
+            "\t\t\tphys_state:\t\tLINK_UP (5)\n\t\t\tlink_layer:\t\tInfiniBand\n")
+    port = parse_ibv_devinfo(text)["mlx5_0"].ports[1]
+    assert port.active and port.link_up and port.rate == 400 and port.link_layer == "InfiniBand"
+    with pytest.raises(CheckError):
+        parse_ibv_devinfo("No IB devices found\n")
+
+
+def test_ib_write_bw():
+    results = parse_ib_write_bw(read("ib_write_bw/sbench-ib_loopback_8M_size.log"))
+    assert round(results[8388608]) == 192  # 24056.72 MB/s
+    gbits = parse_ib_write_bw(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+                              " 8388608    5000             391.22             390.87\t\t     0.005824\n")
+    assert gbits == {8388608: 390.87}
+    with pytest.raises(CheckError, match="no result row"):
+        parse_ib_write_bw(" Couldn't connect to 10.0.0.2:18515\n")
+
+
+# --- nccl-tests ---
+
+def test_nccl_single_node():
+    result = parse_nccl_tests(read("nccl-tests/gcm-test_check_nccl.py.sample_single_success_output.txt"))
+    assert result.average_busbw == 210.99 and result.wrong == 0 and result.out_of_bounds == 0
+    assert result.max_busbw == 231.72 and len(result.rows) == 6 and result.validated
+
+
+def test_nccl_recorded_runs_parse():
+    for path in (CAPTURED / "nccl-tests").iterdir():
+        assert parse_nccl_tests(path.read_text()).rows
+    alltoall = parse_nccl_tests(read("nccl-tests/sbench-nccl_alltoall.log"))
+    assert not alltoall.validated and alltoall.wrong == 0  # run with validation off: nothing checked
+
+
+def test_nccl_truncated():
+    text = read("nccl-tests/gcm-test_check_nccl.py.sample_single_success_output.txt")
+    with pytest.raises(CheckError, match="cut short"):
+        parse_nccl_tests(text[: text.index("# Out of bounds")])
+
+
+# --- DCGM ---
+
+def test_dcgm3_real_output_with_stray_line_and_nulls():
+    results = parse_dcgm_diag(read("dcgmi-diag/dcgm-JsonResultTests.cpp.deserialize-real-output.json"))
+    assert results and {r.status for r in results} == {"pass"}
+    assert results[0].gpus == "0,1,2,3,4,5,6,7"
+
+
+def test_dcgm4_keys():
+    text = ('{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": "memory", '
+            '"results": [{"entity_group": "GPU", "entity_id": 3, "status": "Fail", "warnings": [{"warning": '
+            '"Memory errors"}]}], "test_summary": {"status": "Fail"}}]}]}}')
+    (r,) = parse_dcgm_diag(text)
+    assert (r.test, r.gpus, r.status, r.detail) == ("memory", "3", "fail", "Memory errors")
+
+
+@pytest.mark.parametrize("text", ["", "Error: unable to connect to host engine", '{"DCGM Diagnostic": {"test_cat',
+                                  '{"Other": {}}', '{"DCGM Diagnostic": {"test_categories": []}}'])
+def test_dcgm_malformed(text):
+    with pytest.raises(CheckError):
+        parse_dcgm_diag(text)
+
+
+# --- mounts ---
+
+def test_findmnt_json_list_and_tree():
+    mounts = parse_findmnt_json(read("findmnt/gpud-findmnt.0.json"))
+    assert mounts["/"].fstype == "ext4"
+    tree = parse_findmnt_json('{"filesystems": [{"target": "/", "source": "/dev/sda1", "fstype": "ext4", '
+                              '"options": "rw,relatime", "children": [{"target": "/home", "source": "nfs01:/home", '
+                              '"fstype": "nfs4", "options": "rw,hard,vers=4.2"}]}]}')
+    assert tree["/home"].options == ("rw", "hard", "vers=4.2")
+    with pytest.raises(CheckError):
+        parse_findmnt_json('{"filesystems": [{"target": "/"')
+
+
+def test_fstab_df_and_options():
+    fstab = parse_fstab("# comment\nnfs01:/export/home /home nfs rw,hard 0 0\n/dev/sda1 / ext4 defaults 0 1\n")
+    assert fstab["/home"].source == "nfs01:/export/home" and fstab["/"].options == ("defaults",)
+    usage = parse_df_percent("Mounted on Use% IUse%\n/ 42% 3%\n/lustre 96% -\n")
+    assert usage == {"/": (42, 3), "/lustre": (96, None)}
+    assert options_match("rw,hard,vers=4.2", ("rw", "hard", "vers=4.1")) == ["vers=4.2"]
+    assert options_match("defaults", ("rw",)) == []
+    with pytest.raises(CheckError):
+        parse_df_percent("Mounted on Use% IUse%\ngarbage here\n")
