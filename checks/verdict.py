@@ -40,3 +40,9 @@ def fail(check_id: str, message: str) -> Verdict:
 
 def warn(check_id: str, message: str) -> Verdict:
     return Verdict(check_id, WARN, message)
+
+
+def with_passes(verdicts: list[Verdict], ids: list[str], message: str) -> list[Verdict]:
+    """``verdicts`` plus an ``ok`` for each id that has none, so every check shows in the report."""
+    seen = {v.id for v in verdicts}
+    return verdicts + [ok(i, message) for i in ids if i not in seen]

@@ -1,0 +1,192 @@
+"""GPU suite: count, model, driver pin, persistence, ECC, retired pages, remapped rows, PCIe link,
+throttling, NVLink, fatal Xids, fabric manager, nvidia_peermem, DCGM diagnostic.
+
+Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_level, kernel_log.
+"""
+
+from __future__ import annotations
+
+from checks.node import Node
+from checks.parsers.dcgm import parse_dcgm_diag
+from checks.parsers.kernel_log import parse_xids
+from checks.parsers.nvidia_smi import explain_exit, number, parse_nvlink_status, parse_query_csv
+from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
+
+FIELDS = ["index", "name", "pci.bus_id", "driver_version", "persistence_mode", "ecc.mode.current",
+          "ecc.errors.uncorrected.volatile.total", "retired_pages.pending", "pcie.link.gen.current",
+          "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max"]
+EVENTS_NEW, EVENTS_OLD = "clocks_event_reasons.active", "clocks_throttle_reasons.active"
+# Idle (0x1) and the software power cap (0x4) are normal; anything else slows the GPU down.
+BENIGN_THROTTLE = {0x0, 0x1, 0x4}
+KERNEL_LOG = "journalctl -k --since=-2h --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
+
+
+def _query(node: Node) -> tuple[list[dict] | None, Verdict | None]:
+    """nvidia-smi's GPU table, trying the clock-event field by its new name, then its old one. With a
+    GPU lost (exit 15) the others are still listed: they are checked, and the loss is the verdict."""
+    for events in (EVENTS_NEW, EVENTS_OLD):
+        out = node.run(f"nvidia-smi --query-gpu={','.join(FIELDS + [events])} --format=csv,noheader,nounits")
+        if out.rc == 2 and events == EVENTS_NEW:
+            continue  # driver older than 535.54: the field is still called clocks_throttle_reasons
+        if out.rc == 15 and out.stdout.strip():
+            lost = [line.strip() for line in (out.stderr + out.stdout).splitlines() if "Unable to determine" in line]
+            stdout = "\n".join(line for line in out.stdout.splitlines() if "Unable to determine" not in line)
+            try:
+                return parse_query_csv(stdout, FIELDS + ["throttle"]), fail(
+                    "GPU_LOST", f"{'; '.join(lost) or 'a GPU is lost'}: {explain_exit(15)}")
+            except CheckError as e:
+                return None, fail("GPU_NVIDIA_SMI_UNREADABLE", f"nvidia-smi output not understood: {e}")
+        if out.rc != 0:
+            detail = (out.stdout + out.stderr).strip().splitlines()
+            return None, fail("GPU_NVIDIA_SMI", f"nvidia-smi exited {out.rc}: {explain_exit(out.rc)}"
+                              + (f" ({detail[0][:120]})" if detail else ""))
+        try:
+            rows = parse_query_csv(out.stdout, FIELDS + ["throttle"])
+        except CheckError as e:
+            return None, fail("GPU_NVIDIA_SMI_UNREADABLE", f"nvidia-smi output not understood: {e}")
+        return rows, None
+    return None, fail("GPU_NVIDIA_SMI", "nvidia-smi rejected both clock-event field names")
+
+
+def _gpu(row: dict) -> str:
+    return f"gpu{row['index']} ({row['pci.bus_id']})"
+
+
+def check_table(rows: list[dict], expect: dict) -> list[Verdict]:
+    out = []
+    count = expect.get("count", 0)
+    out.append(ok("GPU_COUNT", f"{len(rows)} GPUs") if len(rows) == count else
+               fail("GPU_COUNT", f"{len(rows)} GPUs visible, the inventory says {count}: a GPU is missing or "
+                    "fell off the bus; check dmesg for Xid 79, reseat or service it"))
+    model = (expect.get("model") or "").lower()
+    wrong_model = [_gpu(r) + f" is {r['name']}" for r in rows if model and model not in (r["name"] or "").lower()]
+    out.append(fail("GPU_MODEL", "; ".join(wrong_model) + f" (inventory: {model})") if wrong_model
+               else ok("GPU_MODEL", f"all {model or 'GPUs'}"))
+    driver = expect.get("driver")
+    versions = sorted({r["driver_version"] or "?" for r in rows})
+    if driver:
+        out.append(ok("GPU_DRIVER_VERSION", f"driver {driver}") if versions == [driver] else
+                   fail("GPU_DRIVER_VERSION", f"driver {', '.join(versions)} loaded, the pin is {driver}: "
+                        "reboot if the pinned driver is installed, else run kiln deploy --roles nvidia_driver"))
+    for r in rows:
+        g = _gpu(r)
+        if (r["persistence_mode"] or "").lower() != "enabled":
+            out.append(fail("GPU_PERSISTENCE", f"{g}: persistence mode {r['persistence_mode']}: start "
+                            "nvidia-persistenced (kiln deploy --roles nvidia_driver)"))
+        ecc = r["ecc.mode.current"]
+        if ecc is not None and ecc.lower() != "enabled":
+            out.append(fail("GPU_ECC_MODE", f"{g}: ECC is {ecc}: nvidia-smi -i {r['index']} -e 1, then reset"))
+        unc = number(r["ecc.errors.uncorrected.volatile.total"])
+        if unc:
+            out.append(fail("GPU_ECC_UNCORRECTED", f"{g}: {int(unc)} uncorrected volatile ECC errors: drain, "
+                            "reset the GPU; service it if they recur"))
+        if (r["retired_pages.pending"] or "").lower() in ("yes", "1"):
+            out.append(fail("GPU_RETIRED_PAGES_PENDING", f"{g}: retired pages pending: reset the GPU or reboot"))
+        width, width_max = number(r["pcie.link.width.current"]), number(r["pcie.link.width.max"])
+        if width is not None and width_max and width < width_max:
+            out.append(fail("GPU_PCIE_WIDTH", f"{g}: PCIe x{int(width)} of x{int(width_max)}: reseat or service"))
+        gen, gen_max = number(r["pcie.link.gen.current"]), number(r["pcie.link.gen.max"])
+        if gen is not None and gen_max and gen < gen_max:
+            out.append(warn("GPU_PCIE_GEN", f"{g}: PCIe gen {int(gen)} of {int(gen_max)} (normal while idle)"))
+        reasons = number(r["throttle"])
+        if reasons is not None and int(reasons) not in BENIGN_THROTTLE:
+            out.append(warn("GPU_THROTTLE", f"{g}: clocks slowed, reasons 0x{int(reasons):x}: check cooling and power"))
+    return with_passes(out, ["GPU_PERSISTENCE", "GPU_ECC_MODE", "GPU_ECC_UNCORRECTED", "GPU_RETIRED_PAGES_PENDING",
+                             "GPU_PCIE_WIDTH", "GPU_PCIE_GEN", "GPU_THROTTLE"], f"all {len(rows)} GPUs")
+
+
+def check_remapped_rows(node: Node) -> list[Verdict]:
+    out = node.run("nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure "
+                   "--format=csv,noheader,nounits")
+    if out.rc in (2, 3):
+        return [ok("GPU_REMAPPED_ROWS", "row remapping not supported by these GPUs")]
+    if out.rc not in (0, 15):  # 15: a lost GPU, reported by GPU_LOST; the others are listed
+        return [fail("GPU_REMAPPED_ROWS", f"nvidia-smi --query-remapped-rows exited {out.rc}: {explain_exit(out.rc)}")]
+    try:
+        rows = parse_query_csv(out.stdout, ["bus", "pending", "failure"]) if out.stdout.strip() else []
+    except CheckError as e:
+        return [fail("GPU_REMAPPED_ROWS_UNREADABLE", str(e))]
+    verdicts = []
+    for r in rows:
+        if (r["failure"] or "").lower() in ("yes", "1"):
+            verdicts.append(fail("GPU_REMAP_FAILURE", f"GPU {r['bus']}: row remapping failed: service the GPU"))
+        elif (r["pending"] or "").lower() in ("yes", "1"):
+            verdicts.append(fail("GPU_REMAP_PENDING", f"GPU {r['bus']}: row remapping pending: reset the GPU or reboot"))
+    return verdicts or [ok("GPU_REMAPPED_ROWS", "no remapping pending or failed")]
+
+
+def check_nvlink(node: Node) -> list[Verdict]:
+    out = node.run("nvidia-smi nvlink -s")
+    if out.rc != 0:
+        return [fail("GPU_NVLINK", f"nvidia-smi nvlink -s exited {out.rc}: {explain_exit(out.rc)}")]
+    try:
+        gpus = parse_nvlink_status(out.stdout)
+    except CheckError as e:
+        return [fail("GPU_NVLINK_UNREADABLE", str(e))]
+    bad = []
+    for index, g in sorted(gpus.items()):
+        if g["all_inactive"]:
+            bad.append(f"gpu{index}: all links inactive")
+        down = [str(n) for n, speed in sorted(g["links"].items()) if speed is None]
+        if down:
+            bad.append(f"gpu{index}: link {','.join(down)} inactive")
+    return [fail("GPU_NVLINK_INACTIVE", "; ".join(bad) + ": check fabric manager, reset the GPUs")] if bad \
+        else [ok("GPU_NVLINK_INACTIVE", "all NVLinks active")]
+
+
+def check_xids(node: Node, command: str) -> list[Verdict]:
+    out = node.run(command)
+    xids = parse_xids(out.stdout)
+    fatal = [x for x in xids if x.fatal]
+    if fatal:
+        first = fatal[-1]
+        return [fail(f"GPU_XID_{first.code}", f"{len(fatal)} fatal Xid event(s) in 2 h, last {first.code} on "
+                     f"{first.pci}: {first.action}")]
+    app = sorted({x.code for x in xids})
+    return [ok("GPU_XID", "no fatal Xid in 2 h" + (f" (application Xids {app})" if app else ""))]
+
+
+def check_service(node: Node, check_id: str, unit: str, what: str) -> Verdict:
+    out = node.run(f"systemctl is-active {unit}")
+    state = out.stdout.strip() or "unknown"
+    return ok(check_id, f"{unit} active") if state == "active" else \
+        fail(check_id, f"{unit} is {state}: {what}")
+
+
+def check_peermem(node: Node) -> Verdict:
+    out = node.run("test -d /sys/module/nvidia_peermem")
+    return ok("GPU_PEERMEM", "nvidia_peermem loaded") if out.rc == 0 else \
+        warn("GPU_PEERMEM", "nvidia_peermem not loaded: GPUDirect RDMA is off (modprobe nvidia_peermem)")
+
+
+def check_dcgm(node: Node, level: int) -> list[Verdict]:
+    out = node.run(f"dcgmi diag -r {level} -j")
+    try:
+        results = parse_dcgm_diag(out.stdout)
+    except CheckError as e:
+        return [fail("GPU_DCGM_DIAG", f"dcgmi diag -r {level} exited {out.rc}: {e}")]
+    failed = [r for r in results if r.status == "fail"]
+    if failed:
+        return [fail("GPU_DCGM_DIAG", "; ".join(f"{r.test} on GPU {r.gpus}: {r.detail or 'Fail'}" for r in failed[:3]))]
+    return [ok("GPU_DCGM_DIAG", f"dcgmi diag -r {level}: {len(results)} results, none failed")]
+
+
+def run(node: Node, expect: dict) -> list[Verdict]:
+    gpu = expect.get("gpu") or {}
+    if not gpu.get("count"):
+        return []
+    rows, error = _query(node)
+    if rows is None:
+        return [error]
+    verdicts = ([error] if error else []) + check_table(rows, gpu)
+    verdicts += check_remapped_rows(node)
+    if gpu.get("nvswitch"):
+        verdicts += check_nvlink(node)
+        verdicts.append(check_service(node, "GPU_FABRIC_MANAGER", "nvidia-fabricmanager",
+                                      "start it (systemctl start nvidia-fabricmanager); GPUs cannot talk over NVSwitch"))
+    verdicts += check_xids(node, gpu.get("kernel_log") or KERNEL_LOG)
+    if gpu.get("rdma"):
+        verdicts.append(check_peermem(node))
+    if gpu.get("dcgm_level"):
+        verdicts += check_dcgm(node, int(gpu["dcgm_level"]))
+    return verdicts

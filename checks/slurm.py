@@ -1,0 +1,64 @@
+"""Slurm suite: slurmd active, the node registered and not down, not drained by a person, munge
+round-trip, GRES count as the inventory says.
+
+Expectations (``expect["slurm"]``): node (Slurm NodeName), gpus (GRES count), compute (bool).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from checks.node import Node
+from checks.verdict import Verdict, fail, ok, warn
+
+KILN_PREFIX = "kiln:"
+
+
+def node_state(text: str) -> dict[str, str]:
+    """``scontrol show node NAME -o``: key -> value (Reason keeps its spaces)."""
+    fields: dict[str, str] = {}
+    reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", text)
+    if reason:
+        fields["Reason"] = reason.group(1).strip()
+    for key, value in re.findall(r"(\w+)=(\S*)", text):
+        fields.setdefault(key, value)
+    return fields
+
+
+def run(node: Node, expect: dict) -> list[Verdict]:
+    slurm = expect.get("slurm") or {}
+    if not slurm.get("compute"):
+        return []
+    name = slurm.get("node") or node.name
+    verdicts = []
+    active = node.run("systemctl is-active slurmd").stdout.strip()
+    verdicts.append(ok("SLURM_SLURMD", "slurmd active") if active == "active" else
+                    fail("SLURM_SLURMD", f"slurmd is {active or 'unknown'}: systemctl restart slurmd; see "
+                         "/var/log/slurm/slurmd.log"))
+    munge = node.run("munge -n | unmunge >/dev/null")
+    verdicts.append(ok("SLURM_MUNGE", "munge round-trip works") if munge.rc == 0 else
+                    fail("SLURM_MUNGE", f"munge round-trip failed ({munge.stderr.strip()[:120]}): check munged and "
+                         "that /etc/munge/munge.key matches the controller's"))
+    out = node.run(f"scontrol show node {shlex.quote(name)} -o")
+    if out.rc != 0 or "NodeName=" not in out.stdout:
+        verdicts.append(fail("SLURM_REGISTERED", f"the controller does not know {name}: "
+                             f"{(out.stderr or out.stdout).strip()[:120]}"))
+        return verdicts
+    fields = node_state(out.stdout)
+    state = fields.get("State", "")
+    if "DOWN" in state or "NOT_RESPONDING" in state or state.endswith("*"):
+        verdicts.append(fail("SLURM_REGISTERED", f"{name} is {state} in Slurm: check slurmd and the network"))
+    else:
+        verdicts.append(ok("SLURM_REGISTERED", f"{name} is {state}"))
+    reason = fields.get("Reason", "")
+    if "DRAIN" in state and reason and not reason.startswith(KILN_PREFIX):
+        verdicts.append(warn("SLURM_DRAINED_BY_PERSON", f"{name} is drained by a person: {reason!r}; kiln leaves it so"))
+    gpus = slurm.get("gpus", 0)
+    if gpus:
+        gres = fields.get("Gres", "")
+        have = sum(int(n) for n in re.findall(r"gpu(?::[\w.-]+)?:(\d+)", gres))
+        verdicts.append(ok("SLURM_GRES", f"Gres={gres}") if have == gpus else
+                        fail("SLURM_GRES", f"Slurm sees {have} GPUs (Gres={gres or 'none'}), the inventory says {gpus}: "
+                             "check gres.conf and the device files, restart slurmd"))
+    return verdicts

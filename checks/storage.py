@@ -1,0 +1,77 @@
+"""Storage suite: each inventory mount is mounted with its type, source and options, /etc/fstab agrees,
+it is writable, and not too full. (That every node sees the same data is checked by the remote runner,
+which can write on one node and read on the others.)
+
+Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent}.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from checks.node import Node
+from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
+from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
+
+# fstype as the kernel reports it, for inventory types that differ
+FSTYPES = {"nfs": ("nfs", "nfs4"), "cephfs": ("ceph", "fuse.ceph-fuse"), "glusterfs": ("fuse.glusterfs",),
+           "sshfs": ("fuse.sshfs",), "weka": ("wekafs",), "beegfs": ("beegfs",), "gpfs": ("gpfs",),
+           "lustre": ("lustre",), "tmpfs": ("tmpfs",)}
+
+
+def run(node: Node, expect: dict) -> list[Verdict]:
+    mounts = expect.get("storage") or []
+    if not mounts:
+        return []
+    out = node.run("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS")
+    try:
+        live = parse_findmnt_json(out.stdout)
+    except CheckError as e:
+        return [fail("STORAGE_FINDMNT_UNREADABLE", f"findmnt exited {out.rc}: {e}")]
+    try:
+        fstab = parse_fstab(node.run("cat /etc/fstab").stdout)
+    except CheckError as e:
+        return [fail("STORAGE_FSTAB_UNREADABLE", str(e))]
+    verdicts: list[Verdict] = []
+    present = []
+    for m in mounts:
+        path = m["path"]
+        mounted = live.get(path)
+        if mounted is None:
+            verdicts.append(fail("STORAGE_MOUNTED", f"{path} ({m['type']} from {m['source']}) is not mounted: "
+                                 f"mount {path}; check the server and the client's log"))
+            continue
+        present.append(path)
+        if m["type"] != "bind" and mounted.fstype not in FSTYPES.get(m["type"], (m["type"],)):
+            verdicts.append(fail("STORAGE_TYPE", f"{path} is {mounted.fstype}, the inventory says {m['type']}"))
+        if m["type"] not in ("bind", "tmpfs") and mounted.source.rstrip("/") != m["source"].rstrip("/"):
+            verdicts.append(fail("STORAGE_SOURCE", f"{path} is mounted from {mounted.source}, the inventory says "
+                                 f"{m['source']}"))
+        missing = options_match(m.get("options", "defaults"), mounted.options)
+        if missing:
+            verdicts.append(fail("STORAGE_OPTIONS", f"{path} lacks mount options {','.join(missing)}: remount"))
+        entry = fstab.get(path)
+        if entry is None or (m["type"] != "bind" and entry.source.rstrip("/") != m["source"].rstrip("/")):
+            verdicts.append(warn("STORAGE_FSTAB", f"{path}: /etc/fstab " + ("has no entry" if entry is None else
+                                 f"says {entry.source}") + ": it will not come back the same after a reboot"))
+        probe = f"{path.rstrip('/')}/.kiln-write-check-{node.name}"
+        if node.run(f"touch {shlex.quote(probe)} && rm -f {shlex.quote(probe)}").rc != 0:
+            verdicts.append(fail("STORAGE_WRITABLE", f"{path} is not writable by root (read-only, full or "
+                                 "root-squashed): check the mount and the server"))
+    if present:
+        df = node.run("df --output=target,pcent,ipcent " + " ".join(shlex.quote(p) for p in present))
+        try:
+            usage = parse_df_percent(df.stdout)
+        except CheckError as e:
+            return verdicts + [fail("STORAGE_FULL_UNREADABLE", str(e))]
+        for m in mounts:
+            if m["path"] not in usage:
+                continue
+            space, inodes = usage[m["path"]]
+            worst = max(space, inodes or 0)
+            if worst >= m.get("fail_percent", 95):
+                verdicts.append(fail("STORAGE_FULL", f"{m['path']} is {worst}% full (fail at {m.get('fail_percent', 95)}%)"))
+            elif worst >= m.get("warn_percent", 80):
+                verdicts.append(warn("STORAGE_FULL", f"{m['path']} is {worst}% full (warn at {m.get('warn_percent', 80)}%)"))
+    return with_passes(verdicts, ["STORAGE_MOUNTED", "STORAGE_TYPE", "STORAGE_SOURCE", "STORAGE_OPTIONS",
+                                  "STORAGE_FSTAB", "STORAGE_WRITABLE", "STORAGE_FULL"], f"{len(mounts)} mounts")

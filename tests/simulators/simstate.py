@@ -1,0 +1,47 @@
+"""State shared by kiln's tool simulators: one JSON file per node (``$KILN_SIM_STATE``, default
+/etc/kiln-sim/state.json). Test-only: installed on testbed nodes by ``kiln testbed up``, never on a
+real cluster, never GPU proof. Standard library only (the nodes' python3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+PATH = os.environ.get("KILN_SIM_STATE", "/etc/kiln-sim/state.json")
+MODELS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200", "a100": "NVIDIA A100-SXM4-80GB",
+          "l40s": "NVIDIA L40S"}
+
+
+def healthy(gpus: int, model: str, driver: str, nvlinks: int, hcas: int, rate: int, layer: str) -> dict:
+    return {
+        "driver": driver, "cuda": "12.2", "nvidia_smi_exit": 0,
+        "gpus": [{"index": i, "name": MODELS.get(model.lower(), f"NVIDIA {model.upper()}"),
+                  "bus": f"00000000:{0x18 + 0x10 * i:02X}:00.0", "uuid": f"GPU-00000000-0000-0000-0000-{i:012d}",
+                  "persistence": "Enabled", "ecc": "Enabled", "ecc_uncorrected": 0, "retired_pending": "No",
+                  "remap_pending": "No", "remap_failure": "No", "pcie_gen": 5, "pcie_gen_max": 5,
+                  "pcie_width": 16, "pcie_width_max": 16, "throttle": 0x1, "nvlinks": [26.562] * nvlinks,
+                  "lost": False} for i in range(gpus)],
+        "hcas": [{"name": f"mlx5_{i}", "state": "Active", "phys": "LinkUp", "rate": rate, "layer": layer,
+                  "guid": f"0x946dae0300cde7{i:02x}"} for i in range(hcas)],
+        "kernel_log": [],
+        "dcgm_fail": [],
+        "bandwidth_gbps": 390.87 if rate >= 400 else rate * 0.97,
+    }
+
+
+def load() -> dict:
+    with open(PATH) as f:
+        return json.load(f)
+
+
+def save(state: dict) -> None:
+    tmp = PATH + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, PATH)
+
+
+def kernel_stamp() -> str:
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) + ",%06d" % int((t % 1) * 1e6) + time.strftime("%z")

@@ -1,0 +1,189 @@
+"""Every check passes on a healthy node and FAILS on the fault it targets.
+
+GPU and fabric tools are the simulators under tests/simulators (the real tools' formats, driven by a
+state file, with the same faults ``kiln testbed inject`` sets); other commands are answered from a table.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from checks.node import Node, Result
+from checks.suites import run_suites
+from tests.conftest import REPO
+
+SIMULATORS = REPO / "tests" / "simulators"
+EXPECT = {
+    "gpu": {"count": 4, "model": "h100", "driver": "535.261.03", "nvswitch": True, "rdma": True, "dcgm_level": 1,
+            "kernel_log": "kiln-sim kernel-log --since=-2h"},
+    "fabric": {"type": "infiniband", "hca_count": 2, "rate_gbps": 400, "hcas": [], "kernel_log": "true"},
+    "storage": [{"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw", "warn_percent": 80,
+                 "fail_percent": 95}],
+    "slurm": {"node": "gpu01", "gpus": 4, "compute": True},
+    "system": {"kernel": "6.1.0-28-amd64", "memlock_unlimited": True, "time_sync": True},
+}
+HEALTHY = {
+    "systemctl is-active nvidia-fabricmanager": Result(0, "active\n"),
+    "test -d /sys/module/nvidia_peermem": Result(0, ""),
+    "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS": Result(0, '{"filesystems": [{"target": "/scratch", '
+                                                                       '"source": "tmpfs", "fstype": "tmpfs", "options": "rw,nosuid,size=65536k"}]}'),
+    "cat /etc/fstab": Result(0, "tmpfs /scratch tmpfs rw,size=64m 0 0\n"),
+    "touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01": Result(0, ""),
+    "df --output=target,pcent,ipcent /scratch": Result(0, "Mounted on Use% IUse%\n/scratch 3% 1%\n"),
+    "systemctl is-active slurmd": Result(0, "active\n"),
+    "munge -n | unmunge >/dev/null": Result(0, ""),
+    "scontrol show node gpu01 -o": Result(0, "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=gpu:h100:4 "
+                                             "NodeAddr=gpu01 State=IDLE ThreadsPerCore=1 Partitions=batch\n"),
+    "uname -r": Result(0, "6.1.0-28-amd64\n"),
+    "swapon --show --noheadings": Result(0, ""),
+    "cat /proc/$(pidof -s slurmd || echo self)/limits": Result(0, "Max locked memory         unlimited            unlimited            bytes\n"),
+    "timedatectl show -p NTPSynchronized --value": Result(0, "yes\n"),
+}
+
+
+class SimNode(Node):
+    def __init__(self, state, answers):
+        self.answers = answers
+        env = dict(os.environ, KILN_SIM_STATE=str(state), PATH=f"{SIMULATORS}:{os.environ['PATH']}")
+
+        def run(command):
+            if command in self.answers:
+                return self.answers[command]
+            out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, env=env, timeout=30)
+            return Result(out.returncode, out.stdout, out.stderr)
+        super().__init__("gpu01", run)
+
+
+@pytest.fixture
+def node(tmp_path):
+    state = tmp_path / "state.json"
+    env = dict(os.environ, KILN_SIM_STATE=str(state))
+    subprocess.run([str(SIMULATORS / "kiln-sim"), "init", "--gpus", "4", "--model", "h100", "--driver", "535.261.03",
+                    "--nvlinks", "18", "--hcas", "2", "--rate", "400"], check=True, env=env)
+    n = SimNode(state, dict(HEALTHY))
+    n.inject = lambda fault, gpu=0: subprocess.run([str(SIMULATORS / "kiln-sim"), "inject", fault, "--gpu", str(gpu)],
+                                                   check=True, env=env)
+    return n
+
+
+def failing(verdicts, severity="fail"):
+    return sorted({v.id for v in verdicts if v.severity == severity})
+
+
+def test_healthy_node_passes_every_check(node):
+    verdicts = run_suites(node, EXPECT)
+    assert failing(verdicts) == [] and failing(verdicts, "warn") == []
+    ids = {v.id for v in verdicts}
+    for expected in ("GPU_COUNT", "GPU_DRIVER_VERSION", "GPU_ECC_UNCORRECTED", "GPU_REMAPPED_ROWS",
+                     "GPU_NVLINK_INACTIVE", "GPU_XID", "GPU_FABRIC_MANAGER", "GPU_PEERMEM", "GPU_DCGM_DIAG",
+                     "FABRIC_PORT_DOWN", "FABRIC_RATE", "STORAGE_MOUNTED", "SLURM_GRES", "SYSTEM_KERNEL"):
+        assert expected in ids
+
+
+@pytest.mark.parametrize("fault, failed", [
+    ("gpu-lost", ["GPU_COUNT", "GPU_LOST", "GPU_XID_79"]),
+    ("ecc-uncorrected", ["GPU_ECC_UNCORRECTED"]),
+    ("remap-pending", ["GPU_REMAP_PENDING"]),
+    ("xid-79", ["GPU_XID_79"]),
+    ("nvlink-down", ["GPU_NVLINK_INACTIVE"]),
+    ("ib-port-down", ["FABRIC_PORT_DOWN"]),
+    ("ib-rate-low", ["FABRIC_RATE"]),
+    ("driver-mismatch", ["GPU_DRIVER_VERSION"]),
+])
+def test_each_fault_fails_its_check(node, fault, failed):
+    node.inject(fault)
+    assert failing(run_suites(node, EXPECT)) == failed
+
+
+def test_application_xid_does_not_fail(node):
+    node.inject("xid-13")
+    verdicts = run_suites(node, EXPECT)
+    assert failing(verdicts) == []
+    assert "application Xids [13]" in next(v.message for v in verdicts if v.id == "GPU_XID")
+
+
+def test_clock_throttle_warns(node):
+    node.inject("clock-throttle")
+    verdicts = run_suites(node, EXPECT)
+    assert failing(verdicts) == [] and failing(verdicts, "warn") == ["GPU_THROTTLE"]
+
+
+def test_driver_not_loaded_is_explained(node):
+    node.answers["nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,persistence_mode,ecc.mode.current,"
+                 "ecc.errors.uncorrected.volatile.total,retired_pages.pending,pcie.link.gen.current,pcie.link.gen.max,"
+                 "pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active --format=csv,noheader,nounits"] = \
+        Result(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
+    verdicts = run_suites(node, EXPECT, ["gpu"])
+    assert [(v.id, v.severity) for v in verdicts] == [("GPU_NVIDIA_SMI", "fail")]
+    assert "driver is not loaded" in verdicts[0].message
+
+
+def test_old_driver_field_name_is_retried(node):
+    prefix = ("nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,persistence_mode,ecc.mode.current,"
+              "ecc.errors.uncorrected.volatile.total,retired_pages.pending,pcie.link.gen.current,pcie.link.gen.max,"
+              "pcie.link.width.current,pcie.link.width.max,")
+    node.answers[prefix + "clocks_event_reasons.active --format=csv,noheader,nounits"] = \
+        Result(2, 'Field "clocks_event_reasons.active" is not a valid field to query.\n')
+    assert failing(run_suites(node, EXPECT, ["gpu"])) == []
+
+
+@pytest.mark.parametrize("command, result, failed", [
+    ("systemctl is-active nvidia-fabricmanager", Result(3, "inactive\n"), ["GPU_FABRIC_MANAGER"]),
+    ("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS", Result(0, '{"filesystems": []}'), ["STORAGE_MOUNTED"]),
+    ("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS", Result(0, '{"filesystems": [{"target": "/scratch", '
+     '"source": "tmpfs", "fstype": "tmpfs", "options": "ro,nosuid"}]}'), ["STORAGE_OPTIONS"]),
+    ("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS", Result(0, '{"filesystems": [{"target": "/scratch", '
+     '"source": "/dev/sdb1", "fstype": "ext4", "options": "rw"}]}'), ["STORAGE_TYPE"]),
+    ("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS", Result(1, '{"filesystems": [{"targ'),
+     ["STORAGE_FINDMNT_UNREADABLE"]),
+    ("touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01",
+     Result(1, "", "Read-only file system"), ["STORAGE_WRITABLE"]),
+    ("df --output=target,pcent,ipcent /scratch", Result(0, "Mounted on Use% IUse%\n/scratch 97% 1%\n"), ["STORAGE_FULL"]),
+    ("systemctl is-active slurmd", Result(3, "failed\n"), ["SLURM_SLURMD"]),
+    ("munge -n | unmunge >/dev/null", Result(1, "", "unmunge: Error: Invalid credential"), ["SLURM_MUNGE"]),
+    ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 Gres=gpu:h100:3 State=IDLE\n"), ["SLURM_GRES"]),
+    ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=DOWN+NOT_RESPONDING\n"),
+     ["SLURM_REGISTERED"]),
+    ("scontrol show node gpu01 -o", Result(1, "", "Node gpu01 not found"), ["SLURM_REGISTERED"]),
+    ("uname -r", Result(0, "6.1.0-30-amd64\n"), ["SYSTEM_KERNEL"]),
+    ("swapon --show --noheadings", Result(0, "/swapfile file 2G 0B -2\n"), ["SYSTEM_SWAP"]),
+    ("cat /proc/$(pidof -s slurmd || echo self)/limits", Result(0, "Max locked memory         8388608              "
+                                                                  "8388608              bytes\n"), ["SYSTEM_MEMLOCK"]),
+])
+def test_each_node_fault_fails_its_check(node, command, result, failed):
+    assert command in node.answers
+    node.answers[command] = result
+    assert failing(run_suites(node, EXPECT)) == failed
+
+
+def test_warn_only_faults(node):
+    node.answers["df --output=target,pcent,ipcent /scratch"] = Result(0, "Mounted on Use% IUse%\n/scratch 85% 1%\n")
+    node.answers["timedatectl show -p NTPSynchronized --value"] = Result(0, "no\n")
+    node.answers["cat /etc/fstab"] = Result(0, "")
+    node.answers["test -d /sys/module/nvidia_peermem"] = Result(1, "")
+    verdicts = run_suites(node, EXPECT)
+    assert failing(verdicts) == []
+    assert failing(verdicts, "warn") == ["GPU_PEERMEM", "STORAGE_FSTAB", "STORAGE_FULL", "SYSTEM_TIME_SYNC"]
+
+
+def test_drained_by_a_person_is_reported_not_failed(node):
+    node.answers["scontrol show node gpu01 -o"] = Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=IDLE+DRAIN "
+                                                            "Reason=bad fan, ticket 123 [ops@2026-11-29T10:00:00]\n")
+    verdicts = run_suites(node, EXPECT, ["slurm"])
+    assert failing(verdicts) == [] and failing(verdicts, "warn") == ["SLURM_DRAINED_BY_PERSON"]
+    assert "'bad fan, ticket 123'" in next(v.message for v in verdicts if v.id == "SLURM_DRAINED_BY_PERSON")
+
+
+def test_a_crashing_suite_fails_on_that_node_only(node):
+    node.answers["uname -r"] = None  # a runner bug: no Result
+    verdicts = run_suites(node, EXPECT, ["system", "slurm"])
+    assert failing(verdicts) == ["SYSTEM_CHECK_CRASHED"]
+    assert any(v.suite == "slurm" and v.severity == "ok" for v in verdicts)
+
+
+def test_nothing_expected_nothing_checked(node):
+    assert run_suites(node, {"system": {"memlock_unlimited": False, "time_sync": False}}, ["gpu", "fabric", "storage",
+                                                                                          "slurm"]) == []
