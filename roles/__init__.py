@@ -6,7 +6,7 @@ from importlib import import_module
 from types import ModuleType
 
 # Roles that exist today; a host runs those of its roles (kiln.inventory.model.Host.roles) found here.
-ORDER = ("base", "slurm")
+ORDER = ("base", "storage", "health", "slurm")
 
 
 def module(name: str) -> ModuleType:

@@ -119,7 +119,7 @@ def managed_directory(ctx, path: str, mode: str, user: str, group: str):
 
 
 @operation()
-def line_present(ctx, index: int, path: str, line: str):
+def line_present(ctx, index: int, path: str, line: str, replace_regex: str | None = None):
     """
     Append ``line`` to ``path`` unless a line matching the watched regex is there.
 
@@ -127,8 +127,11 @@ def line_present(ctx, index: int, path: str, line: str):
     + index: what ``ctx.watch_line(path, regex)`` returned
     + path: the file
     + line: the exact line to append
+    + replace_regex: lines matching it (the same entry with other values) are removed first
     """
     if index not in _snapshot(ctx).lines:
+        if replace_regex:
+            yield f"sed -i -E {shlex.quote('/' + replace_regex.replace('/', chr(92) + '/') + '/d')} {shlex.quote(path)}"
         yield f"echo {shlex.quote(line)} >> {shlex.quote(path)}"
 
 

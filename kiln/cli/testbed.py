@@ -1,4 +1,4 @@
-"""`kiln testbed up|status|ssh|down`: the local cluster of systemd-nspawn nodes."""
+"""`kiln testbed up|status|ssh|down|inject|clear`: the local cluster of systemd-nspawn nodes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import click
 
 from kiln.cli.main import DEFAULT_INVENTORY, EXIT_BAD_INPUT, EXIT_FAILED, json_option
+from kiln.testbed.simulate import FAULTS
 
 name_option = click.option("--name", default="kiln", show_default=True, help="testbed name (up to 8 letters/digits)")
 
@@ -101,3 +102,31 @@ def down(name: str, wipe: bool) -> None:
     except TestbedError as exc:
         _fail(exc)
     click.echo(f"testbed {name} is down" + (" and its caches wiped" if wipe else ""), err=True)
+
+
+@testbed.command()
+@name_option
+@click.argument("node")
+@click.argument("fault", type=click.Choice(FAULTS))
+@click.option("--gpu", default=0, show_default=True, help="which simulated GPU (faults on one GPU)")
+def inject(name: str, node: str, fault: str, gpu: int) -> None:
+    """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown."""
+    from kiln.testbed.host import TestbedError
+    try:
+        _testbed(name).inject(node, fault, gpu)
+    except TestbedError as exc:
+        _fail(exc)
+    click.echo(f"{node}: {fault} injected")
+
+
+@testbed.command()
+@name_option
+@click.argument("node")
+def clear(name: str, node: str) -> None:
+    """Undo every fault injected on NODE."""
+    from kiln.testbed.host import TestbedError
+    try:
+        _testbed(name).clear(node)
+    except TestbedError as exc:
+        _fail(exc)
+    click.echo(f"{node}: faults cleared")

@@ -50,6 +50,10 @@ class Host:
         roles = {"base"}
         if set(self.groups) & {CONTROLLER, DBD, LOGIN, COMPUTE}:
             roles.add("slurm")
+        if COMPUTE in self.groups:
+            roles.add("health")
+        if self.storage_mounts:
+            roles.add("storage")
         if self.gpu_count:
             roles |= {"nvidia_driver", "cuda", "nccl", "dcgm"}
         if self.nvswitch:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 PREFIX = "kiln_"
 
 SUPPORTED_OS = ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")
-STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind")
+STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind", "tmpfs")
 SERVICE_ACCOUNTS = ("slurm", "munge")
 FABRIC_TYPES = ("infiniband", "roce", "ethernet", "none")
 
@@ -139,8 +139,16 @@ SETTINGS: dict[str, Setting] = {
            "cgroup ConstrainCores and ConstrainRAMSpace: a job gets only its cores and memory"),
         _s("slurm_def_mem_per_cpu", int, None, "cluster",
            "DefMemPerCPU in MiB; default: the smallest compute node's memory_mb / cpus"),
-        _s("slurm_health_check", bool, False, "cluster",
+        _s("slurm_health_check", bool, True, "cluster",
            "run kiln's node-local checks as Slurm's HealthCheckProgram every health_check_interval"),
+        _s("check_dcgm_level", int, 0, "cluster",
+           "dcgmi diag level the gpu suite runs (0 off; 1 takes about a minute, 3 up to 20)"),
+        _s("check_kernel_log", str, "", "cluster",
+           "command printing the kernel log since {since} (e.g. -2h); empty: journalctl -k, else dmesg"),
+        _s("check_memlock", bool, True, "cluster", "fail nodes where jobs cannot lock unlimited memory"),
+        _s("check_time_sync", bool, True, "cluster", "warn on nodes whose clock is not synchronised"),
+        _s("check_textfile_dir", str, "/var/lib/prometheus/node-exporter", "cluster",
+           "where the node-local checks write kiln.prom for node_exporter's textfile collector"),
         # --- per node ---
         _s("os", Literal[SUPPORTED_OS], "debian12", "host", f"node OS: {', '.join(SUPPORTED_OS)}"),
         _s("cpus", int, None, "host", "CPUs Slurm may use on the node (required on compute nodes)"),

@@ -26,6 +26,10 @@ TESTBED_VERSIONS = {
 # GPU GRES to be exercised for real; there is no GPU behind them.
 GPUS_PER_NODE = 4
 
+# What the tool simulators on compute nodes report (tests/simulators, installed by `kiln testbed up`).
+SIM_GPU_MODEL, SIM_HCAS, SIM_RATE = "h100", 2, 400
+HEALTH_CHECK_INTERVAL = 10  # seconds; short so tests see a node drain and resume quickly
+
 # Two teams, so fair-share, per-team GPU limits and pam_slurm_adopt can be shown with real users.
 TESTBED_TEAMS = [
     {"name": "vision", "shares": 60, "gid": 2001, "gpu_limit": 2,
@@ -70,10 +74,22 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # Nodes get their own writable freezer and devices cgroups, but share the host's cpuset and
         # memory hierarchies read-only: Slurm constrains devices (GPUs) there, not cores or memory.
         "kiln_slurm_constrain_cores_memory": False,
+        # Node checks: the simulated GPUs' kernel messages come from kiln-sim (tests/simulators); nodes
+        # share the host's clock and its 8 MiB locked-memory limit, so those two are not checked here.
+        "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",
+        "kiln_check_memlock": False,
+        "kiln_check_time_sync": False,
+        "kiln_health_check_interval": HEALTH_CHECK_INTERVAL,
     }, sort_keys=False))
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
         "kiln_cpus": cpus, "kiln_memory_mb": 1024, "kiln_gpu_count": GPUS_PER_NODE,
-        "kiln_gpu_model": "h100"}, sort_keys=False))
+        "kiln_gpu_model": SIM_GPU_MODEL,
+        "kiln_fabric": {"type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE},
+        "kiln_storage_mounts": [
+            {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"},
+            # the same host directory in every node (systemd-nspawn --bind): shared storage to check
+            {"path": "/srv/kiln-shared", "type": "bind", "source": "/srv/kiln-shared", "options": "rw"}],
+    }, sort_keys=False))
     (tmp / "group_vars" / "all" / "versions.yml").write_text(header + yaml.safe_dump(
         {"kiln_versions": TESTBED_VERSIONS}, sort_keys=False))
     (tmp / ".kiln-testbed").write_text(testbed.name + "\n")

@@ -21,7 +21,9 @@ from typing import Callable
 
 from kiln.testbed import base as base_image
 from kiln.testbed.host import TestbedError, link_exists, mounts_under, require_root, require_tools, run
-from kiln.testbed.inventory import GPUS_PER_NODE, write_inventory
+from kiln.testbed import simulate
+from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_RATE, TESTBED_VERSIONS,
+                                    write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
 from kiln.testbed.proxy import AptProxy
 
@@ -136,6 +138,7 @@ class Testbed:
         self._write_access(nodes, inventory_dir)
         self._wait_ssh(nodes)
         self._warm_apt(nodes[0])
+        self._init_simulators([n for n in nodes if n.role == "compute" or len(nodes) == 1])
         self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
                       f"({', '.join(f'{n}: {s}' for n, s in states.items())})")
         return self.status()
@@ -196,6 +199,8 @@ class Testbed:
             # no GPU behind them. /dev is rebuilt at each boot, so tmpfiles.d makes them every boot.
             files["/etc/tmpfiles.d/kiln-testbed-gpus.conf"] = ("".join(
                 f"c /dev/nvidia{i} 0666 root root - 195:{i}\n" for i in range(GPUS_PER_NODE)), 0o644)
+            if simulate.available():
+                files |= simulate.simulator_files()
         return files | {
             "/etc/hostname": (f"{node.name}\n", 0o644),
             "/etc/hosts": (hosts, 0o644),
@@ -260,6 +265,31 @@ class Testbed:
                 if time.monotonic() > deadline:
                     raise TestbedError(f"node {node.name}: ssh does not answer: {result.stderr.strip()}")
                 time.sleep(0.3)
+
+    def _init_simulators(self, nodes: list[Node]) -> None:
+        if not simulate.available():
+            self.progress("tool simulators not found (tests/simulators): GPU checks will see no nvidia-smi")
+            return
+        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, TESTBED_VERSIONS["nvidia_driver"], SIM_HCAS,
+                                        SIM_RATE)
+        for node in nodes:
+            self.ssh(node.name, command)
+
+    def inject(self, node: str, fault: str, gpu: int = 0) -> None:
+        """Break a compute node's simulated hardware (or unmount its /scratch) on purpose."""
+        if fault not in simulate.FAULTS:
+            raise TestbedError(f"unknown fault {fault!r}: use one of {', '.join(simulate.FAULTS)}")
+        self._require_node(node)
+        self.ssh(node, ["kiln-sim", "inject", fault, "--gpu", str(gpu)])
+
+    def clear(self, node: str) -> None:
+        """Every injected fault of the node undone: healthy simulated hardware, mounts back."""
+        self._require_node(node)
+        self.ssh(node, ["kiln-sim", "clear"])
+
+    def _require_node(self, node: str) -> None:
+        if node not in [n.name for n in self.recorded_nodes()]:
+            raise TestbedError(f"no node {node!r} in testbed {self.name}")
 
     def _warm_apt(self, node: Node) -> None:
         """Fetch the package indexes once, through one node, before anything fans out.

@@ -187,3 +187,66 @@ def test_a_crashing_suite_fails_on_that_node_only(node):
 def test_nothing_expected_nothing_checked(node):
     assert run_suites(node, {"system": {"memlock_unlimited": False, "time_sync": False}}, ["gpu", "fabric", "storage",
                                                                                           "slurm"]) == []
+
+
+# --- the node-local runner's Slurm decisions ---
+
+from checks.node_local import drain_or_resume, textfile  # noqa: E402
+from checks.verdict import Verdict  # noqa: E402
+
+
+class SlurmNode(Node):
+    def __init__(self, show):
+        self.commands = []
+
+        def run(command):
+            self.commands.append(command)
+            if command.startswith("scontrol show node"):
+                return Result(0, show)
+            return Result(0, "")
+        super().__init__("gpu01", run, local=True)
+
+
+FAILED = [Verdict("GPU_ECC_UNCORRECTED", "fail", "gpu3: 2 uncorrected volatile ECC errors", "gpu")]
+PASSED = [Verdict("GPU_COUNT", "ok", "4 GPUs", "gpu")]
+
+
+def test_a_failure_drains_with_a_kiln_reason():
+    node = SlurmNode("NodeName=gpu01 State=IDLE Gres=gpu:h100:4\n")
+    assert drain_or_resume(node, "gpu01", FAILED) == "drained"
+    assert node.commands[-1] == ("scontrol update nodename=gpu01 state=drain "
+                                 "reason='kiln: GPU_ECC_UNCORRECTED gpu3: 2 uncorrected volatile ECC errors'")
+
+
+def test_a_pass_resumes_only_what_kiln_drained():
+    node = SlurmNode("NodeName=gpu01 State=IDLE+DRAIN Reason=kiln: GPU_ECC_UNCORRECTED gpu3 [root@2026-11-29]\n")
+    assert drain_or_resume(node, "gpu01", PASSED) == "resumed"
+    assert node.commands[-1] == "scontrol update nodename=gpu01 state=resume"
+    person = SlurmNode("NodeName=gpu01 State=IDLE+DRAIN Reason=replacing fan, ticket 99 [ops@2026-11-29]\n")
+    assert drain_or_resume(person, "gpu01", PASSED) == "left drained by a person"
+    assert drain_or_resume(person, "gpu01", FAILED) == "left drained by a person"
+    assert not any("update" in c for c in person.commands)
+
+
+def test_no_second_drain_for_the_same_reason_and_nothing_when_healthy():
+    node = SlurmNode("NodeName=gpu01 State=MIXED+DRAIN Reason=kiln: GPU_ECC_UNCORRECTED gpu3: 2 uncorrected "
+                     "volatile ECC errors [root@2026-11-29T10:00:00]\n")
+    assert drain_or_resume(node, "gpu01", FAILED).startswith("nothing")
+    healthy = SlurmNode("NodeName=gpu01 State=ALLOCATED\n")
+    assert drain_or_resume(healthy, "gpu01", PASSED) == "nothing"
+    assert not any("update" in c for c in node.commands + healthy.commands)
+
+
+def test_prometheus_textfile(tmp_path):
+    textfile(FAILED + PASSED, str(tmp_path), 0.25)
+    text = (tmp_path / "kiln.prom").read_text()
+    assert 'kiln_check_ok{check="GPU_ECC_UNCORRECTED",suite="gpu",severity="fail"} 0' in text
+    assert 'kiln_check_ok{check="GPU_COUNT",suite="gpu",severity="ok"} 1' in text
+    assert "kiln_check_duration_seconds 0.250" in text and "# TYPE kiln_check_ok gauge" in text
+
+
+def test_checks_run_on_python_3_9():
+    """The node-local runner uses the node's system python3 (Rocky 9 has 3.9): no newer syntax in checks/."""
+    import ast
+    for path in (REPO / "checks").rglob("*.py"):
+        ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))

@@ -50,16 +50,16 @@ def test_slurm_conf_has_accounting_fair_share_and_cgroups(example):
                  "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "RebootProgram=/usr/sbin/reboot",
                  "JobAcctGatherType=jobacct_gather/cgroup", "DefMemPerCPU=8000"):
         assert line + "\n" in conf, line
-    assert "HealthCheckProgram" not in conf  # off until the node-local checks are switched on
+    assert "HealthCheckProgram=/usr/local/sbin/kiln-node-check\nHealthCheckInterval=300\n" in conf
     assert "TopologyPlugin" not in conf
 
 
-def test_health_check_hook_and_topology_when_set(example):
+def test_health_check_off_and_topology_when_set(example):
     from dataclasses import replace
-    settings = dict(example.settings, kiln_slurm_health_check=True)
+    settings = dict(example.settings, kiln_slurm_health_check=False)
     cluster = replace(example, settings=settings, topology={"leaf1": ["hgx001", "hgx002"], "spine": ["leaf1"]})
     conf = slurm_config.slurm_conf(cluster)
-    assert "HealthCheckProgram=/usr/local/sbin/kiln-node-check\nHealthCheckInterval=300\n" in conf
+    assert "HealthCheck" not in conf
     assert "TopologyPlugin=topology/tree\n" in conf
     topo = slurm_config.topology_conf(cluster)
     assert "SwitchName=leaf1 Nodes=hgx[001-002]\n" in topo and "SwitchName=spine Switches=leaf1\n" in topo

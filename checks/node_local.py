@@ -1,0 +1,109 @@
+"""The node-local runner: kiln's checks on the node itself, as Slurm's HealthCheckProgram (or by hand).
+
+    kiln-node-check [--expect /etc/kiln/node-checks.json] [--textfile DIR] [--no-drain] [--json]
+
+Runs the suites with no kiln installation and nothing but the node's python3 (>= 3.9). A failing check
+drains the node with reason ``kiln: <ID> <message>``; when every check passes, a node whose drain
+reason starts with ``kiln:`` is resumed. A node drained by a person (any other reason) is never
+resumed and its reason never overwritten. Writes Prometheus textfile metrics (one gauge per check).
+Exit 0 when nothing failed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script from the installed tree
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from checks.node import Node, local_node  # noqa: E402
+from checks.slurm import KILN_PREFIX, node_state  # noqa: E402
+from checks.suites import run_suites  # noqa: E402
+from checks.verdict import Verdict  # noqa: E402
+
+EXPECT = "/etc/kiln/node-checks.json"
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+LOCAL_SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
+REASON_MAX = 200
+
+
+def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
+    """What was done in Slurm: 'drained', 'resumed', 'left drained by a person', or 'nothing'."""
+    out = node.run(f"scontrol show node {shlex.quote(name)} -o")
+    if out.rc != 0:
+        return f"nothing (scontrol: {(out.stderr or out.stdout).strip()[:80]})"
+    fields = node_state(out.stdout)
+    state, reason = fields.get("State", ""), fields.get("Reason", "")
+    drained = "DRAIN" in state
+    by_person = drained and bool(reason) and not reason.startswith(KILN_PREFIX)
+    failed = [v for v in verdicts if v.failed]
+    if failed:
+        if by_person:
+            return "left drained by a person"
+        first = failed[0]
+        new_reason = f"{KILN_PREFIX} {first.id} {first.message}"[:REASON_MAX]
+        if drained and reason == new_reason:
+            return "nothing (already drained by kiln for this)"
+        node.run(f"scontrol update nodename={shlex.quote(name)} state=drain reason={shlex.quote(new_reason)}")
+        return "drained"
+    if drained and reason.startswith(KILN_PREFIX):
+        node.run(f"scontrol update nodename={shlex.quote(name)} state=resume")
+        return "resumed"
+    return "left drained by a person" if by_person else "nothing"
+
+
+def textfile(verdicts: list[Verdict], directory: str, seconds: float) -> None:
+    """``kiln_check_ok{check,suite}`` 1 pass / 0 fail (warn counts as pass, with severity as a label)."""
+    lines = ["# HELP kiln_check_ok 1 when the kiln node check passed (warnings included), 0 when it failed.",
+             "# TYPE kiln_check_ok gauge"]
+    for v in verdicts:
+        lines.append(f'kiln_check_ok{{check="{v.id}",suite="{v.suite}",severity="{v.severity}"}} '
+                     f"{0 if v.failed else 1}")
+    lines += ["# HELP kiln_check_last_run_timestamp_seconds When kiln's node checks last ran.",
+              "# TYPE kiln_check_last_run_timestamp_seconds gauge",
+              f"kiln_check_last_run_timestamp_seconds {time.time():.0f}",
+              "# HELP kiln_check_duration_seconds How long kiln's node checks took.",
+              "# TYPE kiln_check_duration_seconds gauge", f"kiln_check_duration_seconds {seconds:.3f}"]
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, ".kiln.prom.tmp")
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, os.path.join(directory, "kiln.prom"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kiln-node-check", description=__doc__.splitlines()[0])
+    ap.add_argument("--expect", default=EXPECT)
+    ap.add_argument("--textfile", default=None, help=f"directory for kiln.prom (default {TEXTFILE_DIR})")
+    ap.add_argument("--no-drain", action="store_true", help="report only; do not drain or resume in Slurm")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    with open(args.expect) as f:
+        expect = json.load(f)
+    name = (expect.get("slurm") or {}).get("node") or os.uname().nodename.split(".")[0]
+    node = local_node(name, timeout=expect.get("command_timeout", 40))
+    verdicts = run_suites(node, expect, expect.get("local_suites", LOCAL_SUITES))
+    action = "not asked" if args.no_drain or not (expect.get("slurm") or {}).get("compute") else \
+        drain_or_resume(node, name, verdicts)
+    seconds = time.monotonic() - start
+    textfile(verdicts, args.textfile or expect.get("textfile_dir") or TEXTFILE_DIR, seconds)
+    failed = [v for v in verdicts if v.failed]
+    if args.json:
+        print(json.dumps({"node": name, "seconds": round(seconds, 3), "slurm": action,
+                          "verdicts": [v.as_dict() for v in verdicts]}, indent=1))
+    else:
+        for v in verdicts:
+            if v.severity != "ok":
+                print(f"{v.severity.upper():4} {v.id} {v.message}")
+        print(f"{name}: {len(verdicts)} checks, {len(failed)} failed, {seconds:.2f} s; slurm: {action}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

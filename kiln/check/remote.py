@@ -1,0 +1,147 @@
+"""Run kiln's check suites on inventory hosts over SSH: pytest drives, testinfra connects.
+
+Every host gets an entry in a generated ssh_config (its address, user, key, the inventory's known_hosts
+with ``StrictHostKeyChecking yes``, a ControlMaster), so an unknown or changed host key is refused.
+All hosts are checked at once (a thread per host, testinfra's ssh backend), then pytest reports one test
+per host and suite (JUnit with ``--junitxml``). Checks that need several nodes (the same data on every
+node's shared storage) run here, after the per-node suites.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shlex
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from checks.node import Node, Result, testinfra_node
+from checks.suites import SUITES, run_suites
+from checks.verdict import Verdict, fail, ok
+from kiln.inventory.expect import node_expectations
+from kiln.inventory.model import Cluster, Host
+
+CHECKS_DIR = Path(__file__).resolve().parents[2] / "checks"
+
+
+def ssh_config(cluster: Cluster, hosts: list[Host], control_dir: Path) -> str:
+    entries = []
+    for h in hosts:
+        c = h.connection
+        lines = [f"Host {h.name}", f"  HostName {c.get('ssh_hostname', h.name)}",
+                 f"  User {c.get('ssh_user', 'root')}", f"  Port {c.get('ssh_port', 22)}",
+                 "  StrictHostKeyChecking yes", "  BatchMode yes", "  ConnectTimeout 10", "  LogLevel ERROR",
+                 "  ControlMaster auto", f"  ControlPath {control_dir}/%C", "  ControlPersist 15"]
+        if c.get("ssh_key"):
+            lines.append(f"  IdentityFile {c['ssh_key']}")
+        if c.get("ssh_known_hosts_file"):
+            lines.append(f"  UserKnownHostsFile {c['ssh_known_hosts_file']}")
+        entries.append("\n".join(lines))
+    return "\n".join(entries) + "\n"
+
+
+class RemoteCheck:
+    """Holds the verdicts of a run; pytest reads them through the ``kiln_check`` fixture."""
+
+    def __init__(self, cluster: Cluster, hosts: list[Host], suites: list[str], progress=lambda line: None):
+        self.cluster, self.hosts, self.suites, self.progress = cluster, hosts, suites, progress
+        self.results: dict[str, list[Verdict]] = {}
+        self.seconds: dict[str, float] = {}
+        self.tmp = Path(tempfile.mkdtemp(prefix="kiln-check-"))
+        (self.tmp / "cm").mkdir()
+        self.config = self.tmp / "ssh_config"
+        self.config.write_text(ssh_config(cluster, hosts, self.tmp / "cm"))
+
+    def node(self, host: Host) -> Node:
+        import testinfra
+        backend = testinfra.get_host(f"ssh://{host.name}", ssh_config=str(self.config), controlpersist=0)
+
+        def run(command: str) -> Result:
+            try:
+                out = backend.run(command)
+                return Result(out.rc, out.stdout, out.stderr)
+            except RuntimeError as e:  # testinfra raises on exit 255 (ssh's own failures, or the tool's 255)
+                out = e.args[0] if e.args else None
+                return Result(255, getattr(out, "stdout", ""), getattr(out, "stderr", str(e)))
+        return Node(host.name, run)
+
+    def _check_host(self, host: Host) -> list[Verdict]:
+        start = time.monotonic()
+        node = self.node(host)
+        probe = node.run("true")
+        if probe.rc != 0:
+            verdicts = [Verdict("NODE_UNREACHABLE", "fail", f"ssh failed: {probe.stderr.strip()[:200]}: check the node "
+                                "is up and its host key is in the inventory's known_hosts", "ssh")]
+        else:
+            verdicts = run_suites(node, node_expectations(self.cluster, host), self.suites)
+        self.seconds[host.name] = time.monotonic() - start
+        failed = sum(v.failed for v in verdicts)
+        self.progress(f"  {host.name}: {len(verdicts)} checks, {failed} failed ({self.seconds[host.name]:.1f} s)")
+        return verdicts
+
+    def collect(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, max(1, len(self.hosts)))) as pool:
+            for host, verdicts in zip(self.hosts, pool.map(self._check_host, self.hosts)):
+                self.results[host.name] = verdicts
+        if "storage" in self.suites:
+            self._shared_storage()
+
+    def _shared_storage(self) -> None:
+        """A marker written on one node must be readable on every other node mounting the same filesystem."""
+        by_mount: dict[tuple[str, str], list[Host]] = {}
+        for h in self.hosts:
+            if any(v.id == "NODE_UNREACHABLE" for v in self.results[h.name]):
+                continue
+            for m in h.storage_mounts:
+                if m.type != "tmpfs":
+                    by_mount.setdefault((m.path, m.source), []).append(h)
+        for (path, source), hosts in by_mount.items():
+            if len(hosts) < 2:
+                continue
+            marker = f"{path.rstrip('/')}/.kiln-shared-check-{uuid.uuid4().hex[:12]}"
+            writer = self.node(hosts[0])
+            if writer.run(f"echo kiln > {shlex.quote(marker)}").rc != 0:
+                continue  # STORAGE_WRITABLE already says why
+            try:
+                for h in hosts:
+                    seen = self.node(h).run(f"cat {shlex.quote(marker)}").stdout.strip() == "kiln"
+                    verdict = ok("STORAGE_SHARED", f"{path}: sees what {hosts[0].name} wrote") if seen else \
+                        fail("STORAGE_SHARED", f"{path}: does not see what {hosts[0].name} wrote: it is not the same "
+                             f"filesystem ({source}) as on the other nodes")
+                    self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
+            finally:
+                writer.run(f"rm -f {shlex.quote(marker)}")
+
+    def verdicts(self, node: str, suite: str) -> list[Verdict]:
+        return [v for v in self.results.get(node, []) if v.suite in (suite, "ssh")]
+
+    def run_pytest(self, junit: str | None = None) -> int:
+        self.collect()
+        ini = self.tmp / "pytest.ini"
+        ini.write_text("[pytest]\n")  # not the repository's test settings
+        args = [str(CHECKS_DIR / "test_nodes.py"), "-c", str(ini), "-q", "-p", "no:cacheprovider", "--no-header",
+                "--rootdir", str(CHECKS_DIR), "-W", "ignore::DeprecationWarning"]
+        if junit:
+            args.append(f"--junitxml={junit}")
+        return int(pytest.main(args, plugins=[_Plugin(self)]))
+
+
+class _Plugin:
+    def __init__(self, run: RemoteCheck):
+        self.run = run
+
+    @pytest.fixture
+    def kiln_check(self):
+        return self.run
+
+    def pytest_generate_tests(self, metafunc):
+        if {"node_name", "suite"} <= set(metafunc.fixturenames):
+            pairs = [(h.name, s) for h in self.run.hosts for s in self.run.suites]
+            metafunc.parametrize(("node_name", "suite"), pairs, ids=[f"{n}-{s}" for n, s in pairs])
+
+
+def available_suites() -> list[str]:
+    return list(SUITES)

@@ -1,0 +1,78 @@
+"""`kiln check` reports: the per-node verdict table, JSON, and one self-contained HTML matrix."""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+
+from checks.verdict import Verdict
+
+ORDER = {"fail": 0, "warn": 1, "ok": 2}
+
+
+def summary(results: dict[str, list[Verdict]]) -> dict[str, str]:
+    """Node -> "ok" | "warn" | "fail" (its worst verdict)."""
+    return {n: min((v.severity for v in vs), key=ORDER.__getitem__, default="ok") for n, vs in results.items()}
+
+
+def table(results: dict[str, list[Verdict]], suites: list[str]) -> str:
+    worst = summary(results)
+    width = max([len(n) for n in results] + [4])
+    lines = [f"{'node':<{width}}  {'verdict':<7}  " + "  ".join(f"{s:<8}" for s in suites) + "  first problem"]
+    for node, verdicts in results.items():
+        cells = []
+        for suite in suites:
+            vs = [v for v in verdicts if v.suite in (suite, "ssh")]
+            bad = [v for v in vs if v.severity == "fail"]
+            warned = [v for v in vs if v.severity == "warn"]
+            cells.append(f"{'FAIL ' + str(len(bad)) if bad else 'warn ' + str(len(warned)) if warned else 'ok' if vs else '-':<8}")
+        problems = sorted((v for v in verdicts if v.severity != "ok"), key=lambda v: ORDER[v.severity])
+        first = f"{problems[0].id}: {problems[0].message}" if problems else ""
+        lines.append(f"{node:<{width}}  {worst[node].upper():<7}  " + "  ".join(cells) + f"  {first[:110]}")
+    return "\n".join(lines)
+
+
+def as_json(results: dict[str, list[Verdict]], seconds: dict[str, float]) -> str:
+    worst = summary(results)
+    return json.dumps({"nodes": {n: {"verdict": worst[n], "seconds": round(seconds.get(n, 0), 2),
+                                     "checks": [v.as_dict() for v in vs]} for n, vs in results.items()},
+                       "summary": {s: sum(w == s for w in worst.values()) for s in ("ok", "warn", "fail")}}, indent=1)
+
+
+def as_html(results: dict[str, list[Verdict]], cluster_name: str) -> str:
+    """A node-by-check matrix a person can scan: one row per node, one column per check id."""
+    ids = sorted({v.id for vs in results.values() for v in vs})
+    worst = summary(results)
+    colors = {"ok": "#cfeccf", "warn": "#fbe3a4", "fail": "#f4b4b4", "": "#eeeeee"}
+    rows = []
+    for node, verdicts in results.items():
+        by_id: dict[str, list[Verdict]] = {}
+        for v in verdicts:
+            by_id.setdefault(v.id, []).append(v)
+        cells = []
+        for i in ids:
+            vs = by_id.get(i, [])
+            sev = min((v.severity for v in vs), key=ORDER.__getitem__, default="")
+            tip = html.escape("\n".join(v.message for v in vs))
+            mark = {"ok": "✓", "warn": "!", "fail": "✗", "": ""}[sev]
+            cells.append(f'<td style="background:{colors[sev]}" title="{tip}">{mark}</td>')
+        rows.append(f'<tr><th style="background:{colors[worst[node]]}">{html.escape(node)}</th>{"".join(cells)}</tr>')
+    problems = [f"<li><b>{html.escape(n)}</b> {v.severity.upper()} {html.escape(v.id)}: {html.escape(v.message)}</li>"
+                for n, vs in results.items() for v in vs if v.severity != "ok"]
+    head = "".join(f'<th class="id"><div>{html.escape(i)}</div></th>' for i in ids)
+    counts = {s: sum(w == s for w in worst.values()) for s in ("ok", "warn", "fail")}
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>kiln check: {html.escape(cluster_name)}</title>
+<style>body{{font-family:sans-serif;margin:1em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #999;padding:2px 6px;text-align:center}} th.id{{height:180px;vertical-align:bottom}}
+th.id div{{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;font-weight:normal}}</style></head>
+<body><h1>kiln check: cluster {html.escape(cluster_name)}</h1>
+<p>{time.strftime('%Y-%m-%d %H:%M:%S')}: {len(results)} nodes, {counts['fail']} failing, {counts['warn']} with
+warnings, {counts['ok']} healthy. Hover a cell for the check's message.</p>
+<table><tr><th>node</th>{head}</tr>
+{"".join(rows)}
+</table>
+<h2>Problems</h2><ul>{"".join(problems) or "<li>none</li>"}</ul>
+</body></html>
+"""

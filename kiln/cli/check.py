@@ -1,0 +1,61 @@
+"""`kiln check`: run kiln's node checks over SSH on the inventory's hosts and report per node."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kiln.cli.main import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option
+
+
+@click.command()
+@inventory_option
+@click.option("--suite", "suites", default=None, help="comma-separated suites (default: all): gpu,fabric,storage,slurm,system")
+@click.option("--limit", default=None, help="Ansible host pattern (as for kiln deploy)")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write the verdicts as JSON")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="write a node-by-check HTML matrix")
+def check(inventory: Path | None, suites: str | None, limit: str | None, json_path: Path | None,
+          junit_path: Path | None, html_path: Path | None) -> None:
+    """Check nodes: exit 0 all passed (warnings allowed), 1 some check failed, 2 bad input."""
+    from checks.suites import SUITES
+    from kiln.inventory import validate
+    from kiln.inventory.limit import LimitError, resolve_limit
+
+    path = inventory or default_inventory()
+    cluster, errors = validate(path)
+    if errors:
+        click.echo(f"{path}: {len(errors)} error(s); nothing was checked", err=True)
+        for error in errors:
+            click.echo(f"  {error}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    names = list(SUITES) if suites is None else [s.strip() for s in suites.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SUITES]
+    if unknown or not names:
+        click.echo(f"--suite: unknown {', '.join(unknown) or '(none given)'}; kiln has {', '.join(SUITES)}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        hosts = [cluster.hosts[n] for n in resolve_limit(cluster, limit)]
+    except LimitError as e:
+        click.echo(f"{e}; nothing was checked", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+    from kiln.check import report
+    from kiln.check.remote import RemoteCheck
+    click.echo(f"checking {len(hosts)} host(s): {', '.join(names)}")
+    run = RemoteCheck(cluster, hosts, names, progress=click.echo)
+    code = run.run_pytest(str(junit_path) if junit_path else None)
+    click.echo("")
+    click.echo(report.table(run.results, names))
+    if json_path:
+        json_path.write_text(report.as_json(run.results, run.seconds))
+    if html_path:
+        html_path.write_text(report.as_html(run.results, cluster.name))
+    worst = report.summary(run.results)
+    click.echo(f"summary: {sum(w == 'ok' for w in worst.values())} ok, {sum(w == 'warn' for w in worst.values())} "
+               f"warn, {sum(w == 'fail' for w in worst.values())} failed")
+    if code not in (0, 1):
+        click.echo(f"pytest exited {code}", err=True)
+    sys.exit(EXIT_FAILED if any(w == "fail" for w in worst.values()) else EXIT_OK)

@@ -1,0 +1,29 @@
+"""What the inventory says one node must look like, as the plain dict kiln's checks read.
+
+Built here (operator side) for ``kiln check``, and written to /etc/kiln/node-checks.json by the health
+role for the node-local runner, so both runners check the same expectations.
+"""
+
+from __future__ import annotations
+
+from kiln.inventory.model import Cluster, Host
+
+DEFAULT_KERNEL_LOG = "journalctl -k --since={since} --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
+
+
+def node_expectations(cluster: Cluster, host: Host) -> dict:
+    kernel_log = cluster.setting("check_kernel_log") or DEFAULT_KERNEL_LOG
+    rdma = host.fabric.type in ("infiniband", "roce")
+    return {
+        "node": host.name,
+        "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": cluster.versions.get("nvidia_driver") or "",
+                "nvswitch": host.nvswitch, "rdma": rdma, "dcgm_level": cluster.setting("check_dcgm_level"),
+                "kernel_log": kernel_log.replace("{since}", "-2h")},
+        "fabric": {"type": host.fabric.type, "hca_count": host.fabric.hca_count, "rate_gbps": host.fabric.rate_gbps,
+                   "hcas": list(host.fabric.hcas), "kernel_log": kernel_log.replace("{since}", "-24h")},
+        "storage": [m.model_dump() for m in host.storage_mounts],
+        "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
+        "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
+                   "time_sync": cluster.setting("check_time_sync")},
+        "textfile_dir": cluster.setting("check_textfile_dir"),
+    }

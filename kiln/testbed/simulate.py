@@ -1,0 +1,27 @@
+"""The testbed's GPU and fabric tool simulators (tests/simulators): installed as files on compute nodes,
+set up healthy at boot, and broken on purpose with ``kiln testbed inject``. kiln never imports them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SIMULATORS = Path(__file__).resolve().parents[2] / "tests" / "simulators"
+TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "kiln-sim", "simstate.py")
+FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-13", "nvlink-down", "ib-port-down",
+          "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch")
+
+
+def available() -> bool:
+    return all((SIMULATORS / t).is_file() for t in TOOLS)
+
+
+def simulator_files() -> dict[str, tuple[str, int]]:
+    """Node path -> (content, mode) for every simulator, in /usr/local/bin (ahead of /usr/bin)."""
+    return {f"/usr/local/bin/{t}": ((SIMULATORS / t).read_text(), 0o644 if t.endswith(".py") else 0o755)
+            for t in TOOLS}
+
+
+def init_command(gpus: int, model: str, driver: str, hcas: int, rate: int) -> list[str]:
+    """Make the node's simulated hardware healthy, unless it already has a state (a reboot keeps faults)."""
+    return ["sh", "-c", f"test -f /etc/kiln-sim/state.json || kiln-sim init --gpus {gpus} --model {model} "
+                        f"--driver {driver} --hcas {hcas} --rate {rate} --layer InfiniBand"]

@@ -1,0 +1,56 @@
+"""The storage role: the inventory's filesystems mounted on each node, and in /etc/fstab.
+
+Defaults:
+
++ the client package for the type where the distribution has one: nfs-common / nfs-utils (nfs),
+  glusterfs-client (glusterfs), ceph-fuse (cephfs), sshfs (sshfs). Lustre, BeeGFS, GPFS and Weka
+  clients come from their vendors: kiln writes the mount, the site installs the client first.
++ the mount point (0755 root), one /etc/fstab line per mount (``source path type options 0 0``; a line
+  for the same mount point with other values is replaced), and the mount itself when missing.
++ a changed line remounts a mounted filesystem (``mount -o remount``) so new options apply.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from pyinfra.operations import server
+
+from roles.context import NodeContext, when_changed
+from roles.operations import line_present, managed_directory, pinned_packages
+
+CLIENTS = {"debian": {"nfs": "nfs-common", "glusterfs": "glusterfs-client", "cephfs": "ceph-fuse", "sshfs": "sshfs"},
+           "redhat": {"nfs": "nfs-utils", "glusterfs": "glusterfs-fuse", "cephfs": "ceph-fuse", "sshfs": "fuse-sshfs"}}
+FSTYPE = {"cephfs": "fuse.ceph", "sshfs": "fuse.sshfs", "glusterfs": "glusterfs"}
+
+
+def fstab_line(mount) -> str:
+    return f"{mount.source} {mount.path} {FSTYPE.get(mount.type, mount.type)} {mount.options} 0 0"
+
+
+def install(ctx: NodeContext) -> None:
+    clients = CLIENTS[ctx.platform.family]
+    packages = {clients[m.type]: None for m in ctx.node.storage_mounts if m.type in clients}
+    if packages:
+        pinned_packages(name="storage: filesystem clients", ctx=ctx, packages=packages)
+
+
+def configure(ctx: NodeContext) -> None:
+    for m in ctx.node.storage_mounts:
+        if m.type == "bind" and m.source == m.path:
+            continue  # provided by the machine itself (the testbed's shared directory)
+        ctx.watch_path(m.path)
+        managed_directory(name=f"storage: mount point {m.path}", ctx=ctx, path=m.path, user="root", group="root",
+                          mode="755")
+        line = fstab_line(m)
+        path = re.escape(m.path)
+        index = ctx.watch_line("/etc/fstab", "^" + re.escape(line) + "$")
+        entry = line_present(name=f"storage: /etc/fstab entry for {m.path}", ctx=ctx, path="/etc/fstab", line=line,
+                             index=index, replace_regex=rf"^\S+\s+{path}\s")
+        mounted = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} ")
+        server.shell(name=f"storage: mount {m.path}", commands=[f"mount {shlex.quote(m.path)}"],
+                     _if=lambda i=mounted: i not in ctx.snapshot.lines)
+        server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
+                     commands=[f"mount -o remount {shlex.quote(m.path)}"],
+                     _if=lambda i=mounted, e=entry: i in ctx.snapshot.lines and when_changed(e)())
