@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         expect = json.load(f)
     name = (expect.get("slurm") or {}).get("node") or os.uname().nodename.split(".")[0]
     node = local_node(name, timeout=expect.get("command_timeout", 40))
-    verdicts = run_suites(node, expect, expect.get("local_suites", LOCAL_SUITES))
+    verdicts = run_suites(node, expect, expect.get("local_suites", LOCAL_SUITES), parallel=True)
     action = "not asked" if args.no_drain or not (expect.get("slurm") or {}).get("compute") else \
         drain_or_resume(node, name, verdicts)
     seconds = time.monotonic() - start

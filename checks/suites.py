@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import traceback
 
 from checks import fabric, gpu, slurm, storage, system
@@ -11,16 +12,23 @@ from checks.verdict import Verdict, fail
 SUITES = {"gpu": gpu.run, "fabric": fabric.run, "storage": storage.run, "slurm": slurm.run, "system": system.run}
 
 
-def run_suites(node: Node, expect: dict, names: list[str] | None = None) -> list[Verdict]:
-    """Every verdict of the named suites (all by default) on ``node``. A suite that crashes gives a failing
-    ``<SUITE>_CHECK_CRASHED`` verdict with the error, never a pass and never a crash of the runner."""
-    verdicts: list[Verdict] = []
-    for name in names or list(SUITES):
-        try:
-            found = SUITES[name](node, expect)
-        except Exception as e:  # a bug or an unexpected tool state must show, on this node only
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            found = [fail(f"{name.upper()}_CHECK_CRASHED", f"{type(e).__name__}: {e} ({tb.filename.split('/')[-1]}:"
-                          f"{tb.lineno}): report this as a kiln bug")]
-        verdicts += [Verdict(v.id, v.severity, v.message, name) for v in found]
-    return verdicts
+def _one(name: str, node: Node, expect: dict) -> list[Verdict]:
+    try:
+        found = SUITES[name](node, expect)
+    except Exception as e:  # a bug or an unexpected tool state must show, on this node only
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        found = [fail(f"{name.upper()}_CHECK_CRASHED", f"{type(e).__name__}: {e} ({tb.filename.split('/')[-1]}:"
+                      f"{tb.lineno}): report this as a kiln bug")]
+    return [Verdict(v.id, v.severity, v.message, name) for v in found]
+
+
+def run_suites(node: Node, expect: dict, names: list[str] | None = None, parallel: bool = False) -> list[Verdict]:
+    """Every verdict of the named suites (all by default) on ``node``, in suite order; ``parallel`` runs
+    the suites in threads (the node-local runner: its commands are local processes). A suite that crashes
+    gives a failing ``<SUITE>_CHECK_CRASHED`` verdict, never a pass and never a crash of the runner."""
+    names = names or list(SUITES)
+    if not parallel:
+        return [v for name in names for v in _one(name, node, expect)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(names)) as pool:
+        results = list(pool.map(lambda n: _one(n, node, expect), names))
+    return [v for found in results for v in found]

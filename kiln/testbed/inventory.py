@@ -20,6 +20,8 @@ TESTBED_VERSIONS = {
     "cuda": "11.8.89",
     "nccl": "2.18.5",
     "dcgm": "3.3.9",
+    # Debian has no fabric manager package; the pin matches the driver, as NVIDIA requires.
+    "fabricmanager": "535.261.03",
 }
 
 # Compute nodes get this many stand-in GPU device files (see Testbed._node_files): enough for Slurm's
@@ -27,7 +29,7 @@ TESTBED_VERSIONS = {
 GPUS_PER_NODE = 4
 
 # What the tool simulators on compute nodes report (tests/simulators, installed by `kiln testbed up`).
-SIM_GPU_MODEL, SIM_HCAS, SIM_RATE = "h100", 2, 400
+SIM_GPU_MODEL, SIM_NVLINKS, SIM_HCAS, SIM_RATE = "h100", 18, 2, 400
 HEALTH_CHECK_INTERVAL = 10  # seconds; short so tests see a node drain and resume quickly
 
 # Two teams, so fair-share, per-team GPU limits and pam_slurm_adopt can be shown with real users.
@@ -83,7 +85,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
     }, sort_keys=False))
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
         "kiln_cpus": cpus, "kiln_memory_mb": 1024, "kiln_gpu_count": GPUS_PER_NODE,
-        "kiln_gpu_model": SIM_GPU_MODEL,
+        "kiln_gpu_model": SIM_GPU_MODEL, "kiln_nvswitch": True,
         "kiln_fabric": {"type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE},
         "kiln_storage_mounts": [
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"},

@@ -16,12 +16,16 @@ def available() -> bool:
 
 
 def simulator_files() -> dict[str, tuple[str, int]]:
-    """Node path -> (content, mode) for every simulator, in /usr/local/bin (ahead of /usr/bin)."""
-    return {f"/usr/local/bin/{t}": ((SIMULATORS / t).read_text(), 0o644 if t.endswith(".py") else 0o755)
-            for t in TOOLS}
+    """Node path -> (content, mode) for every simulator, in /usr/local/bin (ahead of /usr/bin), and the
+    simulated fabric manager's unit."""
+    files = {f"/usr/local/bin/{t}": ((SIMULATORS / t).read_text(), 0o644 if t.endswith(".py") else 0o755)
+             for t in TOOLS}
+    files["/etc/systemd/system/nvidia-fabricmanager.service"] = (
+        (SIMULATORS / "nvidia-fabricmanager.service").read_text(), 0o644)
+    return files
 
 
-def init_command(gpus: int, model: str, driver: str, hcas: int, rate: int) -> list[str]:
+def init_command(gpus: int, model: str, driver: str, nvlinks: int, hcas: int, rate: int) -> list[str]:
     """Make the node's simulated hardware healthy, unless it already has a state (a reboot keeps faults)."""
     return ["sh", "-c", f"test -f /etc/kiln-sim/state.json || kiln-sim init --gpus {gpus} --model {model} "
-                        f"--driver {driver} --hcas {hcas} --rate {rate} --layer InfiniBand"]
+                        f"--driver {driver} --nvlinks {nvlinks} --hcas {hcas} --rate {rate} --layer InfiniBand"]

@@ -22,8 +22,8 @@ from typing import Callable
 from kiln.testbed import base as base_image
 from kiln.testbed.host import TestbedError, link_exists, mounts_under, require_root, require_tools, run
 from kiln.testbed import simulate
-from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_RATE, TESTBED_VERSIONS,
-                                    write_inventory)
+from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_NVLINKS, SIM_RATE,
+                                    TESTBED_VERSIONS, write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
 from kiln.testbed.proxy import AptProxy
 
@@ -270,8 +270,8 @@ class Testbed:
         if not simulate.available():
             self.progress("tool simulators not found (tests/simulators): GPU checks will see no nvidia-smi")
             return
-        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, TESTBED_VERSIONS["nvidia_driver"], SIM_HCAS,
-                                        SIM_RATE)
+        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, TESTBED_VERSIONS["nvidia_driver"], SIM_NVLINKS,
+                                        SIM_HCAS, SIM_RATE)
         for node in nodes:
             self.ssh(node.name, command)
 

@@ -1,0 +1,145 @@
+"""kiln's node checks on the deployed testbed: `kiln check` over SSH, each injected fault reported with its
+id, and Slurm's HealthCheckProgram draining and resuming nodes.
+
+The GPUs and HCAs here are the simulators of tests/simulators (real formats, no hardware): this proves
+the checks and the drain logic, never the GPUs. Faults: `kiln testbed inject NODE FAULT`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kiln.testbed.inventory import HEALTH_CHECK_INTERVAL
+from tests.testbed.slurm_helpers import kiln, ok, on, wait_for
+
+pytestmark = pytest.mark.testbed
+
+# fault -> (kiln check exit code, the ids that must be reported failing (or warning, for exit 0))
+FAULTS = {
+    "gpu-lost": (1, {"GPU_LOST", "GPU_COUNT", "GPU_XID_79"}),
+    "ecc-uncorrected": (1, {"GPU_ECC_UNCORRECTED"}),
+    "remap-pending": (1, {"GPU_REMAP_PENDING"}),
+    "xid-79": (1, {"GPU_XID_79"}),
+    "xid-13": (0, set()),  # an application's own Xid: never a node fault
+    "nvlink-down": (1, {"GPU_NVLINK_INACTIVE"}),
+    "ib-port-down": (1, {"FABRIC_PORT_DOWN"}),
+    "ib-rate-low": (1, {"FABRIC_RATE"}),
+    "mount-missing": (1, {"STORAGE_MOUNTED"}),
+    "clock-throttle": (0, {"GPU_THROTTLE"}),
+    "driver-mismatch": (1, {"GPU_DRIVER_VERSION"}),
+}
+
+
+def check_json(tb, tmp_path, *args):
+    out = kiln("check", "-i", str(tb.inventory), "--json", str(tmp_path / "check.json"), *args, timeout=300)
+    data = json.loads((tmp_path / "check.json").read_text())
+    return out, data
+
+
+@pytest.fixture(scope="module")
+def nodes(slurm):
+    return slurm
+
+
+def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path):
+    out, data = check_json(nodes, tmp_path, "--junit", str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert set(data["nodes"]) == {nodes.controller, *nodes.computes}
+    assert data["summary"]["fail"] == 0
+    compute = {c["id"] for c in data["nodes"][nodes.computes[0]]["checks"]}
+    assert {"GPU_COUNT", "GPU_DRIVER_VERSION", "FABRIC_PORT_DOWN", "STORAGE_MOUNTED", "STORAGE_SHARED",
+            "SLURM_GRES", "SLURM_REGISTERED", "SYSTEM_SWAP"} <= compute
+    junit = (tmp_path / "j.xml").read_text()
+    assert junit.count("<testcase") == 3 * 5 and 'failures="0"' in junit
+    page = (tmp_path / "r.html").read_text()
+    assert all(n in page for n in nodes.computes) and "GPU_ECC_UNCORRECTED" in page and "<script" not in page
+    assert "verdict" in out.stdout and "summary: " in out.stdout
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_each_injected_fault_is_reported_with_its_id(nodes, tmp_path, fault):
+    node = nodes.computes[0]
+    code, ids = FAULTS[fault]
+    assert kiln("testbed", "inject", "--name", nodes.name, node, fault).returncode == 0
+    try:
+        out, data = check_json(nodes, tmp_path, "--limit", node, "--suite", "gpu,fabric,storage")
+        assert out.returncode == code, out.stdout
+        checks = data["nodes"][node]["checks"]
+        failed = {c["id"] for c in checks if c["severity"] == "fail"}
+        warned = {c["id"] for c in checks if c["severity"] == "warn"}
+        assert failed == (ids if code else set()), out.stdout
+        assert code or ids <= warned, out.stdout
+    finally:
+        assert kiln("testbed", "clear", "--name", nodes.name, node).returncode == 0
+
+
+def node_fields(tb, node):
+    line = ok(tb, tb.controller, f"scontrol show node {node} -o")
+    state = line.split("State=")[1].split()[0]
+    reason = line.split("Reason=")[1].split(" [")[0] if "Reason=" in line else ""
+    return state, reason
+
+
+def test_health_check_drains_a_failing_node_and_resumes_it(nodes):
+    node = nodes.computes[1]
+    ok(nodes, node, "kiln-sim inject ecc-uncorrected --gpu 2")
+    try:
+        # HealthCheckNodeState=CYCLE spreads nodes over the interval: allow two intervals and the run itself
+        wait_for(lambda: "DRAIN" in node_fields(nodes, node)[0], timeout=3 * HEALTH_CHECK_INTERVAL + 15,
+                 what=f"{node} drained by the health check")
+        state, reason = node_fields(nodes, node)
+        assert reason.startswith("kiln: GPU_ECC_UNCORRECTED gpu2"), reason
+    finally:
+        ok(nodes, node, "kiln-sim clear")
+    wait_for(lambda: "DRAIN" not in node_fields(nodes, node)[0], timeout=3 * HEALTH_CHECK_INTERVAL + 15,
+             what=f"{node} resumed after the fault cleared")
+    # metrics for node_exporter
+    prom = ok(nodes, node, "cat /var/lib/prometheus/node-exporter/kiln.prom")
+    assert 'kiln_check_ok{check="GPU_ECC_UNCORRECTED",suite="gpu",severity="ok"} 1' in prom
+
+
+def test_a_node_drained_by_a_person_is_never_resumed(nodes):
+    node = nodes.computes[1]
+    ok(nodes, nodes.controller, f"scontrol update nodename={node} state=drain reason='fan replacement, ticket 7'")
+    try:
+        ok(nodes, node, "kiln-sim inject xid-79")
+        on(nodes, node, "kiln-node-check")  # one run now, as slurmd would
+        assert node_fields(nodes, node) [1] == "fan replacement, ticket 7"
+        ok(nodes, node, "kiln-sim clear")
+        out = on(nodes, node, "kiln-node-check")
+        assert out.returncode == 0 and "left drained by a person" in out.stdout, out.stdout
+        state, reason = node_fields(nodes, node)
+        assert "DRAIN" in state and reason == "fan replacement, ticket 7"
+    finally:
+        ok(nodes, node, "kiln-sim clear")
+        ok(nodes, nodes.controller, f"scontrol update nodename={node} state=resume")
+
+
+def test_node_local_run_is_fast_and_needs_no_kiln(nodes):
+    node = nodes.computes[0]
+    out = on(nodes, node, "kiln-node-check --no-drain --json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert data["seconds"] < 5 and all(v["severity"] != "fail" for v in data["verdicts"])
+    assert on(nodes, node, "python3 -c 'import kiln'").returncode != 0  # only the checks package is there
+
+
+def test_real_nvidia_smi_without_a_gpu_says_driver_not_loaded(nodes, tmp_path):
+    """Debian's own nvidia-smi (535 series, non-free) on a node with no GPU: exit 9, reported as such."""
+    node = nodes.computes[1]
+    ok(nodes, node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nvidia-smi "
+                    ">/dev/null && dpkg-query -W nvidia-smi", timeout=600)
+    version = ok(nodes, node, "dpkg-query -W -f='${Version}' nvidia-smi")
+    assert version.startswith("535."), version
+    ok(nodes, node, "mv /usr/local/bin/nvidia-smi /usr/local/bin/nvidia-smi.sim")
+    try:
+        real = on(nodes, node, "/usr/bin/nvidia-smi")
+        assert real.returncode == 9, real.stdout + real.stderr
+        out, data = check_json(nodes, tmp_path, "--limit", node, "--suite", "gpu")
+        assert out.returncode == 1
+        (verdict,) = data["nodes"][node]["checks"]
+        assert verdict["id"] == "GPU_NVIDIA_SMI" and "driver is not loaded" in verdict["message"], verdict
+    finally:
+        ok(nodes, node, "mv /usr/local/bin/nvidia-smi.sim /usr/local/bin/nvidia-smi")
