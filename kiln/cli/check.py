@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option
+from kiln.cli.main import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, load_or_exit
 
 
 @click.command()
@@ -21,16 +21,9 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
           junit_path: Path | None, html_path: Path | None) -> None:
     """Check nodes: exit 0 all passed (warnings allowed), 1 some check failed, 2 bad input."""
     from checks.suites import SUITES
-    from kiln.inventory import validate
     from kiln.inventory.limit import LimitError, resolve_limit
 
-    path = inventory or default_inventory()
-    cluster, errors = validate(path)
-    if errors:
-        click.echo(f"{path}: {len(errors)} error(s); nothing was checked", err=True)
-        for error in errors:
-            click.echo(f"  {error}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    cluster = load_or_exit(inventory or default_inventory(), "nothing was checked")
     names = list(SUITES) if suites is None else [s.strip() for s in suites.split(",") if s.strip()]
     unknown = [s for s in names if s not in SUITES]
     if unknown or not names:

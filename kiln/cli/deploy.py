@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option
+from kiln.cli.main import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option,
+                           load_or_exit)
 
 
 def gevent_patch() -> None:
@@ -27,17 +28,10 @@ def gevent_patch() -> None:
 def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry_run: bool, as_json: bool) -> None:
     """Converge hosts: exit 0 all good, 1 some host failed, 2 bad input (nothing touched)."""
     import roles
-    from kiln.inventory import validate
     from kiln.inventory.limit import LimitError, resolve_limit
     from kiln.secrets import SecretsError, load_or_create
 
-    path = inventory or default_inventory()
-    cluster, errors = validate(path)
-    if errors:
-        click.echo(f"{path}: {len(errors)} error(s); nothing was touched", err=True)
-        for error in errors:
-            click.echo(f"  {error}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    cluster = load_or_exit(inventory or default_inventory())
     names = None
     if role_list is not None:
         names = [r.strip() for r in role_list.split(",") if r.strip()]

@@ -28,6 +28,19 @@ inventory_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 
 
+def load_or_exit(path: Path, untouched: str = "nothing was touched"):
+    """The validated cluster, or every inventory error on stderr and exit 2."""
+    from kiln.inventory import validate
+
+    cluster, errors = validate(path)
+    if errors:
+        click.echo(f"{path}: {len(errors)} error(s); {untouched}", err=True)
+        for error in errors:
+            click.echo(f"  {error}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    return cluster
+
+
 class KilnGroup(click.Group):
     """Ctrl-C ends any command with one line and exit 130 instead of a traceback."""
 
