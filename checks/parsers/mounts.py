@@ -65,8 +65,28 @@ def parse_df_percent(text: str) -> dict[str, tuple[int, int | None]]:
     return usage
 
 
+_SIZE = re.compile(r"^(\d+)([kmgt]?)$", re.I)
+
+
+def _size(value: str) -> int | None:
+    m = _SIZE.match(value)
+    if not m:
+        return None
+    return int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
+
+
 def options_match(wanted: str, actual: tuple[str, ...]) -> list[str]:
     """The wanted options (comma separated; ``defaults`` means none in particular) missing from ``actual``.
-    ``rw``/``ro`` and ``key=value`` options must match exactly."""
+    Flags (``rw``, ``hard``) and ``key=value`` options must match; sizes match in any unit the kernel
+    prints them in (``size=64m`` is ``size=65536k``)."""
     have = set(actual)
-    return [o for o in wanted.split(",") if o and o != "defaults" and o not in have]
+    values = dict(o.split("=", 1) for o in actual if "=" in o)
+    missing = []
+    for option in (o for o in wanted.split(",") if o and o != "defaults"):
+        if option in have:
+            continue
+        key, _, value = option.partition("=")
+        if value and key in values and _size(value) is not None and _size(value) == _size(values[key]):
+            continue
+        missing.append(option)
+    return missing

@@ -123,7 +123,7 @@ class RemoteCheck:
         ini = self.tmp / "pytest.ini"
         ini.write_text("[pytest]\n")  # not the repository's test settings
         args = [str(CHECKS_DIR / "test_nodes.py"), "-c", str(ini), "-q", "-p", "no:cacheprovider", "--no-header",
-                "--rootdir", str(CHECKS_DIR), "-W", "ignore::DeprecationWarning"]
+                "--rootdir", str(CHECKS_DIR), "-p", "no:warnings"]
         if junit:
             args.append(f"--junitxml={junit}")
         return int(pytest.main(args, plugins=[_Plugin(self)]))

@@ -223,5 +223,7 @@ def test_fstab_df_and_options():
     assert usage == {"/": (42, 3), "/lustre": (96, None)}
     assert options_match("rw,hard,vers=4.2", ("rw", "hard", "vers=4.1")) == ["vers=4.2"]
     assert options_match("defaults", ("rw",)) == []
+    assert options_match("rw,size=64m", ("rw", "nosuid", "size=65536k")) == []
+    assert options_match("size=64m", ("size=32768k",)) == ["size=64m"]
     with pytest.raises(CheckError):
         parse_df_percent("Mounted on Use% IUse%\ngarbage here\n")
