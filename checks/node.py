@@ -1,5 +1,5 @@
 """How a suite reaches a node: one ``run(command)`` that returns exit code and output. The remote runner
-wraps a testinfra host, the node-local runner a subprocess; suites see only this."""
+wraps a testinfra host (kiln/check/remote.py), the node-local runner a subprocess; suites see only this."""
 
 from __future__ import annotations
 
@@ -31,11 +31,3 @@ def local_node(name: str, timeout: float = 120) -> Node:
             return Result(124, "", f"timed out after {timeout:.0f} s: {command}")
         return Result(out.returncode, out.stdout, out.stderr)
     return Node(name, run, local=True)
-
-
-def testinfra_node(name: str, host) -> Node:
-    """A testinfra host (ssh backend, strict host keys through its ssh_config) as a Node."""
-    def run(command: str) -> Result:
-        out = host.run(command)
-        return Result(out.rc, out.stdout, out.stderr)
-    return Node(name, run)

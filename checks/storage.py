@@ -11,7 +11,7 @@ import shlex
 
 from checks.node import Node
 from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
-from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
+from checks.verdict import CheckError, Verdict, fail, warn, with_passes
 
 # fstype as the kernel reports it, for inventory types that differ
 FSTYPES = {"nfs": ("nfs", "nfs4"), "cephfs": ("ceph", "fuse.ceph-fuse"), "glusterfs": ("fuse.glusterfs",),

@@ -99,19 +99,22 @@ def managed_file(ctx, path: str, content: bytes, mode: str, user: str, group: st
 
 
 @operation()
-def managed_directory(ctx, path: str, mode: str, user: str, group: str):
+def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_create: bool = False):
     """
     A directory with owner, group and mode.
 
     + ctx: the node's NodeContext
     + path: absolute path; parents are created as needed
     + mode, user, group: e.g. ``"755"``, ``"slurm"``, ``"slurm"``
+    + only_create: set them only when creating it (a mount point: the mounted filesystem's root has its own)
     """
     current = _snapshot(ctx).files.get(path)
     if current is None:
         yield f"mkdir -p {shlex.quote(path)}"
     elif current.kind != "directory":
         raise OperationError(f"{path} exists and is a {current.kind}, not a directory: move it away")
+    elif only_create:
+        return
     if current is None or (current.user, current.group) != (user, group):
         yield f"chown {user}:{group} {shlex.quote(path)}"
     if current is None or current.mode != mode.lstrip("0"):

@@ -42,7 +42,7 @@ def configure(ctx: NodeContext) -> None:
             continue  # provided by the machine itself (the testbed's shared directory)
         ctx.watch_path(m.path)
         managed_directory(name=f"storage: mount point {m.path}", ctx=ctx, path=m.path, user="root", group="root",
-                          mode="755")
+                          mode="755", only_create=True)
         line = fstab_line(m)
         path = re.escape(m.path)
         index = ctx.watch_line("/etc/fstab", "^" + re.escape(line) + "$")

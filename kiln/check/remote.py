@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.node import Node, Result, testinfra_node
+from checks.node import Node, Result
 from checks.suites import SUITES, run_suites
 from checks.verdict import Verdict, fail, ok
 from kiln.inventory.expect import node_expectations

@@ -42,8 +42,15 @@ WantedBy=sysinit.target
 RECIPE_VERSION = "3"
 
 
+# contrib too: Debian's NVIDIA driver packages depend on glx-alternative-nvidia, which lives there.
+SOURCES = ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+           "Components: main contrib non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+           "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n"
+           "Components: main contrib non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+
+
 def recipe_hash() -> str:
-    text = "\n".join([RECIPE_VERSION, SUITE, MIRROR, *PACKAGES, CGROUP_RW_UNIT])
+    text = "\n".join([RECIPE_VERSION, SUITE, MIRROR, *PACKAGES, CGROUP_RW_UNIT, SOURCES])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -90,10 +97,6 @@ def _customize(root: Path) -> None:
     # No DNS in nodes and no NIC to wait for beyond host0: do not hold boot for it.
     run(["chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service"])
     (root / "etc" / "apt" / "sources.list").write_text("")
-    (root / "etc" / "apt" / "sources.list.d" / "debian.sources").write_text(
-        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
-        "Components: main non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
-        "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n"
-        "Components: main non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    (root / "etc" / "apt" / "sources.list.d" / "debian.sources").write_text(SOURCES)
     (root / "etc" / "apt" / "apt.conf.d" / "80kiln-retries").write_text(
         'Acquire::Retries "5";\nAcquire::http::Timeout "30";\nAPT::Install-Recommends "false";\n')

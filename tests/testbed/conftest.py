@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from kiln.testbed.testbed import Testbed
+from tests.testbed.slurm_helpers import deploy_json, on, wait_for
 
 SHARED_NAME = "kilntest"
 TOOLS = ("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "unshare", "nsenter")
@@ -48,3 +49,17 @@ def testbed(tmp_path_factory):
     tb.inventory = inventory
     yield tb
     tb.down(inventory_dir=inventory)
+
+
+@pytest.fixture(scope="session")
+def slurm(testbed):
+    """The shared testbed with Slurm deployed once; every kiln output of the run is kept in ``outputs``."""
+    rc, data, text = deploy_json(testbed.inventory)
+    assert rc == 0, text
+    nodes = [n.name for n in testbed.recorded_nodes()]
+    testbed.controller, testbed.computes = nodes[0], nodes[1:]
+    testbed.first_deploy = data
+    testbed.outputs = [text]
+    wait_for(lambda: on(testbed, testbed.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == 2,
+             timeout=90, what="both compute nodes idle in sinfo")
+    return testbed

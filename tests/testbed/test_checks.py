@@ -129,8 +129,8 @@ def test_node_local_run_is_fast_and_needs_no_kiln(nodes):
 def test_real_nvidia_smi_without_a_gpu_says_driver_not_loaded(nodes, tmp_path):
     """Debian's own nvidia-smi (535 series, non-free) on a node with no GPU: exit 9, reported as such."""
     node = nodes.computes[1]
-    ok(nodes, node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nvidia-smi "
-                    ">/dev/null && dpkg-query -W nvidia-smi", timeout=600)
+    ok(nodes, node, "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                    "--no-install-recommends nvidia-smi >/dev/null", timeout=600)
     version = ok(nodes, node, "dpkg-query -W -f='${Version}' nvidia-smi")
     assert version.startswith("535."), version
     ok(nodes, node, "mv /usr/local/bin/nvidia-smi /usr/local/bin/nvidia-smi.sim")

@@ -22,20 +22,6 @@ from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state,
 pytestmark = pytest.mark.testbed
 
 
-@pytest.fixture(scope="session")
-def slurm(testbed):
-    """The shared testbed with Slurm deployed once; every kiln output of the run is kept in ``outputs``."""
-    rc, data, text = deploy_json(testbed.inventory)
-    assert rc == 0, text
-    nodes = [n.name for n in testbed.recorded_nodes()]
-    testbed.controller, testbed.computes = nodes[0], nodes[1:]
-    testbed.first_deploy = data
-    testbed.outputs = [text]
-    wait_for(lambda: on(testbed, testbed.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == 2,
-             timeout=90, what="both compute nodes idle in sinfo")
-    return testbed
-
-
 def test_first_deploy_changes_every_host(slurm):
     hosts = {h["host"]: h for h in slurm.first_deploy["hosts"]}
     assert set(hosts) == {slurm.controller, *slurm.computes}
