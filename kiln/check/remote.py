@@ -43,6 +43,56 @@ def ssh_config(cluster: Cluster, hosts: list[Host], control_dir: Path) -> str:
     return "\n".join(entries) + "\n"
 
 
+MARK = "@@kiln-"
+
+
+def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
+    """Run ``commands`` in one SSH round trip; each keeps its own exit code, stdout and stderr."""
+    parts = ['t=$(mktemp -d)']
+    for i, command in enumerate(commands):
+        parts.append(f"echo '{MARK}out {i}'; sh -c {shlex.quote(command)} 2>\"$t/{i}\" </dev/null; "
+                     f"printf '\\n{MARK}rc {i} %s\\n' $?")
+    for i in range(len(commands)):
+        parts.append(f"echo '{MARK}err {i}'; cat \"$t/{i}\"; printf '\\n{MARK}end {i}\\n'")
+    parts.append('rm -rf "$t"')
+    out = node.run("\n".join(parts))
+    text, results = out.stdout, {}
+    for i, command in enumerate(commands):
+        try:
+            body = text.split(f"{MARK}out {i}\n", 1)[1]
+            stdout, rest = body.split(f"\n{MARK}rc {i} ", 1)
+            rc = int(rest.split("\n", 1)[0])
+            err = text.split(f"{MARK}err {i}\n", 1)[1].split(f"\n{MARK}end {i}\n", 1)[0]
+        except (IndexError, ValueError):
+            results[command] = Result(255, "", f"the batched run was cut short: {out.stderr.strip()[:200]}")
+            continue
+        results[command] = Result(rc, stdout, err)
+    return results
+
+
+def batched_suites(node: Node, name: str, expect: dict, suites: list[str], rounds: int = 8) -> list[Verdict]:
+    """The suites' verdicts with their commands fetched in a few SSH round trips instead of one each.
+
+    Each round runs the suites against what is known so far; a command not fetched yet gets an empty
+    answer and is fetched, with all the others that round asked for, in one batch. Once a round asks
+    for nothing new, its verdicts are the answer: every one of them came from real output."""
+    cache: dict[str, Result] = {}
+    for _ in range(rounds):
+        missing: list[str] = []
+
+        def run(command: str) -> Result:
+            if command in cache:
+                return cache[command]
+            if command not in missing:
+                missing.append(command)
+            return Result(0, "", "")
+        verdicts = run_suites(Node(name, run), expect, suites)
+        if not missing:
+            return verdicts
+        cache.update(run_batch(node, missing))
+    return run_suites(node, expect, suites)  # a suite that keeps asking for new commands: one at a time
+
+
 class RemoteCheck:
     """Holds the verdicts of a run; pytest reads them through the ``kiln_check`` fixture."""
 
@@ -76,7 +126,7 @@ class RemoteCheck:
             verdicts = [Verdict("NODE_UNREACHABLE", "fail", f"ssh failed: {probe.stderr.strip()[:200]}: check the node "
                                 "is up and its host key is in the inventory's known_hosts", "ssh")]
         else:
-            verdicts = run_suites(node, node_expectations(self.cluster, host), self.suites)
+            verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites)
         self.seconds[host.name] = time.monotonic() - start
         failed = sum(v.failed for v in verdicts)
         self.progress(f"  {host.name}: {len(verdicts)} checks, {failed} failed ({self.seconds[host.name]:.1f} s)")
@@ -106,9 +156,12 @@ class RemoteCheck:
             if writer.run(f"echo kiln > {shlex.quote(marker)}").rc != 0:
                 continue  # STORAGE_WRITABLE already says why
             try:
+                def read(h: Host) -> bool:
+                    return self.node(h).run(f"cat {shlex.quote(marker)}").stdout.strip() == "kiln"
+                with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(hosts))) as pool:
+                    seen_by = dict(zip([h.name for h in hosts], pool.map(read, hosts)))
                 for h in hosts:
-                    seen = self.node(h).run(f"cat {shlex.quote(marker)}").stdout.strip() == "kiln"
-                    verdict = ok("STORAGE_SHARED", f"{path}: sees what {hosts[0].name} wrote") if seen else \
+                    verdict = ok("STORAGE_SHARED", f"{path}: sees what {hosts[0].name} wrote") if seen_by[h.name] else \
                         fail("STORAGE_SHARED", f"{path}: does not see what {hosts[0].name} wrote: it is not the same "
                              f"filesystem ({source}) as on the other nodes")
                     self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))

@@ -1,0 +1,45 @@
+"""`kiln check` fetches a node's command outputs in a few batches: the results are exactly what running
+each command alone gives, and so are the verdicts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from checks.node import Node, Result, local_node
+from checks.suites import run_suites
+from kiln.check.remote import batched_suites, run_batch
+from tests.unit.test_checks import EXPECT, SIMULATORS
+
+
+def test_batch_keeps_each_commands_own_result():
+    commands = ["echo out; echo err >&2; exit 3", "printf 'no newline'", "true", "printf 'a\\n\\nb\\n'",
+                "echo '@@kiln-rc 0 7'", "cat /nonexistent"]
+    results = run_batch(local_node("here"), commands)
+    assert (results[commands[0]].rc, results[commands[0]].stdout, results[commands[0]].stderr) == (3, "out\n", "err\n")
+    assert results[commands[1]].stdout == "no newline" and results[commands[2]].rc == 0
+    assert results[commands[3]].stdout == "a\n\nb\n"
+    assert results[commands[4]].stdout == "@@kiln-rc 0 7\n"  # a marker-like line inside output is data
+    assert results[commands[5]].rc == 1 and "No such file" in results[commands[5]].stderr
+
+
+def test_batched_verdicts_equal_one_by_one(tmp_path):
+    env = dict(os.environ, KILN_SIM_STATE=str(tmp_path / "state.json"), PATH=f"{SIMULATORS}:{os.environ['PATH']}")
+    subprocess.run(["kiln-sim", "init", "--gpus", "4", "--model", "h100", "--driver", "535.261.03", "--nvlinks", "18",
+                    "--hcas", "2"], check=True, env=env)
+    subprocess.run(["kiln-sim", "inject", "ecc-uncorrected"], check=True, env=env)
+    calls = []
+
+    def run(command):  # this machine, with the simulators: the same answers batched or one by one
+        calls.append(command)
+        out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, env=env, timeout=60)
+        return Result(out.returncode, out.stdout, out.stderr)
+    node = Node("gpu01", run)
+    batched = batched_suites(node, "gpu01", EXPECT, ["gpu", "fabric", "storage", "slurm", "system"])
+    rounds = len(calls)
+    calls.clear()
+    single = run_suites(node, EXPECT)
+    # the same verdicts (a shell's error text may word a missing tool differently)
+    assert [(v.id, v.severity) for v in batched] == [(v.id, v.severity) for v in single]
+    assert "GPU_ECC_UNCORRECTED" in {v.id for v in batched if v.failed}
+    assert rounds <= 4 < len(calls)  # a few round trips instead of one per command
