@@ -20,6 +20,7 @@ import pytest
 
 from checks.node import Node, Result
 from checks.suites import SUITES, run_suites
+from checks.fabric import bandwidth_verdict
 from checks.verdict import Verdict, fail, ok
 from kiln.inventory.expect import node_expectations
 from kiln.inventory.model import Cluster, Host
@@ -93,6 +94,20 @@ def batched_suites(node: Node, name: str, expect: dict, suites: list[str], round
     return run_suites(node, expect, suites)  # a suite that keeps asking for new commands: one at a time
 
 
+def kernel_outliers(kernels: dict[str, str]) -> dict[str, Verdict]:
+    """Node -> verdict on whether it runs the kernel most nodes run."""
+    counts: dict[str, int] = {}
+    for k in kernels.values():
+        counts[k] = counts.get(k, 0) + 1
+    if not counts:
+        return {}
+    common = max(counts, key=lambda k: (counts[k], k))
+    return {n: ok("SYSTEM_KERNEL_SAME", f"kernel {k}, as on {counts[k]} of {len(kernels)} nodes") if k == common else
+            fail("SYSTEM_KERNEL_SAME", f"kernel {k}, but {counts[common]} of {len(kernels)} nodes run {common}: "
+                 "boot the node into the cluster's kernel (or roll the new one out with kiln patch)")
+            for n, k in kernels.items()}
+
+
 class RemoteCheck:
     """Holds the verdicts of a run; pytest reads them through the ``kiln_check`` fixture."""
 
@@ -138,6 +153,11 @@ class RemoteCheck:
                 self.results[host.name] = verdicts
         if "storage" in self.suites:
             self._shared_storage()
+        if "system" in self.suites and len(self.hosts) > 1:
+            self._same_kernel()
+        threshold = self.cluster.setting("check_ib_bandwidth_gbps")
+        if "fabric" in self.suites and threshold:
+            self._fabric_bandwidth(threshold)
 
     def _shared_storage(self) -> None:
         """A marker written on one node must be readable on every other node mounting the same filesystem."""
@@ -167,6 +187,34 @@ class RemoteCheck:
                     self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
             finally:
                 writer.run(f"rm -f {shlex.quote(marker)}")
+
+    def _same_kernel(self) -> None:
+        """Every node should run the kernel most nodes run (with or without a pin)."""
+        hosts = [h for h in self.hosts if not any(v.id == "NODE_UNREACHABLE" for v in self.results[h.name])]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
+            kernels = dict(zip([h.name for h in hosts], pool.map(lambda h: self.node(h).run("uname -r").stdout.strip(),
+                                                                 hosts)))
+        for name, verdict in kernel_outliers(kernels).items():
+            self.results[name].append(Verdict(verdict.id, verdict.severity, verdict.message, "system"))
+
+    def _fabric_bandwidth(self, threshold: float) -> None:
+        """ib_write_bw from each fabric node to the next (a ring), through the first HCA the inventory names."""
+        hosts = [h for h in self.hosts if h.fabric.type in ("infiniband", "roce")
+                 and not any(v.failed for v in self.results[h.name] if v.id == "NODE_UNREACHABLE")]
+        if len(hosts) < 2:
+            return
+        pairs = list(zip(hosts, hosts[1:] + hosts[:1]))
+
+        def measure(pair):
+            client, server = pair
+            hca = (client.fabric.hcas or ["mlx5_0"])[0]
+            args = f"-d {shlex.quote(hca)} -F --report_gbits -s 8388608 -D 3"
+            self.node(server).run(f"(timeout 30 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
+            out = self.node(client).run(f"timeout 30 ib_write_bw {args} {shlex.quote(server.address)}")
+            return bandwidth_verdict(out.stdout, threshold, f"{client.name} -> {server.name} via {hca}")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(pairs))) as pool:
+            for (client, _), verdict in zip(pairs, pool.map(measure, pairs)):
+                self.results[client.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "fabric"))
 
     def verdicts(self, node: str, suite: str) -> list[Verdict]:
         return [v for v in self.results.get(node, []) if v.suite in (suite, "ssh")]

@@ -146,6 +146,8 @@ SETTINGS: dict[str, Setting] = {
         _s("check_kernel_log", str, "", "cluster",
            "command printing the kernel log since {since} (e.g. -2h); empty: journalctl -k, else dmesg"),
         _s("check_memlock", bool, True, "cluster", "fail nodes where jobs cannot lock unlimited memory"),
+        _s("check_ib_bandwidth_gbps", int, 0, "cluster",
+           "kiln check measures ib_write_bw node to node (a ring) and fails below this; 0: off"),
         _s("check_time_sync", bool, True, "cluster", "warn on nodes whose clock is not synchronised"),
         _s("check_textfile_dir", str, "/var/lib/prometheus/node-exporter", "cluster",
            "where the node-local checks write kiln.prom for node_exporter's textfile collector"),

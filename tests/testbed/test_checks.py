@@ -49,8 +49,8 @@ def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path)
     assert set(data["nodes"]) == {nodes.controller, *nodes.computes}
     assert data["summary"]["fail"] == 0
     compute = {c["id"] for c in data["nodes"][nodes.computes[0]]["checks"]}
-    assert {"GPU_COUNT", "GPU_DRIVER_VERSION", "FABRIC_PORT_DOWN", "STORAGE_MOUNTED", "STORAGE_SHARED",
-            "SLURM_GRES", "SLURM_REGISTERED", "SYSTEM_SWAP"} <= compute
+    assert {"GPU_COUNT", "GPU_DRIVER_VERSION", "FABRIC_PORT_DOWN", "FABRIC_BANDWIDTH", "STORAGE_MOUNTED",
+            "STORAGE_SHARED", "SLURM_GRES", "SLURM_REGISTERED", "SYSTEM_SWAP", "SYSTEM_KERNEL_SAME"} <= compute
     junit = (tmp_path / "j.xml").read_text()
     assert junit.count("<testcase") == 3 * 5 and 'failures="0"' in junit
     page = (tmp_path / "r.html").read_text()
@@ -71,6 +71,19 @@ def test_each_injected_fault_is_reported_with_its_id(nodes, tmp_path, fault):
         warned = {c["id"] for c in checks if c["severity"] == "warn"}
         assert failed == (ids if code else set()), out.stdout
         assert code or ids <= warned, out.stdout
+    finally:
+        assert kiln("testbed", "clear", "--name", nodes.name, node).returncode == 0
+
+
+def test_node_to_node_bandwidth_below_threshold_fails(nodes, tmp_path):
+    node = nodes.computes[0]
+    assert kiln("testbed", "inject", "--name", nodes.name, node, "ib-rate-low").returncode == 0
+    try:
+        out, data = check_json(nodes, tmp_path, "--limit", "compute", "--suite", "fabric")
+        assert out.returncode == 1
+        bandwidth = {n: [c for c in v["checks"] if c["id"] == "FABRIC_BANDWIDTH"][0] for n, v in data["nodes"].items()}
+        assert bandwidth[node]["severity"] == "fail" and "below 350" in bandwidth[node]["message"]
+        assert bandwidth[nodes.computes[1]]["severity"] == "ok"
     finally:
         assert kiln("testbed", "clear", "--name", nodes.name, node).returncode == 0
 

@@ -43,3 +43,11 @@ def test_batched_verdicts_equal_one_by_one(tmp_path):
     assert [(v.id, v.severity) for v in batched] == [(v.id, v.severity) for v in single]
     assert "GPU_ECC_UNCORRECTED" in {v.id for v in batched if v.failed}
     assert rounds <= 4 < len(calls)  # a few round trips instead of one per command
+
+
+def test_kernel_outliers():
+    from kiln.check.remote import kernel_outliers
+    verdicts = kernel_outliers({"a": "6.1.0-28-amd64", "b": "6.1.0-28-amd64", "c": "6.1.0-30-amd64"})
+    assert [verdicts[n].severity for n in "abc"] == ["ok", "ok", "fail"]
+    assert "2 of 3 nodes run 6.1.0-28-amd64" in verdicts["c"].message
+    assert kernel_outliers({}) == {}
