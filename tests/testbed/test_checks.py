@@ -43,6 +43,18 @@ def nodes(slurm):
     return slurm
 
 
+@pytest.fixture(autouse=True)
+def healthy_again(request):
+    """After each test every compute node is healthy and back in service: HealthCheckProgram runs every
+    few seconds and may have drained a node while a fault was injected; one run now resumes it."""
+    yield
+    tb = request.getfixturevalue("nodes")
+    for node in tb.computes:
+        on(tb, node, "kiln-sim clear; kiln-node-check >/dev/null")
+    wait_for(lambda: on(tb, tb.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == len(tb.computes),
+             timeout=60, what="every compute node idle again")
+
+
 def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path):
     out, data = check_json(nodes, tmp_path, "--junit", str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html"))
     assert out.returncode == 0, out.stdout + out.stderr
