@@ -143,7 +143,9 @@ class NspawnNodes:
         return "\n".join("    " + line for line in text[-lines:])
 
     def running(self, node: Node) -> bool:
-        return self.init_pid(node) is not None
+        """The node's supervisor and its init both alive (a killed supervisor means a node that will not
+        come back from a reboot: not running, as far as `up` is concerned)."""
+        return self._supervisor_pid(node) is not None and self.init_pid(node) is not None
 
     def exec(self, node: Node, command: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
         init = self.init_pid(node)

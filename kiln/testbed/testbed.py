@@ -259,7 +259,9 @@ class Testbed:
         for node in nodes:
             deadline = time.monotonic() + timeout
             while True:
-                result = self.ssh(node.name, ["true"], check=False, timeout=15)
+                # a new connection each time: a shared one can outlive the node it was made to
+                result = run(["ssh", "-F", str(self.ssh_config), "-o", "ControlMaster=no", "-o", "ControlPath=none",
+                              node.name, "true"], check=False, timeout=15)
                 if result.returncode == 0:
                     break
                 if time.monotonic() > deadline:
