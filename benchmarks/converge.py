@@ -155,20 +155,17 @@ def main() -> None:
             fresh, noop = results[size, tool]
             print(f"  {size:>2} nodes  {tool:<8} fresh {fresh:7.1f} s   no-op {noop:6.2f} s", flush=True)
     print(f"\nbase + slurm roles, 1 controller + N-1 compute testbed nodes, no-op = median of {args.runs}")
-    header = f"{'nodes':>5} {'run':<6} " + " ".join(f"{t:>9}" for t in tools)
-    if {"kiln", "ansible"} <= set(tools):
-        header += f" {'ansible/kiln':>13}"
-    if {"kiln", "pyinfra"} <= set(tools):
-        header += f" {'kiln vs pyinfra':>16}"
-    print(header)
+    # comparison columns: title, the two tools, how to show kiln's figure beside the other's
+    comparisons = [(title, a, b, show) for title, a, b, show in (
+        ("ansible/kiln", "kiln", "ansible", lambda k, o: f"{o / k:.1f}x"),
+        ("kiln vs pyinfra", "kiln", "pyinfra", lambda k, o: f"{(k / o - 1) * 100:+.0f}%"))
+        if {a, b} <= set(tools)]
+    print(f"{'nodes':>5} {'run':<6} " + " ".join(f"{t:>9}" for t in tools)
+          + "".join(f" {title:>16}" for title, *_ in comparisons))
     for size in (int(s) for s in args.sizes.split(",")):
         for i, mode in enumerate(("fresh", "no-op")):
-            row = f"{size:>5} {mode:<6} " + " ".join(f"{results[size, t][i]:8.2f}s" for t in tools)
-            if {"kiln", "ansible"} <= set(tools):
-                row += f" {results[size, 'ansible'][i] / results[size, 'kiln'][i]:12.1f}x"
-            if {"kiln", "pyinfra"} <= set(tools):
-                row += f" {(results[size, 'kiln'][i] / results[size, 'pyinfra'][i] - 1) * 100:+15.0f}%"
-            print(row)
+            print(f"{size:>5} {mode:<6} " + " ".join(f"{results[size, t][i]:8.2f}s" for t in tools)
+                  + "".join(f" {show(results[size, a][i], results[size, b][i]):>16}" for _, a, b, show in comparisons))
     print(f"\nlog of every run: {log}")
 
 
