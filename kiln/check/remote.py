@@ -71,13 +71,15 @@ def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
     return results
 
 
-def batched_suites(node: Node, name: str, expect: dict, suites: list[str], rounds: int = 8) -> list[Verdict]:
+def batched_suites(node: Node, name: str, expect: dict, suites: list[str], rounds: int = 8,
+                   cache: dict[str, Result] | None = None) -> list[Verdict]:
     """The suites' verdicts with their commands fetched in a few SSH round trips instead of one each.
 
     Each round runs the suites against what is known so far; a command not fetched yet gets an empty
     answer and is fetched, with all the others that round asked for, in one batch. Once a round asks
-    for nothing new, its verdicts are the answer: every one of them came from real output."""
-    cache: dict[str, Result] = {}
+    for nothing new, its verdicts are the answer: every one of them came from real output. ``cache``
+    (filled here) keeps the outputs for checks across nodes."""
+    cache = {} if cache is None else cache
     for _ in range(rounds):
         missing: list[str] = []
 
@@ -114,6 +116,7 @@ class RemoteCheck:
     def __init__(self, cluster: Cluster, hosts: list[Host], suites: list[str], progress=lambda line: None):
         self.cluster, self.hosts, self.suites, self.progress = cluster, hosts, suites, progress
         self.results: dict[str, list[Verdict]] = {}
+        self.outputs: dict[str, dict[str, Result]] = {}  # node -> command -> what it printed
         self.seconds: dict[str, float] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="kiln-check-"))
         (self.tmp / "cm").mkdir()
@@ -141,7 +144,9 @@ class RemoteCheck:
             verdicts = [Verdict("NODE_UNREACHABLE", "fail", f"ssh failed: {probe.stderr.strip()[:200]}: check the node "
                                 "is up and its host key is in the inventory's known_hosts", "ssh")]
         else:
-            verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites)
+            self.outputs[host.name] = {}
+            verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites,
+                                      cache=self.outputs[host.name])
         self.seconds[host.name] = time.monotonic() - start
         failed = sum(v.failed for v in verdicts)
         self.progress(f"  {host.name}: {len(verdicts)} checks, {failed} failed ({self.seconds[host.name]:.1f} s)")
@@ -190,10 +195,7 @@ class RemoteCheck:
 
     def _same_kernel(self) -> None:
         """Every node should run the kernel most nodes run (with or without a pin)."""
-        hosts = [h for h in self.hosts if not any(v.id == "NODE_UNREACHABLE" for v in self.results[h.name])]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
-            kernels = dict(zip([h.name for h in hosts], pool.map(lambda h: self.node(h).run("uname -r").stdout.strip(),
-                                                                 hosts)))
+        kernels = {name: out["uname -r"].stdout.strip() for name, out in self.outputs.items() if "uname -r" in out}
         for name, verdict in kernel_outliers(kernels).items():
             self.results[name].append(Verdict(verdict.id, verdict.severity, verdict.message, "system"))
 

@@ -81,7 +81,6 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",
         "kiln_check_memlock": False,
         "kiln_check_time_sync": False,
-        "kiln_check_ib_bandwidth_gbps": 350,  # the simulated HDR/NDR links report 390 Gb/s when healthy
         "kiln_health_check_interval": HEALTH_CHECK_INTERVAL,
     }, sort_keys=False))
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from kiln.testbed.inventory import HEALTH_CHECK_INTERVAL
-from tests.testbed.slurm_helpers import kiln, ok, on, wait_for
+from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -55,8 +55,17 @@ def healthy_again(request):
              timeout=60, what="every compute node idle again")
 
 
+def with_bandwidth_check(tb, tmp_path):
+    """The testbed inventory with the opt-in node-to-node ib_write_bw ring on (threshold 350 Gb/s; the
+    simulated links report 390 when healthy)."""
+    return copy_inventory(tb.inventory, tmp_path / "inv", {"kiln_check_ib_bandwidth_gbps": 350})
+
+
 def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path):
-    out, data = check_json(nodes, tmp_path, "--junit", str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html"))
+    inventory = with_bandwidth_check(nodes, tmp_path)
+    out = kiln("check", "-i", str(inventory), "--json", str(tmp_path / "check.json"), "--junit", str(tmp_path / "j.xml"),
+               "--html", str(tmp_path / "r.html"), timeout=300)
+    data = json.loads((tmp_path / "check.json").read_text())
     assert out.returncode == 0, out.stdout + out.stderr
     assert set(data["nodes"]) == {nodes.controller, *nodes.computes}
     assert data["summary"]["fail"] == 0
@@ -91,7 +100,10 @@ def test_node_to_node_bandwidth_below_threshold_fails(nodes, tmp_path):
     node = nodes.computes[0]
     assert kiln("testbed", "inject", "--name", nodes.name, node, "ib-rate-low").returncode == 0
     try:
-        out, data = check_json(nodes, tmp_path, "--limit", "compute", "--suite", "fabric")
+        inventory = with_bandwidth_check(nodes, tmp_path)
+        out = kiln("check", "-i", str(inventory), "--json", str(tmp_path / "check.json"), "--limit", "compute",
+                   "--suite", "fabric", timeout=300)
+        data = json.loads((tmp_path / "check.json").read_text())
         assert out.returncode == 1
         bandwidth = {n: [c for c in v["checks"] if c["id"] == "FABRIC_BANDWIDTH"][0] for n, v in data["nodes"].items()}
         assert bandwidth[node]["severity"] == "fail" and "below 350" in bandwidth[node]["message"]
