@@ -6,6 +6,7 @@ state file, with the same faults ``kiln testbed inject`` sets); other commands a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -66,6 +67,13 @@ def node(tmp_path):
     n = SimNode(state, dict(HEALTHY))
     n.inject = lambda fault, gpu=0: subprocess.run([str(SIMULATORS / "kiln-sim"), "inject", fault, "--gpu", str(gpu)],
                                                    check=True, env=env)
+
+    def change(edit):
+        """Edit the simulated hardware's state directly (faults kiln testbed inject does not offer)."""
+        data = json.loads(state.read_text())
+        edit(data)
+        state.write_text(json.dumps(data))
+    n.change = change
     return n
 
 
@@ -96,6 +104,75 @@ def test_healthy_node_passes_every_check(node):
 def test_each_fault_fails_its_check(node, fault, failed):
     node.inject(fault)
     assert failing(run_suites(node, EXPECT)) == failed
+
+
+def _gpu(field, value, index=1):
+    return lambda s: s["gpus"][index].update({field: value})
+
+
+def _hca(**values):
+    return lambda s: s["hcas"][1].update(values)
+
+
+@pytest.mark.parametrize("edit, failed, warned", [
+    (_gpu("name", "NVIDIA A100-SXM4-80GB"), ["GPU_MODEL"], []),
+    (_gpu("persistence", "Disabled"), ["GPU_PERSISTENCE"], []),
+    (_gpu("ecc", "Disabled"), ["GPU_ECC_MODE"], []),
+    (_gpu("retired_pending", "Yes"), ["GPU_RETIRED_PAGES_PENDING"], []),
+    (_gpu("remap_failure", "Yes"), ["GPU_REMAP_FAILURE"], []),
+    (_gpu("pcie_width", 8), ["GPU_PCIE_WIDTH"], []),
+    (_gpu("pcie_gen", 4), [], ["GPU_PCIE_GEN"]),
+    (lambda s: s.update(dcgm_fail=["Persistence Mode"]), ["GPU_DCGM_DIAG"], []),
+    (lambda s: s["hcas"].pop(), ["FABRIC_HCA_COUNT"], []),
+    (_hca(phys="Polling"), ["FABRIC_PORT_LINK"], []),
+    (_hca(layer="Ethernet"), ["FABRIC_LINK_LAYER"], []),
+    (lambda s: s.update(hcas=[]), ["FABRIC_IBSTAT"], []),
+])
+def test_each_hardware_state_fault_fails_its_check(node, edit, failed, warned):
+    node.change(edit)
+    verdicts = run_suites(node, EXPECT)
+    assert failing(verdicts) == failed
+    assert [w for w in failing(verdicts, "warn") if w != "GPU_PEERMEM"] == warned
+
+
+def test_unreadable_nvidia_smi_output_fails(node):
+    node.answers[("nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,persistence_mode,ecc.mode.current,"
+                  "ecc.errors.uncorrected.volatile.total,retired_pages.pending,pcie.link.gen.current,pcie.link.gen.max,"
+                  "pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active --format=csv,noheader,nounits")] = \
+        Result(0, "0, NVIDIA H100 80GB HBM3, 00000000:18:00.0\n")  # cut short
+    assert failing(run_suites(node, EXPECT, ["gpu"])) == ["GPU_NVIDIA_SMI_UNREADABLE"]
+
+
+def test_link_flaps_warn(node):
+    expect = dict(EXPECT, fabric=dict(EXPECT["fabric"], kernel_log="flaps"))
+    node.answers["flaps"] = Result(0, "Aug 17 06:18:01 n1 systemd-networkd[5]: ib6: lost carrier\n" * 6)
+    verdicts = run_suites(node, expect, ["fabric"])
+    assert failing(verdicts) == [] and failing(verdicts, "warn") == ["FABRIC_LINK_FLAPS"]
+
+
+def test_storage_from_the_wrong_source_fails(node):
+    mount = {"path": "/scratch", "type": "nfs", "source": "nfs01:/export/scratch", "options": "rw",
+             "warn_percent": 80, "fail_percent": 95}
+    node.answers["findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS"] = Result(0, (
+        '{"filesystems": [{"target": "/scratch", "source": "nfs02:/export/scratch", "fstype": "nfs4", '
+        '"options": "rw,hard"}]}'))
+    node.answers["cat /etc/fstab"] = Result(0, "nfs01:/export/scratch /scratch nfs rw 0 0\n")
+    assert failing(run_suites(node, dict(EXPECT, storage=[mount]), ["storage"])) == ["STORAGE_SOURCE"]
+
+
+def test_node_to_node_bandwidth_verdict(tmp_path):
+    from checks.fabric import bandwidth_verdict
+    env = dict(os.environ, KILN_SIM_STATE=str(tmp_path / "s.json"))
+    subprocess.run([str(SIMULATORS / "kiln-sim"), "init", "--gpus", "1", "--model", "h100", "--driver", "x",
+                    "--hcas", "1", "--rate", "400"], check=True, env=env)
+    healthy = subprocess.run([str(SIMULATORS / "ib_write_bw"), "--report_gbits"], capture_output=True, text=True,
+                             env=env).stdout
+    assert bandwidth_verdict(healthy, 350, "a -> b").severity == "ok"
+    subprocess.run([str(SIMULATORS / "kiln-sim"), "inject", "ib-rate-low"], check=True, env=env)
+    low = subprocess.run([str(SIMULATORS / "ib_write_bw")], capture_output=True, text=True, env=env).stdout  # MB/sec
+    verdict = bandwidth_verdict(low, 350, "a -> b")
+    assert verdict.severity == "fail" and "195.4 Gb/s, below 350" in verdict.message
+    assert bandwidth_verdict("Couldn't connect\n", 350, "a -> b").severity == "fail"
 
 
 def test_application_xid_does_not_fail(node):

@@ -51,3 +51,45 @@ def test_kernel_outliers():
     assert [verdicts[n].severity for n in "abc"] == ["ok", "ok", "fail"]
     assert "2 of 3 nodes run 6.1.0-28-amd64" in verdicts["c"].message
     assert kernel_outliers({}) == {}
+
+
+def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data():
+    """/home is one filesystem on hgx001 and hgx002 but a different one on hgx003: only hgx003 fails."""
+    import re
+
+    from kiln.check.remote import RemoteCheck
+    from kiln.inventory import load_cluster
+    from tests.conftest import REPO
+
+    cluster = load_cluster(REPO / "inventory" / "example")
+    hosts = [cluster.hosts[n] for n in ("hgx001", "hgx002", "hgx003")]
+    filesystems = {"hgx001": {}, "hgx002": None, "hgx003": {}}
+    filesystems["hgx002"] = filesystems["hgx001"]  # the same shared files
+
+    def fake(host):
+        files = filesystems[host.name]
+
+        def run(command):
+            if command.startswith("echo kiln > "):
+                files[command.split("> ", 1)[1].strip("'")] = "kiln"
+            elif command.startswith("cat "):
+                return Result(0, files.get(command[4:].strip("'"), ""))
+            elif command.startswith("rm -f "):
+                files.pop(command[6:].strip("'"), None)
+            return Result(0, "")
+        return Node(host.name, run)
+
+    check = RemoteCheck(cluster, hosts, ["storage"])
+    check.node = fake
+    check.results = {h.name: [] for h in hosts}
+    check._shared_storage()
+    home = {n: [v for v in vs if "/home" in v.message] for n, vs in check.results.items()}
+    assert [home[n][0].severity for n in ("hgx001", "hgx002", "hgx003")] == ["ok", "ok", "fail"]
+    assert re.search(r"does not see what hgx001 wrote", home["hgx003"][0].message)
+    assert filesystems["hgx001"] == {}  # the marker is removed
+
+
+def test_testbed_faults_are_the_simulators_faults():
+    out = subprocess.run([str(SIMULATORS / "kiln-sim"), "faults"], capture_output=True, text=True, check=True)
+    from kiln.testbed.simulate import FAULTS
+    assert tuple(out.stdout.split()) == FAULTS
