@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from checks.node import Node, Result
-from checks.suites import SUITES, run_suites
+from checks.suites import run_suites
 from checks.fabric import bandwidth_verdict
 from checks.verdict import Verdict, fail, ok
 from kiln.inventory.expect import node_expectations
@@ -245,6 +245,3 @@ class _Plugin:
             pairs = [(h.name, s) for h in self.run.hosts for s in self.run.suites]
             metafunc.parametrize(("node_name", "suite"), pairs, ids=[f"{n}-{s}" for n, s in pairs])
 
-
-def available_suites() -> list[str]:
-    return list(SUITES)

@@ -113,10 +113,7 @@ class Deploy:
         self.contexts: dict[str, NodeContext] = {}
 
     def roles_for(self, name: str) -> list[str]:
-        wanted = set(self.cluster.hosts[name].roles)
-        if self.role_names is not None:
-            wanted &= set(self.role_names)
-        return [r for r in roles.ORDER if r in wanted]
+        return roles.for_host(self.cluster.hosts[name].roles, self.role_names)
 
     # --- the run ---
     def run(self) -> DeployResult:
@@ -204,12 +201,7 @@ class Deploy:
 
     def _prepare(self, state: State, hosts: list) -> None:
         def prepare(host):
-            ctx = self.contexts[host.name]
-            modules = [roles.module(r) for r in self.roles_for(host.name)]
-            for module in modules:
-                module.install(ctx)
-            for module in modules:
-                module.configure(ctx)
+            roles.prepare(self.contexts[host.name], self.roles_for(host.name))
         for host, value in self._spawn(state, hosts, prepare).items():
             if isinstance(value, Exception):
                 r = self.results[host.name]

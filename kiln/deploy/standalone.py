@@ -51,12 +51,8 @@ def converge(host, role_names: list[str] | None = None) -> NodeContext:
     platform = platform_for(node.os, host.get_fact(LinuxDistribution))
     ctx = NodeContext(cluster, node, platform, secrets, host.get_fact(IsContainer))
     _contexts[host.name] = ctx
-    wanted = [r for r in roles.ORDER if r in node.roles and (role_names is None or r in role_names)]
-    modules = [roles.module(r) for r in wanted]
-    for module in modules:
-        module.install(ctx)
-    for module in modules:
-        module.configure(ctx)
+    wanted = roles.for_host(node.roles, role_names)
+    roles.prepare(ctx, wanted)
     if "slurm" in wanted and node.in_group("slurm_controller"):
         # pyinfra runs each operation on every host before the next: this one runs after every
         # host of the run has written its slurm.conf.

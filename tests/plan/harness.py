@@ -34,10 +34,6 @@ def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monk
     host = inventory.get_host(name)
     ctx = NodeContext(cluster, replace(cluster.hosts[name], os=os), PLATFORMS[os], SECRETS, in_container)
     with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(state.config.copy()), ctx_host.use(host):
-        modules = [roles.module(r) for r in roles.ORDER if r in cluster.hosts[name].roles]
-        for module in modules:
-            module.install(ctx)
-        for module in modules:
-            module.configure(ctx)
+        roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles))
         ctx.snapshot = snapshot
         return plan.evaluate(state, host, commands=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -60,13 +61,8 @@ def job_state(tb, controller: str, job: str) -> str:
 def submit(tb, controller: str, args: str, user: str | None = None) -> str:
     command = f"sbatch --parsable {args}"
     if user:
-        command = f"su - {user} -c {shlex_quote(command)}"
+        command = f"su - {user} -c {shlex.quote(command)}"
     return ok(tb, controller, command).strip().split(";")[0]
-
-
-def shlex_quote(text: str) -> str:
-    import shlex
-    return shlex.quote(text)
 
 
 def copy_inventory(src: Path, dest: Path, changes: dict | None = None, host_changes: dict | None = None) -> Path:

@@ -32,8 +32,8 @@ FAULTS = {
 }
 
 
-def check_json(tb, tmp_path, *args):
-    out = kiln("check", "-i", str(tb.inventory), "--json", str(tmp_path / "check.json"), *args, timeout=300)
+def check_json(tb, tmp_path, *args, inventory=None):
+    out = kiln("check", "-i", str(inventory or tb.inventory), "--json", str(tmp_path / "check.json"), *args, timeout=300)
     data = json.loads((tmp_path / "check.json").read_text())
     return out, data
 
@@ -62,10 +62,8 @@ def with_bandwidth_check(tb, tmp_path):
 
 
 def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path):
-    inventory = with_bandwidth_check(nodes, tmp_path)
-    out = kiln("check", "-i", str(inventory), "--json", str(tmp_path / "check.json"), "--junit", str(tmp_path / "j.xml"),
-               "--html", str(tmp_path / "r.html"), timeout=300)
-    data = json.loads((tmp_path / "check.json").read_text())
+    out, data = check_json(nodes, tmp_path, "--junit", str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html"),
+                           inventory=with_bandwidth_check(nodes, tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert set(data["nodes"]) == {nodes.controller, *nodes.computes}
     assert data["summary"]["fail"] == 0
@@ -100,10 +98,8 @@ def test_node_to_node_bandwidth_below_threshold_fails(nodes, tmp_path):
     node = nodes.computes[0]
     assert kiln("testbed", "inject", "--name", nodes.name, node, "ib-rate-low").returncode == 0
     try:
-        inventory = with_bandwidth_check(nodes, tmp_path)
-        out = kiln("check", "-i", str(inventory), "--json", str(tmp_path / "check.json"), "--limit", "compute",
-                   "--suite", "fabric", timeout=300)
-        data = json.loads((tmp_path / "check.json").read_text())
+        out, data = check_json(nodes, tmp_path, "--limit", "compute", "--suite", "fabric",
+                               inventory=with_bandwidth_check(nodes, tmp_path))
         assert out.returncode == 1
         bandwidth = {n: [c for c in v["checks"] if c["id"] == "FABRIC_BANDWIDTH"][0] for n, v in data["nodes"].items()}
         assert bandwidth[node]["severity"] == "fail" and "below 350" in bandwidth[node]["message"]
