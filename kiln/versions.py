@@ -3,8 +3,12 @@
 An inventory sets pins in ``group_vars/all/versions.yml`` under ``kiln_versions``; a pin it does not
 set takes the default below. A pin whose default is ``None`` has no safe default (the right value
 depends on the site's hardware and OS) and must be set whenever a role that uses it runs on some
-host; validation names the pin and the hosts. Pins are exact package versions: roles install exactly
-that version and hold it; only ``kiln patch`` moves a pin on a live cluster.
+host; validation names the pin and the hosts. A pin marked ``optional`` may be set to "" to leave
+that component out (it comes with the node image, or the site does not use it). Pins are exact
+package versions as the package source spells them (``535.261.03-1`` from Debian,
+``550.163.01-0ubuntu1`` from NVIDIA's repository for Ubuntu): roles install exactly that version and
+hold it; only ``kiln patch`` moves a pin on a live cluster. What the checks compare with the node
+(``nvidia-smi``'s driver version) is the upstream part, ``upstream(pin)``.
 """
 
 from __future__ import annotations
@@ -18,17 +22,24 @@ class Pin:
     default: str | None
     role: str
     doc: str
+    optional: bool = False
 
 
 PINS: dict[str, Pin] = {
     p.name: p
     for p in (
-        Pin("nvidia_driver", None, "nvidia_driver", "NVIDIA driver, e.g. 550.163.01 (nodes with GPUs)"),
-        Pin("cuda", None, "cuda", "CUDA toolkit, e.g. 12.4.1 (nodes with GPUs)"),
-        Pin("nccl", None, "nccl", "NCCL, e.g. 2.21.5 (nodes with GPUs)"),
-        Pin("dcgm", None, "dcgm", "DCGM, e.g. 3.3.9 (nodes with GPUs)"),
+        Pin("nvidia_driver", None, "nvidia_driver",
+            "NVIDIA driver package version, e.g. 535.261.03-1 (Debian) or 550.163.01-0ubuntu1 (nodes with GPUs)"),
+        Pin("cuda", None, "cuda", "CUDA toolkit package version, e.g. 12.4.1-1; \"\": no toolkit", True),
+        Pin("nccl", None, "nccl", "NCCL package version without the +cuda suffix, e.g. 2.21.5-1; \"\": none", True),
+        Pin("nccl_tests", "2.13.11", "nccl", "nccl-tests release built into /opt/nccl-tests"),
+        Pin("dcgm", None, "dcgm", "DCGM package version, e.g. 1:3.3.9 or 1:4.2.3-1; \"\": no DCGM", True),
+        Pin("dcgm_exporter", "", "dcgm", "dcgm-exporter package version (DCGM 4 repositories); \"\": none", True),
         Pin("fabricmanager", None, "fabricmanager",
-            "NVIDIA fabric manager (NVSwitch nodes); must equal the driver version"),
+            "NVIDIA fabric manager (NVSwitch nodes); same upstream version as the driver; \"\": not installed", True),
+        Pin("nvidia_container_toolkit", "", "containers", "nvidia-container-toolkit version; \"\": none", True),
+        Pin("enroot", "", "containers", "enroot release, e.g. 3.5.0 (containers in Slurm jobs); \"\": none", True),
+        Pin("pyxis", "", "containers", "pyxis release, e.g. 0.20.0 (srun --container-image); \"\": none", True),
         Pin("slurm", None, "slurm", "Slurm packages, e.g. 22.05.8-4+deb12u3 on Debian 12"),
         Pin("ofed", "inbox", "rdma", "RDMA stack: 'inbox' (the distribution's rdma-core) or a DOCA-OFED release"),
         Pin("kernel", "", "base", "running kernel every node must have, e.g. 6.1.0-28-amd64; empty: not enforced"),
@@ -40,3 +51,9 @@ PINS: dict[str, Pin] = {
 def required_pins(roles: set[str]) -> list[str]:
     """Pins without a default that the given roles need."""
     return sorted(p.name for p in PINS.values() if p.role in roles and p.default is None)
+
+
+def upstream(pin: str) -> str:
+    """The upstream version inside a package version: ``1:3.3.9-1`` -> ``3.3.9``,
+    ``535.261.03-1`` -> ``535.261.03``, ``550.163.01-0ubuntu1`` -> ``550.163.01``."""
+    return pin.split(":", 1)[-1].split("-", 1)[0].split("~", 1)[0]

@@ -6,7 +6,10 @@ from importlib import import_module
 from types import ModuleType
 
 # Roles that exist today; a host runs those of its roles (kiln.inventory.model.Host.roles) found here.
-ORDER = ("base", "storage", "health", "slurm")
+# The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
+# (pyxis builds against the Slurm headers, and its plugstack files restart slurmd).
+ORDER = ("base", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
+         "containers")
 
 
 def module(name: str) -> ModuleType:
@@ -21,9 +24,15 @@ def for_host(host_roles: set[str], wanted: list[str] | None = None) -> list[str]
 
 
 def prepare(ctx, names: list[str]) -> None:
-    """Add the operations of ``names`` for ``ctx``'s node: every install stage, then every configure stage."""
+    """Add the operations of ``names`` for ``ctx``'s node: every install stage, then every configure
+    stage (an image build runs the install stages alone, in a chroot)."""
     modules = [module(r) for r in names]
     for m in modules:
         m.install(ctx)
     for m in modules:
         m.configure(ctx)
+
+
+def notices(ctx, names: list[str]) -> list[str]:
+    """What the roles found the node needs beyond this run (a reboot), read from its snapshot."""
+    return [n for r in names for n in (getattr(module(r), "notices", None) or (lambda _: []))(ctx)]

@@ -39,6 +39,9 @@ class ManagedFile:
     content: bytes
     secret: bool
     op: Any  # pyinfra OperationMeta
+    mode: str = "644"
+    user: str = "root"
+    group: str = "root"
 
 
 @dataclass
@@ -55,7 +58,10 @@ class NodeContext:
     paths: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
     snapshot: Any = None
+    # Why the node needs a reboot, as roles find out once the snapshot is read (``roles.notices``).
+    reboot_reasons: list[str] = field(default_factory=list)
 
     def watch_path(self, path: str) -> None:
         if path not in self.paths:
@@ -66,6 +72,11 @@ class NodeContext:
         if unit not in self.units:
             self.units.append(unit)
         return unit
+
+    def watch_module(self, name: str) -> None:
+        """Read whether kernel module ``name`` is loaded, and its version, with the snapshot."""
+        if name not in self.modules:
+            self.modules.append(name)
 
     def watch_line(self, path: str, regex: str) -> int:
         self.lines.append((path, regex))
@@ -79,7 +90,7 @@ class NodeContext:
         self.watch_path(path)
         op = managed_file(name=name or f"file {path}", ctx=self, path=path, content=data, mode=mode, user=user,
                           group=group)
-        self.files.append(ManagedFile(path, data, secret, op))
+        self.files.append(ManagedFile(path, data, secret, op, mode, user, group))
         return op
 
     def mark(self, tag: str, op: Any) -> Any:

@@ -22,25 +22,51 @@ def _snapshot(ctx):
     """The node's snapshot, taken now if none covers everything registered so far: ``kiln deploy``
     takes it once after preparing; under the plain ``pyinfra`` command the first operation takes it."""
     snap = ctx.snapshot
-    if snap is None or not snap.covers(ctx.paths, ctx.units, ctx.lines):
+    if snap is None or not snap.covers(ctx.paths, ctx.units, ctx.lines, ctx.modules):
         snap = ctx.snapshot = take_snapshot(ctx)
     return snap
 
 
 def take_snapshot(ctx):
-    snap = host.get_fact(NodeSnapshotFact, paths=tuple(ctx.paths), units=tuple(ctx.units), lines=tuple(ctx.lines))
-    snap.asked = (tuple(ctx.paths), tuple(ctx.units), tuple(ctx.lines))
+    snap = host.get_fact(NodeSnapshotFact, paths=tuple(ctx.paths), units=tuple(ctx.units), lines=tuple(ctx.lines),
+                         modules=tuple(ctx.modules))
+    snap.asked = (tuple(ctx.paths), tuple(ctx.units), tuple(ctx.lines), tuple(ctx.modules))
     return snap
 
 
+def kernel_guard(apt: bool, specs: str, kernel_pin: str) -> str:
+    """A command that fails, before anything is installed, when installing ``specs`` would install or
+    upgrade a kernel other than ``kernel_pin`` ("" allows none): the package manager's own dry run
+    (``apt-get install -s``, ``dnf install --assumeno``) says what it would do."""
+    if apt:
+        simulate = f"apt-get install -s -q --no-install-recommends --allow-downgrades --allow-change-held-packages {specs}"
+        kernels = "sed -n 's/^Inst \\(linux-image-[^ ]*\\).*/\\1/p'"
+        allowed = f" | grep -vx {shlex.quote('linux-image-' + kernel_pin)}" if kernel_pin else ""
+        check_exit = "|| { printf '%s\\n' \"$kiln_sim\" | tail -n 5 >&2; exit 1; }"
+    else:
+        simulate = f"dnf -q install --assumeno --disableplugin=versionlock {specs}"
+        kernels = "awk '$1 ~ /^kernel(-core|-modules(-core)?)?$/ {print $1\"-\"$3}'"
+        allowed = f" | grep -vF {shlex.quote(kernel_pin.rsplit('.', 1)[0])}" if kernel_pin else ""
+        check_exit = "|| true"
+    return (f"kiln_sim=$({simulate} 2>&1) {check_exit}; "
+            f"kiln_k=$(printf '%s\\n' \"$kiln_sim\" | {kernels}{allowed} | tr '\\n' ' '); "
+            "[ -z \"$kiln_k\" ] || { echo \"kernel guard: installing these packages would install or upgrade "
+            "kernel package(s) $kiln_k, which kiln_versions.kernel does not pin. Nothing was installed. Pin that "
+            "kernel in versions.yml (and reboot into it), or find what pulls it in with the package manager's "
+            "dry run.\" >&2; exit 1; }")
+
+
 @operation()
-def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str] | None = None):
+def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str] | None = None,
+                    guard_kernel: str | None = None):
     """
     Install packages, each at its exact version when one is given, and hold the versioned ones.
 
     + ctx: the node's NodeContext (its platform picks apt or dnf; its snapshot is compared)
     + packages: name -> exact version (``22.05.8-4+deb12u3``), or None for "any version, not held"
     + sources: name -> what to hand the package manager instead of the name (a release RPM's URL)
+    + guard_kernel: when given (the kernel pin, "" for none), fail before installing if the install
+      would bring in any other kernel (see ``kernel_guard``)
 
     A held package that must move to a new pin is unheld, installed at the pin and held again, so a
     plain ``apt-get upgrade`` never moves it and only a changed pin does. The package index is
@@ -62,13 +88,14 @@ def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str
         (lambda n: f"{n}-{packages[n]}" if packages.get(n) else sources.get(n, n))
     unhold = sorted(set(missing) & held)
     if missing:
-        if unhold:
-            yield ("apt-mark unhold " if apt else "dnf -q versionlock delete ") + " ".join(unhold)
+        specs = " ".join(shlex.quote(spec(n)) for n in missing)
         if apt:
             yield "apt-get update -q"
-            yield f"{APT_INSTALL} {' '.join(shlex.quote(spec(n)) for n in missing)}"
-        else:
-            yield f"dnf install -y -q {' '.join(shlex.quote(spec(n)) for n in missing)}"
+        if guard_kernel is not None:
+            yield kernel_guard(apt, specs, guard_kernel)
+        if unhold:
+            yield ("apt-mark unhold " if apt else "dnf -q versionlock delete ") + " ".join(unhold)
+        yield f"{APT_INSTALL} {specs}" if apt else f"dnf install -y -q {specs}"
     hold = sorted(n for n in pinned if n not in held or n in unhold)
     if hold:
         if apt:
@@ -139,19 +166,80 @@ def line_present(ctx, index: int, path: str, line: str, replace_regex: str | Non
 
 
 @operation()
-def service_running(ctx, unit: str, enabled: bool = True):
+def service_running(ctx, unit: str, enabled: bool = True, start=True):
     """
     A systemd unit that is active (and enabled, unless ``enabled=False``).
 
     + ctx: the node's NodeContext
     + unit: e.g. ``slurmd.service``
     + enabled: also enable it at boot
+    + start: start it now; a callable is asked once the snapshot is read (nvidia-persistenced starts
+      only where the driver's module is loaded)
     """
-    state = _snapshot(ctx).unit(unit)
+    snap = _snapshot(ctx)
+    state = snap.unit(unit)
     if enabled and state.enabled not in ("enabled", "static", "alias", "generated", "enabled-runtime"):
         yield f"systemctl enable {shlex.quote(unit)}"
-    if state.active != "active":
+    if callable(start):
+        start = start(snap)
+    if start and state.active != "active":
         yield f"systemctl start {shlex.quote(unit)}"
+
+
+@operation()
+def fetched_packages(ctx, urls: dict[str, str], version: str | None = None, marker: str | None = None):
+    """
+    Install package files fetched from URLs (a repository key package, a project's release packages)
+    unless they are there already; with ``version``, hold them at it.
+
+    + ctx: the node's NodeContext
+    + urls: package name -> URL of its .deb or .rpm
+    + version: the version they must be installed at (compared with the installed packages)
+    + marker: instead of a version, a path the package provides (``ctx.watch_path`` it), e.g. a keyring
+    """
+    snap, apt = _snapshot(ctx), ctx.platform.uses_apt
+    if marker is not None and marker in snap.files:
+        return
+    if version is not None and all(snap.packages.get(n) == version for n in urls):
+        return
+    names = sorted(urls)
+    local = {n: "/var/cache/kiln-" + urls[n].rstrip("/").rsplit("/", 1)[-1] for n in names}
+    if version is not None and set(names) & snap.held:
+        yield ("apt-mark unhold " if apt else "dnf -q versionlock delete ") + " ".join(sorted(set(names) & snap.held))
+    for n in names:
+        yield f"curl -fsSL --retry 3 -o {shlex.quote(local[n])} {shlex.quote(urls[n])}"
+    files_ = " ".join(shlex.quote(local[n]) for n in names)
+    yield f"{APT_INSTALL} {files_}" if apt else f"dnf install -y -q {files_}"
+    if version is not None:
+        yield ("apt-mark hold " if apt else "dnf -q versionlock add ") + " ".join(names)
+
+
+@operation()
+def commands_until(ctx, marker: str, commands: list[str]):
+    """
+    Run ``commands`` (a build, say) unless ``marker`` exists; the commands must create it last.
+
+    + ctx: the node's NodeContext (``marker`` must be watched: ``ctx.watch_path``)
+    + marker: e.g. ``/opt/nccl-tests-2.13.11/build/all_reduce_perf``
+    + commands: shell commands, run in order
+    """
+    if marker not in _snapshot(ctx).files:
+        yield from commands
+
+
+@operation()
+def module_loaded(ctx, module: str, requires: str):
+    """
+    Load kernel module ``module`` now when module ``requires`` is loaded (both read with the snapshot:
+    ``ctx.watch_module``); loading at boot is a modules-load.d file the role writes.
+
+    + ctx: the node's NodeContext
+    + module: e.g. ``nvidia_peermem``
+    + requires: e.g. ``nvidia``: where it is not loaded (before the reboot a new driver needs) nothing runs
+    """
+    loaded = _snapshot(ctx).modules
+    if requires in loaded and module not in loaded:
+        yield f"modprobe {shlex.quote(module)}"
 
 
 @operation()

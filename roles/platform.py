@@ -43,6 +43,7 @@ class Platform:
     nologin: str = "/usr/sbin/nologin"
     slurm_conf_dir: str = "/etc/slurm"
     pam_sshd: str = "/etc/pam.d/sshd"
+    initramfs_update: str = "update-initramfs -u"
     # Release packages that add repositories a role needs (Rocky: EPEL, OpenHPC): name -> where from.
     repo_packages: tuple[tuple[str, str], ...] = field(default=())
 
@@ -64,7 +65,7 @@ PLATFORMS: dict[str, Platform] = {
         SlurmPackages(client=("slurm-ohpc",), controller=("slurm-slurmctld-ohpc",),
                       dbd=("slurm-slurmdbd-ohpc",), compute=("slurm-slurmd-ohpc",),
                       pam_adopt=("slurm-pam_slurm-ohpc",)),
-        chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin",
+        chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin", initramfs_update="dracut -f",
         repo_packages=(("epel-release", "epel-release"), ("ohpc-release", OPENHPC_RELEASE_RPM)),
     ),
 }

@@ -56,20 +56,23 @@ class NodeSnapshot:
     files: dict[str, FileState] = field(default_factory=dict)  # only paths that exist
     units: dict[str, UnitState] = field(default_factory=dict)
     lines: set[int] = field(default_factory=set)               # indexes of (path, regex) pairs found
+    kernel: str = ""                                           # uname -r
+    modules: dict[str, str] = field(default_factory=dict)      # loaded watched module -> its version ("" if none)
     # what the command asked about: (paths, units, lines); None means "anything" (hand-made snapshots)
     asked: tuple | None = None
 
-    def covers(self, paths: list[str], units: list[str], lines: list) -> bool:
+    def covers(self, paths: list[str], units: list[str], lines: list, modules: list[str] = ()) -> bool:
         if self.asked is None:
             return True
         return (set(paths) <= set(self.asked[0]) and set(units) <= set(self.asked[1])
-                and len(lines) <= len(self.asked[2]))
+                and len(lines) <= len(self.asked[2]) and set(modules) <= set(self.asked[3]))
 
     def unit(self, name: str) -> UnitState:
         return self.units.get(name, UnitState("not-found", "inactive", ""))
 
 
-def snapshot_command(paths: list[str], units: list[str], lines: list[tuple[str, str]]) -> str:
+def snapshot_command(paths: list[str], units: list[str], lines: list[tuple[str, str]],
+                     modules: list[str] = ()) -> str:
     q = shlex.quote
     parts = [
         f"echo '{MARK}packages'",
@@ -93,6 +96,10 @@ def snapshot_command(paths: list[str], units: list[str], lines: list[tuple[str, 
     parts.append(f"echo '{MARK}lines'")
     for i, (path, regex) in enumerate(lines):
         parts.append(f"grep -qE {q(regex)} {q(path)} 2>/dev/null && echo {i}")
+    parts += [f"echo '{MARK}kernel'", "uname -r"]
+    if modules:
+        parts.append(f"for m in {' '.join(q(m) for m in modules)}; do [ -d /sys/module/$m ] && "
+                     "echo \"$m|$(cat /sys/module/$m/version 2>/dev/null)\"; done; true")
     parts.append(f"echo '{MARK}end'")
     return "; ".join(parts)
 
@@ -148,14 +155,21 @@ def parse_snapshot(output: list[str]) -> NodeSnapshot:
         key, _, value = line.partition("=")
         block[key] = value.strip()
     snap.lines = {int(line) for line in sections.get("lines", []) if line.strip().isdigit()}
+    kernel = sections.get("kernel", [])
+    snap.kernel = kernel[0].strip() if kernel else ""
+    for line in kernel[1:]:
+        name, sep, version = line.partition("|")
+        if sep:
+            snap.modules[name.strip()] = version.strip()
     return snap
 
 
 class NodeSnapshotFact(FactBase):
-    """``NodeSnapshot`` of the given paths, units and (path, regex) lines."""
+    """``NodeSnapshot`` of the given paths, units, (path, regex) lines and kernel modules."""
 
-    def command(self, paths: tuple[str, ...], units: tuple[str, ...], lines: tuple[tuple[str, str], ...]) -> str:
-        return snapshot_command(list(paths), list(units), list(lines))
+    def command(self, paths: tuple[str, ...], units: tuple[str, ...], lines: tuple[tuple[str, str], ...],
+                modules: tuple[str, ...] = ()) -> str:
+        return snapshot_command(list(paths), list(units), list(lines), list(modules))
 
     @staticmethod
     def default() -> NodeSnapshot:

@@ -80,6 +80,8 @@ def _print_summary(result) -> None:
             click.echo("\n".join("      | " + line for line in h.error.splitlines()))
         if h.next_step:
             click.echo(f"      next: {h.next_step}")
+        for reason in h.reboot_required:
+            click.echo(f"      ! {reason} (kiln patch --reboot needed reboots nodes batch by batch)")
     if result.stopped:
         click.echo(f"stopped: {result.stopped}")
     counts = result.as_dict()["summary"]

@@ -50,11 +50,12 @@ class HostResult:
     error: str | None = None
     next_step: str | None = None
     diffs: list[str] = field(default_factory=list)
+    reboot_required: list[str] = field(default_factory=list)  # why, per role (e.g. a new driver)
 
     def as_dict(self) -> dict:
         return {"host": self.name, "status": self.status, "operations": self.ops, "changed": self.changed,
                 "failed_operation": self.failed_op, "error": self.error, "next_step": self.next_step,
-                **({"diffs": self.diffs} if self.diffs else {})}
+                "reboot_required": self.reboot_required, **({"diffs": self.diffs} if self.diffs else {})}
 
 
 @dataclass
@@ -285,6 +286,9 @@ class Deploy:
                     break
                 if meta.did_change():
                     r.changed.append(name)
+            ctx = self.contexts.get(host.name)
+            if ctx is not None:
+                r.reboot_required = roles.notices(ctx, self.roles_for(host.name))
             if r.status == "pending":
                 incomplete = [n for n, _, m in self._ops(state, host) if not m.is_complete()]
                 if incomplete:

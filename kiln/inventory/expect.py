@@ -7,6 +7,7 @@ role for the node-local runner, so both runners check the same expectations.
 from __future__ import annotations
 
 from kiln.inventory.model import Cluster, Host
+from kiln.versions import upstream
 
 DEFAULT_KERNEL_LOG = "journalctl -k --since={since} --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
 
@@ -16,7 +17,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
     rdma = host.fabric.type in ("infiniband", "roce")
     return {
         "node": host.name,
-        "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": cluster.versions.get("nvidia_driver") or "",
+        "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": upstream(cluster.versions.get("nvidia_driver") or ""),
                 "nvswitch": host.nvswitch, "rdma": rdma, "dcgm_level": cluster.setting("check_dcgm_level"),
                 "kernel_log": kernel_log.replace("{since}", "-2h")},
         "fabric": {"type": host.fabric.type, "hca_count": host.fabric.hca_count, "rate_gbps": host.fabric.rate_gbps,

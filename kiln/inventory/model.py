@@ -36,6 +36,11 @@ class Host:
     storage_mounts: tuple[StorageMount, ...]
     sysctls: dict[str, Any]
     vars: dict[str, Any] = field(repr=False, compare=False)
+    settings: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def setting(self, name: str) -> Any:
+        """A node setting by its name without the ``kiln_`` prefix (default applied)."""
+        return self.settings["kiln_" + name]
 
     def in_group(self, group: str) -> bool:
         return group in self.groups
@@ -55,7 +60,9 @@ class Host:
         if self.storage_mounts:
             roles.add("storage")
         if self.gpu_count:
-            roles |= {"nvidia_driver", "cuda", "nccl", "dcgm"}
+            roles |= {"nvidia_driver", "cuda", "nccl", "dcgm", "containers"}
+        if LOGIN in self.groups:
+            roles.add("containers")  # srun needs pyxis where jobs are submitted
         if self.nvswitch:
             roles.add("fabricmanager")
         if self.fabric.type in ("infiniband", "roce"):

@@ -19,6 +19,7 @@ from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
 from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SERVICE_ACCOUNTS, SETTINGS,
                                    SUPPORTED_OS, Fabric, Setting)
+from kiln.inventory import nvidia_stack
 from kiln.versions import PINS, required_pins
 
 def _adapter(annotation: Any) -> TypeAdapter:
@@ -77,6 +78,8 @@ def validate(root: Path | str) -> tuple[model.Cluster | None, list[InventoryErro
     _check_addresses(raw, hosts, out)
     _check_partitions_teams(raw, cluster_values, out)
     versions = _check_versions(raw, hosts, cluster_values, out)
+    if not out.errors:
+        nvidia_stack.check(raw, hosts, cluster_values, versions, out)
     if out.errors:
         return None, out.errors
     get = lambda key: cluster_values.get(key, SETTINGS[key].default)  # noqa: E731
@@ -239,6 +242,7 @@ def _build_host(host: RawHost, s: dict[str, Any], out: _Collector) -> model.Host
         gpu_count=get("kiln_gpu_count"), gpu_model=get("kiln_gpu_model"), nvswitch=get("kiln_nvswitch"),
         features=tuple(get("kiln_features")), fabric=get("kiln_fabric") or Fabric(),
         storage_mounts=tuple(get("kiln_storage_mounts")), sysctls=get("kiln_sysctls"), vars=host.vars,
+        settings={k: get(k) for k, setting in SETTINGS.items() if setting.scope == "host"},
     )
 
 
@@ -403,15 +407,11 @@ def _check_versions(raw: RawInventory, hosts: dict[str, model.Host], values: dic
         for role in host.roles:
             roles_hosts[role].append(host.name)
     for pin in required_pins(set(roles_hosts)):
-        if not pins.get(pin):
+        if pin not in pins or (not pins[pin] and not PINS[pin].optional):
             users = roles_hosts[PINS[pin].role]
             out.add(origin[0], f"kiln_versions.{pin}", f"no pin for {pin}, which role {PINS[pin].role} needs "
                     f"on {len(users)} host(s) ({', '.join(users[:3])}): add it to group_vars/all/versions.yml",
                     origin[1])
-    if "fabricmanager" in roles_hosts and pins.get("fabricmanager") and pins.get("nvidia_driver") \
-            and pins["fabricmanager"] != pins["nvidia_driver"]:
-        out.add(origin[0], "kiln_versions.fabricmanager", f"fabric manager {pins['fabricmanager']} must equal "
-                f"the driver version {pins['nvidia_driver']}", origin[1])
     resolved = {name: pin.default for name, pin in PINS.items() if pin.default is not None}
     resolved.update({k: v for k, v in pins.items() if k in PINS})
     return resolved

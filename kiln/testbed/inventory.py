@@ -13,16 +13,19 @@ if TYPE_CHECKING:
     from kiln.testbed.nspawn import Node
     from kiln.testbed.testbed import Testbed
 
-# What Debian 12 carries; the testbed's nodes install exactly these.
+# What Debian 12 carries; the testbed's nodes install exactly these. The NVIDIA driver comes from
+# Debian's non-free archive (bookworm has 535.261.03-1, bookworm-security 535.309.01-0+deb12u1: a real
+# upgrade to roll out). Debian packages no NCCL, DCGM or fabric manager, and the CUDA toolkit (2 GB a
+# node) is left out: those pins are "" (the fabric manager unit on compute nodes is the simulator's).
 TESTBED_VERSIONS = {
     "slurm": "22.05.8-4+deb12u3",
-    "nvidia_driver": "535.261.03",
-    "cuda": "11.8.89",
-    "nccl": "2.18.5",
-    "dcgm": "3.3.9",
-    # Debian has no fabric manager package; the pin matches the driver, as NVIDIA requires.
-    "fabricmanager": "535.261.03",
+    "nvidia_driver": "535.261.03-1",
+    "cuda": "",
+    "nccl": "",
+    "dcgm": "",
+    "fabricmanager": "",
 }
+DRIVER_UPGRADE = "535.309.01-0+deb12u1"
 
 # Compute nodes get this many stand-in GPU device files (see Testbed._node_files): enough for Slurm's
 # GPU GRES to be exercised for real; there is no GPU behind them.
@@ -79,14 +82,17 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # Node checks: the simulated GPUs' kernel messages come from kiln-sim (tests/simulators); nodes
         # share the host's clock and its 8 MiB locked-memory limit, so those two are not checked here.
         "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",
+        # Debian's non-free driver; nodes are containers (no kernel modules): user space only.
+        "kiln_nvidia_source": "debian",
         "kiln_check_memlock": False,
         "kiln_check_time_sync": False,
         "kiln_health_check_interval": HEALTH_CHECK_INTERVAL,
     }, sort_keys=False))
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
         "kiln_cpus": cpus, "kiln_memory_mb": 1024, "kiln_gpu_count": GPUS_PER_NODE,
-        "kiln_gpu_model": SIM_GPU_MODEL, "kiln_nvswitch": True,
-        "kiln_fabric": {"type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE},
+        "kiln_gpu_model": SIM_GPU_MODEL, "kiln_nvswitch": True, "kiln_nvidia_kernel_modules": "none",
+        "kiln_fabric": {"type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE,
+                        "hcas": [f"mlx5_{i}" for i in range(SIM_HCAS)], "socket_ifname": "host0"},
         "kiln_storage_mounts": [
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"},
             # the same host directory in every node (systemd-nspawn --bind): shared storage to check

@@ -25,6 +25,7 @@ from kiln.testbed import simulate
 from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_NVLINKS, SIM_RATE,
                                     TESTBED_VERSIONS, write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
+from kiln.versions import upstream
 from kiln.testbed.proxy import AptProxy
 
 STATE_ROOT = Path(os.environ.get("KILN_TESTBED_STATE", "/var/lib/kiln/testbed"))
@@ -272,7 +273,7 @@ class Testbed:
         if not simulate.available():
             self.progress("tool simulators not found (tests/simulators): GPU checks will see no nvidia-smi")
             return
-        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, TESTBED_VERSIONS["nvidia_driver"], SIM_NVLINKS,
+        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, upstream(TESTBED_VERSIONS["nvidia_driver"]), SIM_NVLINKS,
                                         SIM_HCAS, SIM_RATE)
         for node in nodes:
             self.ssh(node.name, command)

@@ -4,7 +4,10 @@ commands out)."""
 
 from __future__ import annotations
 
+import re
+from copy import deepcopy
 from dataclasses import replace
+from hashlib import sha1
 
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.host import Host as PyinfraHost
@@ -15,7 +18,7 @@ from kiln.deploy import plan
 from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
 from roles.platform import PLATFORMS
-from roles.snapshot import NodeSnapshot
+from roles.snapshot import FileState, NodeSnapshot
 
 SECRETS = Secrets(munge_key=b"k" * 1024, dbd_password="plan-test-password")
 
@@ -27,7 +30,7 @@ def _no_connection_facts(self, cls, *args, **kwargs):
 
 
 def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monkeypatch,
-              in_container: bool = False) -> list[tuple[str, list[str]]]:
+              in_container: bool = False, with_context: bool = False):
     monkeypatch.setattr(PyinfraHost, "get_fact", _no_connection_facts)
     inventory = Inventory(([(name, {})], {}))
     state = State(inventory, Config(), check_for_changes=False)
@@ -36,4 +39,32 @@ def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monk
     with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(state.config.copy()), ctx_host.use(host):
         roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles))
         ctx.snapshot = snapshot
-        return plan.evaluate(state, host, commands=True)
+        result = plan.evaluate(state, host, commands=True)
+    return (result, ctx) if with_context else result
+
+
+def converged(plan: list[tuple[str, list[str]]], ctx: NodeContext, base: NodeSnapshot) -> NodeSnapshot:
+    """``base`` after ``plan`` ran: its managed files in place, its pinned packages installed and held."""
+    snap = deepcopy(base)
+    for f in ctx.files:
+        snap.files[f.path] = FileState("regular file", f.mode, f.user, f.group, sha1(f.content).hexdigest())
+    for _, commands in plan:
+        for command in commands:
+            if "apt-get install -y" in command:
+                for word in command.split():
+                    name, sep, version = word.partition("=")
+                    if sep and not name.startswith("-"):
+                        snap.packages[name] = version
+            elif command.startswith("dnf install -y"):
+                for word in command.split()[4:]:
+                    match = _RPM.match(word)
+                    name, version = (match["name"], match["version"]) if match else (word, "0")
+                    snap.packages[name] = version
+            elif command.startswith("apt-mark hold "):
+                snap.held |= set(command.split()[2:])
+            elif command.startswith("dnf -q versionlock add "):
+                snap.held |= {(_RPM.match(w) or {"name": w})["name"] for w in command.split()[4:]}
+    return snap
+
+
+_RPM = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*-[^-]+)$")

@@ -24,9 +24,17 @@ SLURM = {"debian12": "22.05.8-4+deb12u3", "ubuntu2204": "21.08.5-2ubuntu1", "ubu
          "rocky9": "23.11.10-320.ohpc.3.2"}
 
 
-def cluster_for(os: str, slurm: str | None = None):
+# The same NVIDIA driver as each OS's package source spells it (NVIDIA's CUDA repository).
+DRIVER = {"debian12": "550.163.01-1", "ubuntu2204": "550.163.01-0ubuntu1", "ubuntu2404": "550.163.01-0ubuntu1",
+          "rocky9": "550.163.01-1.el9"}
+
+
+def cluster_for(os: str, slurm: str | None = None, driver: str | None = None, **settings):
     cluster = load_cluster(INVENTORIES / "plan")
-    return replace(cluster, versions=dict(cluster.versions, slurm=slurm or SLURM[os]))
+    driver = driver or DRIVER[os]
+    return replace(cluster, versions=dict(cluster.versions, slurm=slurm or SLURM[os], nvidia_driver=driver,
+                                          fabricmanager=driver),
+                   settings=dict(cluster.settings, **{"kiln_" + k: v for k, v in settings.items()}))
 
 
 def full_plan(os: str, monkeypatch) -> dict:
@@ -116,9 +124,11 @@ def test_a_new_slurm_pin_changes_only_the_package_operation(monkeypatch):
     before = plan_host(cluster_for(os, old), "gpu01", os, installed, monkeypatch)
     after = plan_host(cluster_for(os, new), "gpu01", os, installed, monkeypatch)
     differing = [(a[0], b[0]) for a, b in zip(before, after) if a != b]
-    assert differing == [(f"slurm: packages at {old}, held", f"slurm: packages at {new}, held")]
+    # the Slurm packages, and the Slurm headers pyxis builds against
+    assert differing == [(f"slurm: packages at {old}, held", f"slurm: packages at {new}, held"),
+                         ("containers: Slurm headers for pyxis", "containers: Slurm headers for pyxis")]
     package_op = dict(after)[differing[0][1]]
-    assert package_op[0] == "apt-mark unhold libpam-slurm-adopt slurm-client slurmd"
+    assert package_op[:2] == ["apt-get update -q", "apt-mark unhold libpam-slurm-adopt slurm-client slurmd"]
     assert package_op[-1] == "apt-mark hold libpam-slurm-adopt slurm-client slurmd"
     assert dict(before)[f"slurm: packages at {old}, held"] == []
 

@@ -1,0 +1,58 @@
+"""Validation of the NVIDIA stack's settings and pins as a whole, before any connection.
+
+What one package source can give is fixed: Debian's non-free archive has the driver, nvidia-smi and
+an older CUDA toolkit, but no NCCL, DCGM or fabric manager; Ubuntu's archive has the -server drivers,
+fabric manager, NCCL and the toolkit, but no DCGM; NVIDIA's CUDA repository has everything. A pin the
+chosen source cannot satisfy is an error naming the pin, instead of an apt failure on every node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.inventory import model
+from kiln.inventory.schema import SETTINGS
+from kiln.versions import upstream
+
+# Pins each source cannot satisfy (set them to "" there).
+UNAVAILABLE = {
+    "debian": ("nccl", "dcgm", "dcgm_exporter", "fabricmanager"),
+    "ubuntu": ("dcgm", "dcgm_exporter"),
+    "cuda": (),
+}
+# The OS each source serves.
+SOURCE_OS = {"debian": ("debian12",), "ubuntu": ("ubuntu2204", "ubuntu2404"),
+             "cuda": ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")}
+
+
+def check(raw, hosts: dict[str, model.Host], values: dict[str, Any], pins: dict[str, str], out) -> None:
+    gpu_hosts = [h for h in hosts.values() if "nvidia_driver" in h.roles]
+    if not gpu_hosts:
+        return
+    source = values.get("kiln_nvidia_source", SETTINGS["kiln_nvidia_source"].default)
+    settings_file = _origin(raw, "kiln_nvidia_source")
+    pins_file = _origin(raw, "kiln_versions")
+    wrong_os = sorted({h.os for h in gpu_hosts if h.os not in SOURCE_OS[source]})
+    if wrong_os:
+        out.add(settings_file, "kiln_nvidia_source", f"source {source!r} has no packages for {', '.join(wrong_os)} "
+                f"(GPU nodes run it): use cuda (NVIDIA's repository), which serves every supported OS")
+    for pin in UNAVAILABLE[source]:
+        if pins.get(pin):
+            out.add(pins_file, f"kiln_versions.{pin}", f"{pin} {pins[pin]!r} is not packaged in the {source} "
+                    "archive: set it to \"\" (leave it out) or use kiln_nvidia_source: cuda")
+    if source == "cuda" and pins.get("nccl") and not pins.get("cuda"):
+        out.add(pins_file, "kiln_versions.nccl", "NVIDIA's NCCL packages are built per CUDA version "
+                "(2.21.5-1+cuda12.4): set the cuda pin too")
+    fabric = pins.get("fabricmanager")
+    if fabric and any(h.nvswitch for h in gpu_hosts) and upstream(fabric) != upstream(pins["nvidia_driver"]):
+        out.add(pins_file, "kiln_versions.fabricmanager", f"fabric manager {fabric} must have the driver's version "
+                f"{upstream(pins['nvidia_driver'])} (NVIDIA refuses to start a mismatched one)")
+    if pins.get("pyxis") and not pins.get("enroot"):
+        out.add(pins_file, "kiln_versions.pyxis", "pyxis runs containers with enroot: set the enroot pin too")
+
+
+def _origin(raw, key: str, host: str | None = None) -> str:
+    for name, h in raw.hosts.items():
+        if (host is None or name == host) and key in h.origins:
+            return h.origins[key][0]
+    return "group_vars/all/versions.yml" if key == "kiln_versions" else "group_vars/all/cluster.yml"
