@@ -6,6 +6,7 @@ Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_lev
 
 from __future__ import annotations
 
+from checks import gpu_load
 from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
 from checks.parsers.kernel_log import parse_xids
@@ -189,4 +190,4 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         verdicts.append(check_peermem(node))
     if gpu.get("dcgm_level"):
         verdicts += check_dcgm(node, int(gpu["dcgm_level"]))
-    return verdicts
+    return verdicts + gpu_load.run(node, gpu)

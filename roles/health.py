@@ -45,6 +45,8 @@ def install(ctx: NodeContext) -> None:
         ctx.put(f"{LIB}/{rel}", content, mode="644", name=f"health: {rel}")
     ctx.put("/usr/local/sbin/kiln-node-check", RUNNER, mode="755", name="health: kiln-node-check")
     expect = node_expectations(ctx.cluster, ctx.node)
+    # Slurm runs these every few minutes on nodes that may hold jobs: never the GPU load checks.
+    expect["gpu"].update(burn_seconds=0, nccl_busbw_gbps=0)
     ctx.put("/etc/kiln/node-checks.json", json.dumps(expect, indent=1, sort_keys=True) + "\n", mode="644",
             name="health: node expectations")
 
