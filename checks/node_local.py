@@ -5,7 +5,8 @@
 Runs the suites with no kiln installation and nothing but the node's python3 (>= 3.9). A failing check
 drains the node with reason ``kiln: <ID> <message>``; when every check passes, a node whose drain
 reason starts with ``kiln:`` is resumed. A node drained by a person (any other reason) is never
-resumed and its reason never overwritten. Writes Prometheus textfile metrics (one gauge per check).
+resumed and its reason never overwritten; neither is a node a rollout drained (``kiln: patch ...``):
+``kiln patch`` resumes it after its own checks. Writes Prometheus textfile metrics (one gauge per check).
 Exit 0 when nothing failed, 1 otherwise.
 """
 
@@ -22,7 +23,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks.node import Node, local_node  # noqa: E402
-from checks.slurm import KILN_PREFIX, node_state  # noqa: E402
+from checks.slurm import KILN_PREFIX, PATCH_PREFIX, node_state  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
 from checks.verdict import Verdict  # noqa: E402
 
@@ -33,7 +34,8 @@ REASON_MAX = 200
 
 
 def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
-    """What was done in Slurm: 'drained', 'resumed', 'left drained by a person', or 'nothing'."""
+    """What was done in Slurm: 'drained', 'resumed', 'left drained by a person', 'left to the rollout'
+    or 'nothing'."""
     out = node.run(f"scontrol show node {shlex.quote(name)} -o")
     if out.rc != 0:
         return f"nothing (scontrol: {(out.stderr or out.stdout).strip()[:80]})"
@@ -41,6 +43,8 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
     state, reason = fields.get("State", ""), fields.get("Reason", "")
     drained = "DRAIN" in state
     by_person = drained and bool(reason) and not reason.startswith(KILN_PREFIX)
+    if drained and reason.startswith(PATCH_PREFIX):
+        return "left to the rollout"
     failed = [v for v in verdicts if v.failed]
     if failed:
         if by_person:

@@ -13,6 +13,7 @@ from checks.node import Node
 from checks.verdict import Verdict, fail, ok, warn
 
 KILN_PREFIX = "kiln:"
+PATCH_PREFIX = "kiln: patch"  # drained by a rollout (kiln patch), which resumes it itself
 
 
 def node_state(text: str) -> dict[str, str]:

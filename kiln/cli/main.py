@@ -64,11 +64,13 @@ def _register() -> None:
     from kiln.cli import check as check_cli
     from kiln.cli import deploy as deploy_cli
     from kiln.cli import inventory as inventory_cli
+    from kiln.cli import patch as patch_cli
     from kiln.cli import testbed as testbed_cli
 
     main.add_command(check_cli.check)
     main.add_command(deploy_cli.deploy)
     main.add_command(inventory_cli.inventory)
+    main.add_command(patch_cli.patch)
     main.add_command(testbed_cli.testbed)
 
 

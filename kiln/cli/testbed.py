@@ -109,14 +109,15 @@ def down(name: str, wipe: bool) -> None:
 @click.argument("node")
 @click.argument("fault", type=click.Choice(FAULTS))
 @click.option("--gpu", default=0, show_default=True, help="which simulated GPU (faults on one GPU)")
-def inject(name: str, node: str, fault: str, gpu: int) -> None:
+@click.option("--at-next-boot", is_flag=True, help="the fault appears when the node next boots (after a patch)")
+def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool) -> None:
     """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown."""
     from kiln.testbed.host import TestbedError
     try:
-        _testbed(name).inject(node, fault, gpu)
+        _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot)
     except TestbedError as exc:
         _fail(exc)
-    click.echo(f"{node}: {fault} injected")
+    click.echo(f"{node}: {fault} {'set for the next boot' if at_next_boot else 'injected'}")
 
 
 @testbed.command()

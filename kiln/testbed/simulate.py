@@ -20,8 +20,8 @@ def simulator_files() -> dict[str, tuple[str, int]]:
     simulated fabric manager's unit."""
     files = {f"/usr/local/bin/{t}": ((SIMULATORS / t).read_text(), 0o644 if t.endswith(".py") else 0o755)
              for t in TOOLS}
-    files["/etc/systemd/system/nvidia-fabricmanager.service"] = (
-        (SIMULATORS / "nvidia-fabricmanager.service").read_text(), 0o644)
+    for unit in ("nvidia-fabricmanager.service", "kiln-sim-boot.service"):
+        files[f"/etc/systemd/system/{unit}"] = ((SIMULATORS / unit).read_text(), 0o644)
     return files
 
 

@@ -1,0 +1,129 @@
+"""`kiln patch`: roll roles out over a live Slurm cluster, batch by batch, without killing a job."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from kiln.cli.main import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option,
+                           load_or_exit)
+
+
+@click.command()
+@inventory_option
+@click.option("--roles", "role_list", default=None, help="comma-separated roles to apply (required unless --resume)")
+@click.option("--limit", default=None, help="Ansible host pattern: the hosts to patch")
+@click.option("--max-unavailable", default="1", show_default=True,
+              help="compute nodes out of service at once, counting any already out: N or P%")
+@click.option("--canary", default=1, show_default=True, help="compute nodes in the first batch")
+@click.option("--failure-budget", default=1, show_default=True, help="failed nodes that stop the rollout")
+@click.option("--reboot", type=click.Choice(["never", "needed", "always"]), default="needed", show_default=True,
+              help="reboot after applying: never, when a role says so, or always (Slurm's RebootProgram)")
+@click.option("--drain-timeout", default="1h", show_default=True,
+              help="how long to wait for a drained node's jobs (e.g. 90s, 30m, 2h); then it is left unpatched")
+@click.option("--resume", is_flag=True, help="continue the rollout whose process stopped (from its journal)")
+@click.option("--dry-run", is_flag=True, help="print the batches; change nothing")
+@json_option
+def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_unavailable: str, canary: int,
+          failure_budget: int, reboot: str, drain_timeout: str, resume: bool, dry_run: bool, as_json: bool) -> None:
+    """Patch a live cluster: exit 0 every node patched, 1 a node failed or the rollout stopped, 2 bad input."""
+    import roles
+    from kiln.inventory.limit import LimitError, resolve_limit
+    from kiln.patch import journal as journals
+    from kiln.patch.plan import PlanError
+    from kiln.patch.rollout import Options
+    from kiln.secrets import SecretsError, load_or_create
+
+    inventory = inventory or default_inventory()
+    cluster = load_or_exit(inventory)
+    directory = journals.rollouts_dir(inventory, cluster.name)
+    pending = journals.unfinished(directory)
+    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+
+    def bad(message: str) -> None:
+        click.echo(f"{message}; nothing was touched", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+    if resume:
+        if pending is None:
+            bad(f"--resume: no unfinished rollout in {directory}")
+        records = journals.read(pending)
+        start = next(r for r in records if r["event"] == "start")
+        options = Options(**start["options"])
+    else:
+        if pending is not None and not dry_run:
+            bad(f"an unfinished rollout is recorded in {pending}: continue it with kiln patch --resume "
+                "(or move that journal away)")
+        names = [r.strip() for r in (role_list or "").split(",") if r.strip()]
+        unknown = [r for r in names if r not in roles.ORDER]
+        if unknown or not names:
+            bad(f"--roles: {'unknown role(s) ' + ', '.join(unknown) if unknown else 'give the roles to apply'}; "
+                f"kiln has {', '.join(roles.ORDER)}")
+        try:
+            options = Options(names, max_unavailable, canary, failure_budget, reboot, _seconds(drain_timeout))
+        except ValueError as e:
+            bad(str(e))
+    if options.failure_budget < 1 or options.canary < 0:
+        bad("--failure-budget must be 1 or more and --canary 0 or more")
+    try:
+        hosts = resolve_limit(cluster, limit) if not resume else []
+        secrets = load_or_create(cluster, create=False)
+    except (LimitError, SecretsError) as e:
+        bad(str(e))
+
+    from kiln.cli.deploy import gevent_patch
+    gevent_patch()
+    from kiln.patch import report
+    from kiln.patch.plan import Plan
+    from kiln.patch.rollout import Rollout
+
+    if dry_run:
+        journal_path = directory / "dry-run.jsonl"
+        journal = journals.Journal(Path("/dev/null"))
+    else:
+        journal_path = pending if resume else directory / f"{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+        journal = journals.Journal(journal_path, journals.read(journal_path) if resume else None)
+    rollout = Rollout(cluster, secrets, journal, options, progress=say)
+    try:
+        if resume:
+            plan = Plan(**{k: v for k, v in _plan_fields(journal.start["plan"]).items()})
+            say(f"resuming the rollout in {journal_path}")
+        else:
+            plan = rollout.new_plan(hosts) if dry_run else rollout.start(hosts)
+    except PlanError as e:
+        bad(str(e))
+    if dry_run:
+        click.echo(report.plan_text(plan, options))
+        if as_json:
+            click.echo(json.dumps(plan.as_dict(), indent=2))
+        sys.exit(EXIT_OK)
+    say(report.plan_text(plan, options) + f"\njournal: {journal_path}")
+    outcome = rollout.run(plan)
+    journal.close()
+    html = journal_path.with_suffix(".html")
+    html.write_text(report.html(journals.read(journal_path), cluster.name))
+    summary = report.summary(outcome, str(journal_path), str(html))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(report.summary_text(summary))
+    sys.exit(EXIT_FAILED if outcome.stopped or outcome.failed or
+             any(r["result"] == "not patched" for r in outcome.results.values()) else EXIT_OK)
+
+
+def _plan_fields(data: dict) -> dict:
+    return {"service": data["service"], "compute": data["compute_batches"], "skipped": data["skipped"],
+            "total_compute": data["total_compute"], "max_unavailable": data["max_unavailable"]}
+
+
+def _seconds(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    text = text.strip()
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
+    except ValueError:
+        raise ValueError(f"--drain-timeout {text!r}: give seconds, or a number with s, m or h") from None

@@ -1,0 +1,105 @@
+"""What a rollout prints: the plan, the closing summary, and a self-contained HTML page with a picture
+of compute nodes in service over time (inline SVG, no script, no network), drawn from the journal."""
+
+from __future__ import annotations
+
+import html as html_lib
+
+from kiln.patch.plan import Plan
+
+
+def plan_text(plan: Plan, options) -> str:
+    lines = [f"rollout of {', '.join(options.roles)}: {plan.total_compute} compute node(s), at most "
+             f"{plan.max_unavailable} out of service at once; reboot {options.reboot}; failure budget "
+             f"{options.failure_budget}"]
+    for name in plan.service:
+        lines.append(f"  service node {name} (not drained)")
+    for i, batch in enumerate(plan.compute):
+        kind = "canary" if i == 0 and options.canary else "batch"
+        lines.append(f"  {kind} {i + 1}: {', '.join(batch)}")
+    for name, why in plan.skipped.items():
+        lines.append(f"  skipped {name}: {why}")
+    if not plan.service and not plan.compute:
+        lines.append("  nothing to patch")
+    return "\n".join(lines)
+
+
+def summary(outcome, journal: str, page: str) -> dict:
+    counts: dict[str, int] = {}
+    for r in outcome.results.values():
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    return {"result": "stopped" if outcome.stopped else "completed", "stopped": outcome.stopped,
+            "nodes": outcome.results, "counts": counts, "batches": outcome.batches, "journal": journal,
+            "report": page}
+
+
+def summary_text(s: dict) -> str:
+    lines = ["", f"rollout {s['result']}" + (f": {s['stopped']}" if s["stopped"] else "")]
+    width = max([len(n) for n in s["nodes"]] + [4])
+    for name, r in s["nodes"].items():
+        lines.append(f"  {name:<{width}}  {r['result']:<12} {r['detail']}".rstrip())
+    for b in s["batches"]:
+        lines.append(f"  batch {b['index'] + 1} ({', '.join(b['nodes']) or '-'}): {b['seconds']:.1f} s = jobs "
+                     f"{b['drain_s']:.1f} + patch {b['patch_s']:.1f} + reboot {b['reboot_s']:.1f} + kiln "
+                     f"{b['overhead_s']:.1f}")
+    lines.append("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items())))
+    lines.append(f"journal: {s['journal']}\nreport:  {s['report']}")
+    return "\n".join(lines)
+
+
+def _chart(samples: list[tuple[float, int]], total: int, floor: int, marks: list[tuple[float, str]]) -> str:
+    w, h, pad = 760, 220, 40
+    if not samples:
+        return "<p>no samples were taken</p>"
+    t0, t1 = samples[0][0], max(samples[-1][0], samples[0][0] + 1)
+    x = lambda t: pad + (t - t0) / (t1 - t0) * (w - 2 * pad)  # noqa: E731
+    y = lambda n: h - pad - n / max(total, 1) * (h - 2 * pad)  # noqa: E731
+    points, prev = [], None
+    for t, n in samples:
+        if prev is not None:
+            points.append(f"{x(t):.1f},{y(prev):.1f}")
+        points.append(f"{x(t):.1f},{y(n):.1f}")
+        prev = n
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+             f'<line x1="{pad}" y1="{y(floor):.1f}" x2="{w - pad}" y2="{y(floor):.1f}" stroke="#c00" '
+             f'stroke-dasharray="4 3"/><text x="{w - pad + 2}" y="{y(floor) + 4:.1f}" fill="#c00">floor {floor}</text>',
+             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#888"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#888"/>']
+    for n in range(total + 1):
+        parts.append(f'<text x="{pad - 14}" y="{y(n) + 4:.1f}">{n}</text>')
+    for t, label in marks:
+        parts.append(f'<line x1="{x(t):.1f}" y1="{pad}" x2="{x(t):.1f}" y2="{h - pad}" stroke="#ddd"/>'
+                     f'<text x="{x(t) + 2:.1f}" y="{pad - 4}">{html_lib.escape(label)}</text>')
+    parts.append(f'<polyline fill="none" stroke="#06c" stroke-width="2" points="{" ".join(points)}"/>')
+    parts.append(f'<text x="{pad}" y="{h - 8}">0 s</text><text x="{w - pad - 30}" y="{h - 8}">{t1 - t0:.0f} s</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def html(records: list[dict], cluster: str) -> str:
+    start = next((r for r in records if r["event"] == "start"), {})
+    plan = start.get("plan", {})
+    total, limit = plan.get("total_compute", 0), plan.get("max_unavailable", 1)
+    samples = [(r["t"], r["in_service"]) for r in records if r["event"] == "sample"]
+    marks = [(r["t"], f"b{r['index'] + 1}") for r in records if r["event"] == "batch" and r["phase"] == "begin"]
+    rows = "".join(f"<tr><td>{html_lib.escape(r['node'])}</td><td>{html_lib.escape(r['result'])}</td>"
+                   f"<td>{html_lib.escape(r['detail'])}</td></tr>" for r in records if r["event"] == "node")
+    batches = "".join(f"<tr><td>{r['index'] + 1}</td><td>{html_lib.escape(', '.join(r['nodes']))}</td>"
+                      f"<td>{r['seconds']}</td><td>{r['drain_s']}</td><td>{r['patch_s']}</td><td>{r['reboot_s']}</td>"
+                      f"<td>{r['overhead_s']}</td></tr>"
+                      for r in records if r["event"] == "batch" and r["phase"] == "done")
+    end = next((r for r in records if r["event"] == "end"), {})
+    options = start.get("options", {})
+    least = min((n for _, n in samples), default=None)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>kiln patch {html_lib.escape(cluster)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style>
+</head><body><h1>kiln patch: {html_lib.escape(cluster)}</h1>
+<p>roles {html_lib.escape(', '.join(options.get('roles', [])))}; reboot {html_lib.escape(str(options.get('reboot')))};
+max unavailable {limit} of {total}; result <b>{html_lib.escape(str(end.get('result', 'unfinished')))}</b>
+{html_lib.escape(': ' + end['why']) if end.get('why') else ''}</p>
+<h2>Compute nodes in service</h2><p>fewest seen: {least if least is not None else '-'}
+(floor {max(0, total - limit)})</p>{_chart(samples, total, max(0, total - limit), marks)}
+<h2>Nodes</h2><table><tr><th>node</th><th>result</th><th>detail</th></tr>{rows}</table>
+<h2>Batches (seconds)</h2><table><tr><th>#</th><th>nodes</th><th>total</th><th>waiting for jobs</th><th>patch</th>
+<th>reboot</th><th>kiln's own</th></tr>{batches}</table></body></html>
+"""

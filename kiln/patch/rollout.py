@@ -1,0 +1,381 @@
+"""A rolling patch of a live cluster: batch by batch, drain, wait for jobs, apply, reboot, check, resume.
+
+Every step is journalled (kiln/patch/journal.py) before it takes effect and again when it is done. A
+resumed rollout skips steps that are done, and a step that was begun but not done is first checked
+against the cluster (is the node drained already? has its BootTime changed since the reboot was
+issued?) so nothing is done twice. Jobs are never killed: a node is patched only once Slurm shows no
+job on it; after ``drain_timeout`` it is put back in service unpatched and reported.
+
+The health role is always applied with the rollout's roles: the node-local checks (Slurm's
+HealthCheckProgram) must expect what the new pins install, or they would drain the patched node.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from checks.verdict import Verdict
+from kiln.check.remote import RemoteCheck
+from kiln.inventory.model import Cluster, Secrets
+from kiln.patch import plan as planning
+from kiln.patch.journal import Journal
+from kiln.patch.slurmctl import SlurmControl, SlurmError
+
+SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
+POLL = 1.0
+
+
+@dataclass(frozen=True)
+class Options:
+    roles: list[str]
+    max_unavailable: str = "1"
+    canary: int = 1
+    failure_budget: int = 1
+    reboot: str = "needed"          # never | needed | always
+    drain_timeout: float = 3600.0
+    boot_timeout: float = 600.0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @property
+    def apply_roles(self) -> list[str]:
+        return self.roles + ([] if "health" in self.roles else ["health"])
+
+
+@dataclass
+class Outcome:
+    results: dict[str, dict] = field(default_factory=dict)   # node -> {"result": ..., "detail": ...}
+    stopped: str | None = None
+    batches: list[dict] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[str]:
+        return [n for n, r in self.results.items() if r["result"] == "failed"]
+
+
+class Rollout:
+    def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
+                 progress: Callable[[str], None] = print):
+        self.cluster, self.secrets, self.journal, self.options = cluster, secrets, journal, options
+        self.progress = progress
+        controller = cluster.controllers[0]
+        self.checker = RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
+        self.slurm = SlurmControl(self.checker.node(controller))
+        self.compute = [h.name for h in cluster.compute]
+        self.started = time.monotonic()
+        self.rollout_id = ""
+        self._lock = threading.Lock()
+        self._sampling = False
+
+    # --- journal helpers ---
+    def say(self, message: str) -> None:
+        self.progress(f"[{time.monotonic() - self.started:7.1f}s] {message}")
+
+    def record(self, event: str, **fields) -> dict:
+        with self._lock:
+            return self.journal.write(event, **fields)
+
+    def begin(self, node: str, step: str, **details) -> dict | None:
+        """Journal the start of ``step``; returns the earlier ``begin`` when the step was interrupted."""
+        earlier = self.journal.begun(node, step)
+        self.record("step", node=node, step=step, phase="resume" if earlier else "begin", **details)
+        return earlier
+
+    def done(self, node: str, step: str, **details) -> None:
+        self.record("step", node=node, step=step, phase="done", **details)
+
+    def finish(self, node: str, result: str, detail: str, outcome: Outcome) -> None:
+        outcome.results[node] = {"result": result, "detail": detail}
+        if not self.journal.result(node):
+            self.record("node", node=node, result=result, detail=detail)
+        self.say(f"{node}: {result}{' - ' + detail if detail else ''}")
+
+    # --- the run ---
+    def new_plan(self, hosts: list[str]) -> planning.Plan:
+        slurm = self.slurm.nodes()
+        chosen = [h for h in hosts if self._has_roles(h)]
+        service = [h for h in chosen if h not in self.compute]
+        compute = [h for h in self.compute if h in chosen]
+        limit = planning.parse_max_unavailable(self.options.max_unavailable, len(self.compute))
+        return planning.make_plan(service, compute, self.compute, slurm, limit, self.options.canary)
+
+    def _has_roles(self, name: str) -> bool:
+        import roles
+        return bool(roles.for_host(self.cluster.hosts[name].roles, self.options.roles))
+
+    def start(self, hosts: list[str]) -> planning.Plan:
+        plan = self.new_plan(hosts)
+        self.rollout_id = uuid.uuid4().hex[:8]
+        self.record("start", rollout=self.rollout_id, cluster=self.cluster.name, options=self.options.as_dict(),
+                    plan=plan.as_dict())
+        return plan
+
+    def run(self, plan: planning.Plan) -> Outcome:
+        self.rollout_id = self.rollout_id or self.journal.start["rollout"]
+        outcome = Outcome()
+        for name, why in plan.skipped.items():
+            self.finish(name, "skipped", why, outcome)
+        for r in self.journal.records:
+            if r["event"] == "node":
+                outcome.results[r["node"]] = {"result": r["result"], "detail": r["detail"]}
+        self._start_sampler()
+        try:
+            self._run(plan, outcome)
+        finally:
+            self._sampling = False
+        self.record("end", result="stopped" if outcome.stopped else "completed", why=outcome.stopped,
+                    failed=outcome.failed)
+        return outcome
+
+    def _run(self, plan: planning.Plan, outcome: Outcome) -> None:
+        for name in plan.service:
+            if name not in outcome.results:
+                self._service_node(name, outcome)
+            if self._budget_spent(outcome):
+                return
+        queue = [n for batch in plan.compute for n in batch if n not in outcome.results]
+        sizes = [len(b) for b in plan.compute]
+        index = 0
+        while queue:
+            if self._budget_spent(outcome):
+                return
+            slurm = self.slurm.nodes()
+            ours = [n for n in queue if slurm.get(n) and slurm[n].drained_by_kiln and self.journal.done(n, "drain")]
+            room = planning.room(slurm, self.compute, plan.max_unavailable)
+            size = sizes[index] if index < len(sizes) else plan.max_unavailable
+            # Nodes already out of service (drained by kiln's health check) take no room; others do.
+            out = [n for n in queue if n not in ours and slurm.get(n) and not slurm[n].in_service][:size]
+            fresh = [n for n in queue if n not in ours and n not in out]
+            batch = ours + out + fresh[:max(0, min(size - len(ours) - len(out), room))]
+            if not batch:
+                in_service = sum(1 for n in self.compute if n in slurm and slurm[n].in_service)
+                outcome.stopped = (f"only {in_service} of {len(self.compute)} compute nodes are in service; "
+                                   f"--max-unavailable {plan.max_unavailable} allows no more to leave: "
+                                   f"{len(queue)} node(s) not patched ({', '.join(queue)}); out of service: "
+                                   + ", ".join(f"{n} {slurm[n].state}" for n in self.compute
+                                               if n in slurm and not slurm[n].in_service))
+                self.say(f"stopped: {outcome.stopped}")
+                return
+            self._batch(index, batch, outcome)
+            queue = [n for n in queue if n not in batch]
+            index += 1
+
+    def _budget_spent(self, outcome: Outcome) -> bool:
+        failed = outcome.failed
+        if len(failed) >= self.options.failure_budget:
+            outcome.stopped = (f"failure budget spent: {len(failed)} node(s) failed ({', '.join(failed)}), "
+                               f"budget {self.options.failure_budget}; they stay drained with a kiln: reason")
+            self.say(f"stopped: {outcome.stopped}")
+            return True
+        return False
+
+    # --- one compute batch ---
+    def _batch(self, index: int, batch: list[str], outcome: Outcome) -> None:
+        t0 = time.monotonic()
+        self.record("batch", index=index, phase="begin", nodes=batch)
+        self.say(f"batch {index + 1}: {', '.join(batch)}")
+        reason = f"kiln: patch {self.rollout_id}"
+        todo = [n for n in batch if not self.journal.done(n, "drain")]
+        if todo:
+            slurm = self.slurm.nodes()
+            for n in todo:
+                self.begin(n, "drain", reason=reason)
+            need = [n for n in todo if not (slurm[n].drained_by_kiln and slurm[n].reason.startswith(reason))]
+            if need:
+                self.slurm.drain(need, reason)
+            for n in todo:
+                self.done(n, "drain")
+        t_drain = time.monotonic()
+        batch = self._wait_for_jobs(batch, outcome)
+        drain_s = time.monotonic() - t_drain
+        t_patch = time.monotonic()
+        batch, reboot = self._apply(batch, outcome)
+        patch_s = time.monotonic() - t_patch
+        t_reboot = time.monotonic()
+        batch = self._reboot(batch, reboot, outcome)
+        reboot_s = time.monotonic() - t_reboot
+        self._check_and_resume(batch, outcome)
+        seconds = time.monotonic() - t0
+        timing = {"seconds": round(seconds, 2), "drain_s": round(drain_s, 2), "patch_s": round(patch_s, 2),
+                  "reboot_s": round(reboot_s, 2), "overhead_s": round(seconds - drain_s - patch_s - reboot_s, 2)}
+        self.record("batch", index=index, phase="done", nodes=batch, **timing)
+        outcome.batches.append({"index": index, "nodes": batch, **timing})
+        self.say(f"batch {index + 1} done in {seconds:.1f} s (jobs {drain_s:.1f}, patch {patch_s:.1f}, "
+                 f"reboot {reboot_s:.1f}, kiln's own {timing['overhead_s']:.1f})")
+
+    def _wait_for_jobs(self, batch: list[str], outcome: Outcome) -> list[str]:
+        waiting = [n for n in batch if not self.journal.done(n, "jobs_done")]
+        for n in waiting:
+            self.begin(n, "jobs_done")
+        deadline = {n: time.monotonic() + self.options.drain_timeout for n in waiting}
+        announced: set[str] = set()
+        while waiting:
+            jobs = self.slurm.jobs(waiting)
+            for n in list(waiting):
+                if not jobs[n]:
+                    self.done(n, "jobs_done")
+                    waiting.remove(n)
+                elif time.monotonic() > deadline[n]:
+                    self.slurm.resume(n)
+                    waiting.remove(n)
+                    batch = [b for b in batch if b != n]
+                    self.finish(n, "not patched", f"jobs {', '.join(jobs[n])} still running after "
+                                f"{self.options.drain_timeout:.0f} s; back in service, unpatched", outcome)
+                elif n not in announced:
+                    announced.add(n)
+                    self.say(f"{n}: drained, waiting for job(s) {', '.join(jobs[n])} to finish")
+            if waiting:
+                time.sleep(POLL)
+        return batch
+
+    def _apply(self, batch: list[str], outcome: Outcome) -> tuple[list[str], set[str]]:
+        from kiln.deploy.runner import Deploy
+        todo = [n for n in batch if not self.journal.done(n, "apply")]
+        reboot = {n for n in batch if (self.journal.done(n, "apply") or {}).get("reboot_required")}
+        if todo:
+            for n in todo:
+                self.begin(n, "apply", roles=self.options.roles)
+            self.say(f"applying {', '.join(self.options.roles)} on {', '.join(todo)}")
+            result = Deploy(self.cluster, self.secrets, todo, self.options.apply_roles).run()
+            for h in result.hosts:
+                if h.status in ("changed", "no change"):
+                    self.done(h.name, "apply", changed=len(h.changed), reboot_required=h.reboot_required)
+                    if h.reboot_required:
+                        reboot.add(h.name)
+                else:
+                    detail = f"{h.status} at {h.failed_op!r}: {(h.error or '').splitlines()[-1:] or ''}"
+                    self._keep_drained(h.name, f"kiln: PATCH_FAILED {h.failed_op or h.status}", detail, outcome)
+        batch = [n for n in batch if n not in outcome.results]
+        if self.options.reboot == "always":
+            reboot = set(batch)
+        elif self.options.reboot == "never":
+            reboot = set()
+        return batch, reboot & set(batch)
+
+    def _reboot(self, batch: list[str], reboot: set[str], outcome: Outcome) -> list[str]:
+        todo = [n for n in batch if n in reboot and not self.journal.done(n, "reboot")]
+        if not todo:
+            return batch
+        slurm = self.slurm.nodes()
+        issue = []
+        for n in todo:
+            earlier = self.begin(n, "reboot", boot_time=slurm[n].boot_time)
+            before = earlier["boot_time"] if earlier else slurm[n].boot_time
+            if earlier and (slurm[n].boot_time != before or "REBOOT" in slurm[n].state):
+                continue  # issued before the crash: it has happened or is under way
+            issue.append(n)
+        if issue:
+            self.say(f"rebooting {', '.join(issue)} through Slurm (RebootProgram)")
+            self.slurm.reboot(issue, f"kiln: patch {self.rollout_id} reboot")
+        before = {n: (self.journal.begun(n, "reboot") or {}).get("boot_time", "") for n in todo}
+        deadline = time.monotonic() + self.options.boot_timeout
+        waiting = list(todo)
+        while waiting:
+            slurm = self.slurm.nodes()
+            for n in list(waiting):
+                s = slurm[n]
+                if s.boot_time != before[n] and "REBOOT" not in s.state and not s.down:
+                    self.done(n, "reboot", boot_time=s.boot_time)
+                    waiting.remove(n)
+            if waiting and time.monotonic() > deadline:
+                for n in waiting:
+                    self._keep_drained(n, "kiln: REBOOT_TIMEOUT node did not come back", f"not back after "
+                                       f"{self.options.boot_timeout:.0f} s ({slurm[n].state})", outcome)
+                break
+            if waiting:
+                time.sleep(POLL)
+        return [n for n in batch if n not in outcome.results]
+
+    def _check_and_resume(self, batch: list[str], outcome: Outcome) -> None:
+        if not batch:
+            return
+        hosts = [self.cluster.hosts[n] for n in batch]
+        for n in batch:
+            self.begin(n, "check")
+        checker = RemoteCheck(self.cluster, hosts, SUITES)
+        checker.collect()
+        for n in batch:
+            failed: list[Verdict] = [v for v in checker.results.get(n, []) if v.failed]
+            self.done(n, "check", failed=[v.id for v in failed])
+            if failed:
+                first = failed[0]
+                self._keep_drained(n, f"kiln: {first.id} {first.message}", f"{first.id}: {first.message}", outcome)
+                continue
+            self.begin(n, "resume")
+            if self.slurm.nodes()[n].drained_by_kiln:
+                self.slurm.resume(n)
+            self._until(lambda: self.slurm.nodes()[n].in_service, self.options.boot_timeout)
+            self.done(n, "resume")
+            self.finish(n, "patched", "", outcome)
+
+    @staticmethod
+    def _until(condition, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL / 4)
+        return True
+
+    def _keep_drained(self, node: str, reason: str, detail: str, outcome: Outcome) -> None:
+        try:
+            self.slurm.set_reason(node, reason)
+        except SlurmError as e:
+            detail += f" (could not set the drain reason: {e})"
+        self.finish(node, "failed", detail + "; it stays drained: fix it, then scontrol update "
+                    f"nodename={node} state=resume (or let kiln's health check resume it)", outcome)
+
+    # --- service nodes: one at a time, never drained ---
+    def _service_node(self, name: str, outcome: Outcome) -> None:
+        from kiln.deploy.runner import Deploy
+        self.say(f"{name}: applying {', '.join(self.options.roles)} (service node, not drained)")
+        if not self.journal.done(name, "apply"):
+            self.begin(name, "apply", roles=self.options.roles)
+            (h,) = Deploy(self.cluster, self.secrets, [name], self.options.apply_roles).run().hosts
+            if h.status not in ("changed", "no change"):
+                self.finish(name, "failed", f"{h.status} at {h.failed_op!r}", outcome)
+                return
+            self.done(name, "apply", changed=len(h.changed), reboot_required=h.reboot_required)
+        wants = self.options.reboot == "always" or (self.options.reboot == "needed" and
+                                                    (self.journal.done(name, "apply") or {}).get("reboot_required"))
+        if wants and not self.journal.done(name, "reboot"):
+            node = self.checker.node(self.cluster.hosts[name])
+            boot_id = node.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+            earlier = self.begin(name, "reboot", boot_id=boot_id)
+            if not earlier or earlier.get("boot_id") == boot_id:
+                node.run("systemctl reboot")
+            deadline = time.monotonic() + self.options.boot_timeout
+            while node.run("cat /proc/sys/kernel/random/boot_id").stdout.strip() in ("", boot_id):
+                if time.monotonic() > deadline:
+                    self.finish(name, "failed", "did not come back from its reboot", outcome)
+                    return
+                time.sleep(POLL)
+            self.done(name, "reboot")
+        checker = RemoteCheck(self.cluster, [self.cluster.hosts[name]], SUITES)
+        checker.collect()
+        failed = [v for v in checker.results.get(name, []) if v.failed]
+        self.done(name, "check", failed=[v.id for v in failed])
+        if failed:
+            self.finish(name, "failed", f"{failed[0].id}: {failed[0].message}", outcome)
+        else:
+            self.finish(name, "patched", "", outcome)
+
+    # --- nodes in service over time, for the report ---
+    def _start_sampler(self) -> None:
+        self._sampling = True
+
+        def sample():
+            while self._sampling:
+                try:
+                    slurm = self.slurm.nodes()
+                    self.record("sample", in_service=sum(1 for n in self.compute if n in slurm and slurm[n].in_service),
+                                total=len(self.compute))
+                except SlurmError:
+                    pass
+                time.sleep(2)
+        threading.Thread(target=sample, daemon=True).start()

@@ -1,0 +1,58 @@
+"""What a rollout asks of and tells Slurm, run on the controller over SSH (strict host keys).
+
+Only ``scontrol`` and ``squeue``: drain with a ``kiln: patch`` reason, resume, set a failure reason,
+reboot through Slurm's RebootProgram, list the jobs on nodes, read node states and boot times.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from checks.node import Node, Result
+from kiln.patch.plan import SlurmNode, parse_nodes
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+class SlurmControl:
+    def __init__(self, node: Node):
+        self.node = node
+
+    def _ok(self, command: str) -> Result:
+        out = self.node.run(command)
+        if out.rc != 0:
+            raise SlurmError(f"{command!r} on {self.node.name} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}")
+        return out
+
+    def nodes(self) -> dict[str, SlurmNode]:
+        return parse_nodes(self._ok("scontrol show node -o").stdout)
+
+    def drain(self, names: list[str], reason: str) -> None:
+        self._ok(f"scontrol update nodename={','.join(names)} state=drain reason={shlex.quote(reason)}")
+
+    def set_reason(self, name: str, reason: str) -> None:
+        """Keep ``name`` drained, with ``reason`` (the check that failed)."""
+        self._ok(f"scontrol update nodename={name} state=drain reason={shlex.quote(reason[:200])}")
+
+    def resume(self, name: str) -> None:
+        self._ok(f"scontrol update nodename={name} state=resume")
+
+    def reboot(self, names: list[str], reason: str) -> None:
+        """Through Slurm's RebootProgram; a drained node comes back drained, with the reason kept."""
+        self._ok(f"scontrol reboot reason={shlex.quote(reason)} {','.join(names)}")
+
+    def jobs(self, names: list[str]) -> dict[str, list[str]]:
+        """Node -> ids of the jobs running (or finishing) on it."""
+        out = self._ok(f"squeue -h -w {','.join(names)} -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED -o '%i %N'")
+        found: dict[str, list[str]] = {n: [] for n in names}
+        expand = {}
+        for line in out.stdout.splitlines():
+            job, _, nodelist = line.strip().partition(" ")
+            if nodelist not in expand:
+                expand[nodelist] = self._ok(f"scontrol show hostnames {shlex.quote(nodelist)}").stdout.split()
+            for n in expand[nodelist]:
+                if n in found:
+                    found[n].append(job)
+        return found
