@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import shlex
+import shutil
 import tempfile
 import time
 import uuid
@@ -122,6 +123,16 @@ class RemoteCheck:
         (self.tmp / "cm").mkdir()
         self.config = self.tmp / "ssh_config"
         self.config.write_text(ssh_config(cluster, hosts, self.tmp / "cm"))
+
+    def close(self) -> None:
+        """Remove the generated ssh_config and control sockets (their masters exit 15 s after last use)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> "RemoteCheck":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def node(self, host: Host) -> Node:
         import testinfra

@@ -38,8 +38,8 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
     from kiln.check import report
     from kiln.check.remote import RemoteCheck
     click.echo(f"checking {len(hosts)} host(s): {', '.join(names)}")
-    run = RemoteCheck(cluster, hosts, names, progress=click.echo)
-    code = run.run_pytest(str(junit_path) if junit_path else None)
+    with RemoteCheck(cluster, hosts, names, progress=click.echo) as run:
+        code = run.run_pytest(str(junit_path) if junit_path else None)
     click.echo("")
     click.echo(report.table(run.results, names))
     if json_path:

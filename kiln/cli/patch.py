@@ -36,7 +36,7 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     from kiln.patch import journal as journals
     from kiln.patch.plan import PlanError
     from kiln.patch.rollout import Options
-    from kiln.secrets import SecretsError, load_or_create
+    from kiln.secrets import SecretsError, load_or_create, secrets_path
 
     inventory = inventory or default_inventory()
     cluster = load_or_exit(inventory)
@@ -71,6 +71,9 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
         bad("--failure-budget must be 1 or more and --canary 0 or more")
     try:
         hosts = resolve_limit(cluster, limit) if not resume else []
+        if not secrets_path(cluster).exists():
+            raise SecretsError(f"no secrets for cluster {cluster.name!r} in {secrets_path(cluster)}: a live cluster "
+                               "is patched with the secrets it was deployed with (run kiln deploy first)")
         secrets = load_or_create(cluster, create=False)
     except (LimitError, SecretsError) as e:
         bad(str(e))
@@ -95,8 +98,10 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
         else:
             plan = rollout.new_plan(hosts) if dry_run else rollout.start(hosts)
     except PlanError as e:
+        rollout.checker.close()
         bad(str(e))
     if dry_run:
+        rollout.checker.close()
         click.echo(report.plan_text(plan, options))
         if as_json:
             click.echo(json.dumps(plan.as_dict(), indent=2))

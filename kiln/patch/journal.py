@@ -24,6 +24,11 @@ class Journal:
         self.path = Path(path)
         self.records: list[dict] = list(records or [])
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file():
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):  # a torn last write: cut it before appending
+                with open(self.path, "r+b") as f:
+                    f.truncate(data.rfind(b"\n") + 1)
         self._file = open(self.path, "a", encoding="utf-8")
 
     def write(self, event: str, **fields) -> dict:

@@ -128,6 +128,7 @@ class Rollout:
             self._run(plan, outcome)
         finally:
             self._sampling = False
+            self.checker.close()
         self.record("end", result="stopped" if outcome.stopped else "completed", why=outcome.stopped,
                     failed=outcome.failed)
         return outcome
@@ -297,8 +298,8 @@ class Rollout:
         hosts = [self.cluster.hosts[n] for n in batch]
         for n in batch:
             self.begin(n, "check")
-        checker = RemoteCheck(self.cluster, hosts, SUITES)
-        checker.collect()
+        with RemoteCheck(self.cluster, hosts, SUITES) as checker:
+            checker.collect()
         for n in batch:
             failed: list[Verdict] = [v for v in checker.results.get(n, []) if v.failed]
             self.done(n, "check", failed=[v.id for v in failed])
@@ -356,8 +357,8 @@ class Rollout:
                     return
                 time.sleep(POLL)
             self.done(name, "reboot")
-        checker = RemoteCheck(self.cluster, [self.cluster.hosts[name]], SUITES)
-        checker.collect()
+        with RemoteCheck(self.cluster, [self.cluster.hosts[name]], SUITES) as checker:
+            checker.collect()
         failed = [v for v in checker.results.get(name, []) if v.failed]
         self.done(name, "check", failed=[v.id for v in failed])
         if failed:

@@ -15,6 +15,7 @@ from kiln.testbed.testbed import Testbed
 from tests.testbed.slurm_helpers import deploy_json, on, wait_for
 
 SHARED_NAME = "kilntest"
+NODES = 5  # 1 controller + 4 compute: enough for rolling patches with a node drained by a person
 TOOLS = ("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "unshare", "nsenter")
 
 
@@ -41,11 +42,11 @@ def quiet(message: str) -> None:
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory):
-    """A 3-node testbed (1 controller + 2 compute) shared by every end-to-end test of the run."""
+    """A 5-node testbed (1 controller + 4 compute) shared by every end-to-end test of the run."""
     require_testbed()
     tb = Testbed(SHARED_NAME, progress=quiet)
     inventory = tmp_path_factory.mktemp("inventory") / "testbed"
-    tb.up(3, inventory_dir=inventory)
+    tb.up(NODES, inventory_dir=inventory)
     tb.inventory = inventory
     yield tb
     tb.down(inventory_dir=inventory)
@@ -60,6 +61,11 @@ def slurm(testbed):
     testbed.controller, testbed.computes = nodes[0], nodes[1:]
     testbed.first_deploy = data
     testbed.outputs = [text]
-    wait_for(lambda: on(testbed, testbed.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == 2,
-             timeout=90, what="both compute nodes idle in sinfo")
+    wait_for(lambda: on(testbed, testbed.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle")
+             == len(testbed.computes), timeout=90, what="every compute node idle in sinfo")
     return testbed
+
+
+def pytest_collection_modifyitems(items):
+    """Rolling patches (test_patch.py) move the driver back and forth on every node: they run last."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/testbed/test_patch.py"))

@@ -46,8 +46,8 @@ def test_base_role_on_the_nodes(slurm):
     assert out.split() == ["64", "8192"], out
 
 
-def test_srun_runs_on_both_compute_nodes(slurm):
-    out = ok(slurm, slurm.controller, "timeout 60 srun -N2 hostname")
+def test_srun_runs_on_every_compute_node(slurm):
+    out = ok(slurm, slurm.controller, f"timeout 60 srun -N{len(slurm.computes)} hostname")
     assert sorted(out.split()) == sorted(slurm.computes)
 
 
@@ -175,8 +175,8 @@ def test_dry_run_shows_the_diff_and_changes_nothing(slurm, tmp_path):
     out = kiln("deploy", "-i", str(changed), "--dry-run")
     slurm.outputs.append(out.stdout + out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "+PartitionName=batch Nodes=kilntest[02-03] Default=YES MaxTime=2-00:00:00" in out.stdout
-    assert "-PartitionName=batch Nodes=kilntest[02-03] Default=YES MaxTime=INFINITE" in out.stdout
+    assert "+PartitionName=batch Nodes=kilntest[02-05] Default=YES MaxTime=2-00:00:00" in out.stdout
+    assert "-PartitionName=batch Nodes=kilntest[02-05] Default=YES MaxTime=INFINITE" in out.stdout
     assert ok(slurm, slurm.controller, "sha256sum /etc/slurm/slurm.conf") == before
 
 

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 from kiln.inventory import load_cluster
+from tests.testbed.conftest import NODES
 
 # Units that may fail inside a testbed node, with the reason. Empty: a node must be "running".
 ALLOWED_FAILED_UNITS: dict[str, str] = {}
@@ -18,7 +19,7 @@ def ssh(tb, node, command, **kw):
 
 def test_nodes_have_distinct_hostnames_and_addresses(testbed):
     nodes = testbed.recorded_nodes()
-    assert len(nodes) == 3
+    assert len(nodes) == NODES
     seen = {}
     for node in nodes:
         out = ssh(testbed, node.name, "hostname; ip -4 -o addr show host0")
@@ -27,7 +28,7 @@ def test_nodes_have_distinct_hostnames_and_addresses(testbed):
         assert hostname == node.name
         assert f"inet {node.address}/24" in addr_line
         seen[hostname] = node.address
-    assert len(set(seen)) == 3 and len(set(seen.values())) == 3
+    assert len(set(seen)) == NODES and len(set(seen.values())) == NODES
 
 
 def test_inventory_describes_the_testbed(testbed):

@@ -1,0 +1,202 @@
+"""`kiln patch` on the shared testbed (1 controller + 4 compute): a real driver upgrade from Debian
+(535.261.03-1 -> 535.309.01-0+deb12u1 from bookworm-security) rolled out while jobs run, reboots through
+Slurm's RebootProgram, a node that fails its post-patch check, a rollout killed with SIGKILL and
+resumed, and a node drained by a person. The GPUs are the simulators (they load the installed driver
+at boot, as a real node does); jobs, Slurm, packages and reboots are real.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kiln.testbed.inventory import DRIVER_UPGRADE, TESTBED_VERSIONS
+from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, submit, wait_for
+
+pytestmark = pytest.mark.testbed
+ORIGINAL = TESTBED_VERSIONS["nvidia_driver"]
+IN_SERVICE = {"idle", "mix", "alloc", "comp"}
+
+
+def inventory_with_driver(tb, tmp_path: Path, pin: str) -> Path:
+    inventory = copy_inventory(tb.inventory, tmp_path / "inventory")
+    path = inventory / "group_vars" / "all" / "versions.yml"
+    data = yaml.safe_load(path.read_text())
+    data["kiln_versions"]["nvidia_driver"] = pin
+    path.write_text(yaml.safe_dump(data))
+    return inventory
+
+
+def journal(inventory: Path) -> list[dict]:
+    (path,) = sorted((inventory.parent / ".kiln" / "rollouts").glob("*/*.jsonl"))
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_no_step_twice(records: list[dict]) -> None:
+    steps = Counter((r["node"], r["step"], r["phase"]) for r in records if r["event"] == "step")
+    twice = {k: n for k, n in steps.items() if n > 1 and k[2] in ("begin", "done")}
+    assert not twice, twice
+
+
+def versions(tb) -> dict[str, str]:
+    return {n: ok(tb, n, "dpkg-query -W -f='${Version}' nvidia-smi") for n in tb.computes}
+
+
+def boot_times(tb) -> dict[str, str]:
+    out = ok(tb, tb.controller, "scontrol show node -o")
+    return {line.split()[0].split("=")[1]: next(w for w in line.split() if w.startswith("BootTime="))
+            for line in out.splitlines()}
+
+
+def drained(tb) -> dict[str, str]:
+    out = ok(tb, tb.controller, "sinfo -h -R -N -o '%N|%E'")
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+class Sampler:
+    """sinfo every half second while a rollout runs: the fewest compute nodes seen in service."""
+
+    def __init__(self, tb):
+        self.tb, self.counts, self.running = tb, [], True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while self.running:
+            out = on(self.tb, self.tb.controller, "sinfo -h -N -o '%N %t'")
+            states = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+            self.counts.append(sum(1 for n in self.tb.computes if states.get(n) in IN_SERVICE))
+            time.sleep(0.5)
+
+    def stop(self) -> list[int]:
+        self.running = False
+        self.thread.join()
+        return self.counts
+
+
+def accounting(tb) -> dict[str, str]:
+    out = ok(tb, tb.controller, "sacct -n -X -P -a -S 2020-01-01 -o JobID,State")
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+def test_dry_run_prints_the_batches_and_changes_nothing(slurm, tmp_path):
+    inventory = inventory_with_driver(slurm, tmp_path, DRIVER_UPGRADE)
+    before = boot_times(slurm)
+    out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--dry-run")
+    assert out.returncode == 0, out.stdout + out.stderr
+    c = slurm.computes
+    assert f"canary 1: {c[0]}" in out.stdout and f"batch 2: {c[1]}" in out.stdout and f"batch 4: {c[3]}" in out.stdout
+    assert set(versions(slurm).values()) == {ORIGINAL} and boot_times(slurm) == before and not drained(slurm)
+    assert not list((inventory.parent / ".kiln").glob("rollouts/*/*.jsonl"))
+
+
+def test_rollout_upgrades_every_node_while_jobs_run_and_none_is_killed(slurm, tmp_path):
+    history = accounting(slurm)
+    jobs = [submit(slurm, slurm.controller, f"-w {n} -o /dev/null --wrap 'sleep 12'") for n in slurm.computes[:3]]
+    wait_for(lambda: all(ok(slurm, slurm.controller, f"squeue -h -j {j} -o %T").strip() == "RUNNING" for j in jobs),
+             timeout=60, what="the jobs running")
+    booted = boot_times(slurm)
+    inventory = inventory_with_driver(slurm, tmp_path, DRIVER_UPGRADE)
+    sampler = Sampler(slurm)
+    out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--max-unavailable", "1",
+               "--reboot", "always", "--json")
+    counts = sampler.stop()
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    print(out.stderr)
+    assert {n: r["result"] for n, r in summary["nodes"].items()} == {n: "patched" for n in slurm.computes}
+    assert set(versions(slurm).values()) == {DRIVER_UPGRADE}
+    # never fewer than N - 1 compute nodes in service, in samples taken by this test
+    assert counts and min(counts) >= len(slurm.computes) - 1, counts
+    # every job ran to its end: none killed or requeued
+    for job in jobs:
+        wait_for(lambda: ok(slurm, slurm.controller, f"sacct -n -X -P -j {job} -o State").strip() not in
+                 ("RUNNING", "PENDING", ""), timeout=60, what=f"job {job} finished")
+        assert ok(slurm, slurm.controller, f"sacct -n -P -j {job} -o State,ExitCode").split()[0] == "COMPLETED|0:0"
+    # each node rebooted through Slurm, and resumed only after its checks passed
+    after = boot_times(slurm)
+    assert all(after[n] != booted[n] for n in slurm.computes)
+    records = journal(inventory)
+    assert_no_step_twice(records)
+    for node in slurm.computes:
+        order = [r["step"] for r in records if r["event"] == "step" and r.get("node") == node and r["phase"] == "done"]
+        assert order == ["drain", "jobs_done", "apply", "reboot", "check", "resume"], (node, order)
+        check = next(r for r in records if r["event"] == "step" and r.get("node") == node and r["step"] == "check"
+                     and r["phase"] == "done")
+        assert check["failed"] == []
+    assert not drained(slurm)
+    # the accounting history of jobs before the rollout is intact
+    now = accounting(slurm)
+    assert all(now.get(job) == state for job, state in history.items()), (history, now)
+    page = Path(summary["report"]).read_text()
+    assert "<svg" in page and "fewest seen" in page
+
+
+def test_a_node_failing_its_post_patch_check_stays_drained_and_the_rollout_stops(slurm, tmp_path):
+    canary = slurm.computes[0]
+    ok(slurm, canary, "kiln-sim inject gpu-lost --at-boot")
+    others = boot_times(slurm)
+    inventory = inventory_with_driver(slurm, tmp_path, DRIVER_UPGRADE)
+    try:
+        out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--reboot", "always",
+                   "--failure-budget", "1")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "failure budget spent" in out.stdout and f"{canary}  failed" in out.stdout, out.stdout
+        reason = drained(slurm).get(canary, "")
+        assert reason.startswith("kiln: GPU_"), reason
+        after = boot_times(slurm)
+        assert all(after[n] == others[n] for n in slurm.computes[1:])  # the rollout stopped at the canary
+        assert list(drained(slurm)) == [canary]
+    finally:
+        on(slurm, canary, "kiln-sim clear; kiln-node-check >/dev/null")
+        wait_for(lambda: canary not in drained(slurm), timeout=60, what=f"{canary} resumed by its health check")
+
+
+def test_a_killed_rollout_resumes_without_doing_a_step_twice_and_keeps_a_persons_drain(slurm, tmp_path):
+    person = slurm.computes[-1]
+    ok(slurm, slurm.controller, f"scontrol update nodename={person} state=drain reason='disk replacement'")
+    inventory = inventory_with_driver(slurm, tmp_path, ORIGINAL)  # back to the original driver
+    rollouts = inventory.parent / ".kiln" / "rollouts"
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles",
+                                 "nvidia_driver", "--reboot", "always", "--max-unavailable", "2", "--canary", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def second_batch_rebooting() -> bool:
+            paths = list(rollouts.glob("*/*.jsonl"))
+            records = [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
+            return any(r["event"] == "step" and r["step"] == "reboot" and r["node"] == slurm.computes[1]
+                       for r in records)
+        wait_for(second_batch_rebooting, timeout=300, interval=0.1, what="the second batch rebooting")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert any(r["event"] == "step" for r in journal(inventory)) and not any(
+            r["event"] == "end" for r in journal(inventory))
+        resumed = kiln("patch", "-i", str(inventory), "--resume")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        records = journal(inventory)
+        assert_no_step_twice(records)
+        assert [r["result"] for r in records if r["event"] == "end"] == ["completed"]
+        assert drained(slurm) == {person: "disk replacement"}  # kiln left nothing drained; the person's kept
+        assert {n: v for n, v in versions(slurm).items() if n != person} == \
+            {n: ORIGINAL for n in slurm.computes if n != person}
+        skipped = next(r for r in records if r["event"] == "node" and r["node"] == person)
+        assert skipped["result"] == "skipped" and "disk replacement" in skipped["detail"]
+    finally:
+        ok(slurm, slurm.controller, f"scontrol update nodename={person} state=resume")
+        rc, _, text = _deploy_back(slurm, person)
+        assert rc == 0, text
+
+
+def _deploy_back(tb, node):
+    from tests.testbed.slurm_helpers import deploy_json
+    return deploy_json(tb.inventory, "--limit", node, "--roles", "nvidia_driver,health")
