@@ -216,8 +216,10 @@ def test_a_failing_operation_is_reported_for_its_host_only(slurm):
 
 def test_a_node_with_another_os_stops_the_run_before_any_change(slurm, tmp_path):
     node = slurm.computes[0]
+    # (NVIDIA's repository serves Ubuntu; Debian's non-free archive would be refused before any connection)
     changed = copy_inventory(slurm.inventory, tmp_path / "inv", {"kiln_slurm_partitions": [
-        {"name": "other", "groups": ["testbed_compute"], "default": True}]}, {node: {"kiln_os": "ubuntu2204"}})
+        {"name": "other", "groups": ["testbed_compute"], "default": True}], "kiln_nvidia_source": "cuda"},
+        {node: {"kiln_os": "ubuntu2204"}})
     before = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf") for n in [slurm.controller, *slurm.computes]}
     rc, data, text = deploy_json(changed)
     slurm.outputs.append(text)

@@ -83,6 +83,7 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data():
     check.node = fake
     check.results = {h.name: [] for h in hosts}
     check._shared_storage()
+    check.close()
     home = {n: [v for v in vs if "/home" in v.message] for n, vs in check.results.items()}
     assert [home[n][0].severity for n in ("hgx001", "hgx002", "hgx003")] == ["ok", "ok", "fail"]
     assert re.search(r"does not see what hgx001 wrote", home["hgx003"][0].message)
