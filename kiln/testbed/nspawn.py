@@ -56,6 +56,7 @@ class NspawnNodes:
         self.base = base
         self.bridge = bridge
         self.shared = shared
+        self._supervisors: dict[str, subprocess.Popen] = {}  # started by this process: exit status known
 
     # --- paths and pids ---
     def cgroup(self, node: Node) -> str:
@@ -114,15 +115,26 @@ class NspawnNodes:
                                 stdout=subprocess.DEVNULL, stderr=open(node.dir / "supervisor.log", "ab"),
                                 cwd="/", env=dict(os.environ, PYTHONPATH=_kiln_path()))
         (node.dir / "supervisor.pid").write_text(f"{proc.pid}\n")
+        self._supervisors[node.name] = proc
 
     def wait_ready(self, node: Node, timeout: float) -> str:
         """Wait until systemd in the node says running or degraded; returns that state."""
         deadline = time.monotonic() + timeout
         state = "not started"
+        retried = False
         while time.monotonic() < deadline:
             if not self._supervisor_pid(node):
-                raise TestbedError(f"node {node.name} exited while booting; console log:\n"
-                                   + self.console_tail(node) + "\nsupervisor log:\n"
+                proc = self._supervisors.get(node.name)
+                status = proc.poll() if proc else None
+                if not retried and not (node.dir / "console.log").exists():
+                    # It died before starting the node at all (seen rarely, killed before its first line
+                    # ran): start it once more rather than fail the whole testbed.
+                    retried = True
+                    self._supervisors.pop(node.name, None)
+                    self.start(node)
+                    continue
+                raise TestbedError(f"node {node.name} exited while booting (supervisor exit status {status}); "
+                                   "console log:\n" + self.console_tail(node) + "\nsupervisor log:\n"
                                    + self.console_tail(node, name="supervisor.log"))
             init = self.init_pid(node)
             if init:
