@@ -46,6 +46,7 @@ def ssh_config(cluster: Cluster, hosts: list[Host], control_dir: Path) -> str:
 
 
 MARK = "@@kiln-"
+CUT_SHORT = "the batched run was cut short"
 
 
 def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
@@ -66,7 +67,7 @@ def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
             rc = int(rest.split("\n", 1)[0])
             err = text.split(f"{MARK}err {i}\n", 1)[1].split(f"\n{MARK}end {i}\n", 1)[0]
         except (IndexError, ValueError):
-            results[command] = Result(255, "", f"the batched run was cut short: {out.stderr.strip()[:200]}")
+            results[command] = Result(255, "", f"{CUT_SHORT}: {out.stderr.strip()[:200]}")
             continue
         results[command] = Result(rc, stdout, err)
     return results
@@ -93,7 +94,13 @@ def batched_suites(node: Node, name: str, expect: dict, suites: list[str], round
         verdicts = run_suites(Node(name, run), expect, suites)
         if not missing:
             return verdicts
-        cache.update(run_batch(node, missing))
+        batch = run_batch(node, missing)
+        if all(r.rc == 255 and r.stderr.startswith(CUT_SHORT) for r in batch.values()):
+            # ssh itself failed (the first round is also the connection probe): no round more
+            reason = next(iter(batch.values())).stderr[len(CUT_SHORT):].strip(": ")
+            return [Verdict("NODE_UNREACHABLE", "fail", f"ssh failed: {reason or 'no answer'}: check the node "
+                            "is up and its host key is in the inventory's known_hosts", "ssh")]
+        cache.update(batch)
     return run_suites(node, expect, suites)  # a suite that keeps asking for new commands: one at a time
 
 
@@ -150,14 +157,11 @@ class RemoteCheck:
     def _check_host(self, host: Host) -> list[Verdict]:
         start = time.monotonic()
         node = self.node(host)
-        probe = node.run("true")
-        if probe.rc != 0:
-            verdicts = [Verdict("NODE_UNREACHABLE", "fail", f"ssh failed: {probe.stderr.strip()[:200]}: check the node "
-                                "is up and its host key is in the inventory's known_hosts", "ssh")]
-        else:
-            self.outputs[host.name] = {}
-            verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites,
-                                      cache=self.outputs[host.name])
+        self.outputs[host.name] = {}
+        verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites,
+                                  cache=self.outputs[host.name])
+        if any(v.id == "NODE_UNREACHABLE" for v in verdicts):
+            del self.outputs[host.name]
         self.seconds[host.name] = time.monotonic() - start
         failed = sum(v.failed for v in verdicts)
         self.progress(f"  {host.name}: {len(verdicts)} checks, {failed} failed ({self.seconds[host.name]:.1f} s)")

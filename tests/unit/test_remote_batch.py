@@ -45,6 +45,18 @@ def test_batched_verdicts_equal_one_by_one(tmp_path):
     assert rounds <= 4 < len(calls)  # a few round trips instead of one per command
 
 
+def test_an_unreachable_node_costs_one_round_and_says_why():
+    calls = []
+
+    def run(command):  # what the ssh backend gives when ssh itself fails
+        calls.append(command)
+        return Result(255, "", "ssh: connect to host 10.0.0.9 port 22: No route to host\n")
+    verdicts = batched_suites(Node("gpu09", run), "gpu09", EXPECT, ["gpu", "fabric", "storage", "slurm", "system"])
+    assert len(calls) == 1  # the first round is the connection probe
+    (v,) = verdicts
+    assert v.id == "NODE_UNREACHABLE" and v.failed and "No route to host" in v.message and "known_hosts" in v.message
+
+
 def test_kernel_outliers():
     from kiln.check.remote import kernel_outliers
     verdicts = kernel_outliers({"a": "6.1.0-28-amd64", "b": "6.1.0-28-amd64", "c": "6.1.0-30-amd64"})
