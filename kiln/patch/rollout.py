@@ -27,6 +27,7 @@ from kiln.patch.slurmctl import SlurmControl, SlurmError
 
 SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
 POLL = 1.0
+ROOM_WAIT = 60.0  # seconds a rollout waits for a node to come back into service before it stops
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class Rollout:
         while queue:
             if self._budget_spent(outcome):
                 return
+            # A node just back in service can be briefly NOT_RESPONDING: wait a little for room.
+            self._until(lambda: self._room(plan, queue) > 0, ROOM_WAIT)
             slurm = self.slurm.nodes()
             ours = [n for n in queue if slurm.get(n) and slurm[n].drained_by_kiln and self.journal.done(n, "drain")]
             room = planning.room(slurm, self.compute, plan.max_unavailable)
@@ -165,6 +168,13 @@ class Rollout:
             self._batch(index, batch, outcome)
             queue = [n for n in queue if n not in batch]
             index += 1
+
+    def _room(self, plan: planning.Plan, queue: list[str]) -> int:
+        """Room for new nodes, counting nodes this rollout already holds (they need none)."""
+        slurm = self.slurm.nodes()
+        if any(slurm.get(n) and (slurm[n].drained_by_kiln or not slurm[n].in_service) for n in queue):
+            return 1
+        return planning.room(slurm, self.compute, plan.max_unavailable)
 
     def _budget_spent(self, outcome: Outcome) -> bool:
         failed = outcome.failed
@@ -223,6 +233,7 @@ class Rollout:
                     waiting.remove(n)
                 elif time.monotonic() > deadline[n]:
                     self.slurm.resume(n)
+                    self._until(lambda: self.slurm.nodes()[n].in_service, self.options.boot_timeout)
                     waiting.remove(n)
                     batch = [b for b in batch if b != n]
                     self.finish(n, "not patched", f"jobs {', '.join(jobs[n])} still running after "

@@ -200,3 +200,21 @@ def test_a_killed_rollout_resumes_without_doing_a_step_twice_and_keeps_a_persons
 def _deploy_back(tb, node):
     from tests.testbed.slurm_helpers import deploy_json
     return deploy_json(tb.inventory, "--limit", node, "--roles", "nvidia_driver,health")
+
+
+def test_a_node_whose_jobs_outlast_the_drain_timeout_goes_back_into_service_unpatched(slurm, tmp_path):
+    node = slurm.computes[0]
+    job = submit(slurm, slurm.controller, f"-w {node} -o /dev/null --wrap 'sleep 300'")
+    try:
+        wait_for(lambda: ok(slurm, slurm.controller, f"squeue -h -j {job} -o %T").strip() == "RUNNING",
+                 timeout=60, what="the long job running")
+        inventory = inventory_with_driver(slurm, tmp_path, ORIGINAL)
+        out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--drain-timeout", "3s", "--json")
+        assert out.returncode == 1, out.stdout + out.stderr
+        nodes = json.loads(out.stdout)["nodes"]
+        assert nodes[node]["result"] == "not patched" and f"jobs {job} still running" in nodes[node]["detail"]
+        assert all(nodes[n]["result"] == "patched" for n in slurm.computes[1:])
+        assert ok(slurm, slurm.controller, f"squeue -h -j {job} -o %T").strip() == "RUNNING"  # never killed
+        assert not drained(slurm)
+    finally:
+        on(slurm, slurm.controller, f"scancel {job}")
