@@ -152,10 +152,18 @@ class Rollout:
             ours = [n for n in queue if slurm.get(n) and slurm[n].drained_by_kiln and self.journal.done(n, "drain")]
             room = planning.room(slurm, self.compute, plan.max_unavailable)
             size = sizes[index] if index < len(sizes) else plan.max_unavailable
-            # Nodes already out of service (drained by kiln's health check) take no room; others do.
-            out = [n for n in queue if n not in ours and slurm.get(n) and not slurm[n].in_service][:size]
-            fresh = [n for n in queue if n not in ours and n not in out]
-            batch = ours + out + fresh[:max(0, min(size - len(ours) - len(out), room))]
+            # In plan order; a node already out of service (drained by kiln's health check) takes no room.
+            batch = list(ours)
+            for n in queue:
+                if len(batch) >= size:
+                    break
+                if n in batch:
+                    continue
+                if slurm.get(n) and not slurm[n].in_service:
+                    batch.append(n)
+                elif room > 0:
+                    batch.append(n)
+                    room -= 1
             if not batch:
                 in_service = sum(1 for n in self.compute if n in slurm and slurm[n].in_service)
                 outcome.stopped = (f"only {in_service} of {len(self.compute)} compute nodes are in service; "

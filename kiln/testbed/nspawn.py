@@ -123,9 +123,12 @@ class NspawnNodes:
         state = "not started"
         retried = False
         while time.monotonic() < deadline:
-            if not self._supervisor_pid(node):
-                proc = self._supervisors.get(node.name)
-                status = proc.poll() if proc else None
+            proc = self._supervisors.get(node.name)
+            # A supervisor this process started is asked directly: its /proc entry has been seen to read
+            # as gone for a moment while it starts, which made a live node look dead.
+            alive = proc.poll() is None if proc else self._supervisor_pid(node) is not None
+            if not alive:
+                status = proc.returncode if proc else None
                 if not retried and not (node.dir / "console.log").exists():
                     # It died before starting the node at all (seen rarely, killed before its first line
                     # ran): start it once more rather than fail the whole testbed.

@@ -192,14 +192,13 @@ def test_a_killed_rollout_resumes_without_doing_a_step_twice_and_keeps_a_persons
         skipped = next(r for r in records if r["event"] == "node" and r["node"] == person)
         assert skipped["result"] == "skipped" and "disk replacement" in skipped["detail"]
     finally:
+        # the person's work is done: back into service, and onto the cluster's driver the way an operator
+        # would do it (the simulated GPU loads the downgraded driver only at its reboot)
         ok(slurm, slurm.controller, f"scontrol update nodename={person} state=resume")
-        rc, _, text = _deploy_back(slurm, person)
-        assert rc == 0, text
-
-
-def _deploy_back(tb, node):
-    from tests.testbed.slurm_helpers import deploy_json
-    return deploy_json(tb.inventory, "--limit", node, "--roles", "nvidia_driver,health")
+        again = inventory_with_driver(slurm, tmp_path / "back", ORIGINAL)
+        back = kiln("patch", "-i", str(again), "--roles", "nvidia_driver", "--limit", person, "--reboot", "always")
+        assert back.returncode == 0, back.stdout + back.stderr
+        assert versions(slurm)[person] == ORIGINAL and not drained(slurm)
 
 
 def test_a_node_whose_jobs_outlast_the_drain_timeout_goes_back_into_service_unpatched(slurm, tmp_path):
