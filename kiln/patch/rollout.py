@@ -28,6 +28,7 @@ from kiln.patch.slurmctl import SlurmControl, SlurmError
 SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
 POLL = 1.0
 ROOM_WAIT = 60.0  # seconds a rollout waits for a node to come back into service before it stops
+SETTLE_WAIT = 20.0  # seconds a NOT_RESPONDING node gets to answer before the plan calls it down
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,17 @@ class Rollout:
 
     # --- the run ---
     def new_plan(self, hosts: list[str]) -> planning.Plan:
-        slurm = self.slurm.nodes()
         chosen = [h for h in hosts if self._has_roles(h)]
         service = [h for h in chosen if h not in self.compute]
         compute = [h for h in self.compute if h in chosen]
+        # A node that just came back (a reboot, a resume) can be NOT_RESPONDING for a few seconds: give it
+        # SETTLE_WAIT before it is called down and skipped.
+        slurm = self.slurm.nodes()
+        deadline = time.monotonic() + SETTLE_WAIT
+        while time.monotonic() < deadline and any(
+                slurm.get(n) and "NOT_RESPONDING" in slurm[n].flags and "DOWN" not in slurm[n].flags for n in compute):
+            time.sleep(POLL)
+            slurm = self.slurm.nodes()
         limit = planning.parse_max_unavailable(self.options.max_unavailable, len(self.compute))
         return planning.make_plan(service, compute, self.compute, slurm, limit, self.options.canary)
 

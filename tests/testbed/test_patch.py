@@ -198,7 +198,7 @@ def test_a_killed_rollout_resumes_without_doing_a_step_twice_and_keeps_a_persons
         again = inventory_with_driver(slurm, tmp_path / "back", ORIGINAL)
         back = kiln("patch", "-i", str(again), "--roles", "nvidia_driver", "--limit", person, "--reboot", "always")
         assert back.returncode == 0, back.stdout + back.stderr
-        assert versions(slurm)[person] == ORIGINAL and not drained(slurm)
+        assert versions(slurm)[person] == ORIGINAL and not drained(slurm), back.stdout
 
 
 def test_a_node_whose_jobs_outlast_the_drain_timeout_goes_back_into_service_unpatched(slurm, tmp_path):
