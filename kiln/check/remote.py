@@ -10,6 +10,7 @@ node's shared storage) run here, after the per-node suites.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import shlex
 import shutil
 import tempfile
@@ -118,6 +119,24 @@ def kernel_outliers(kernels: dict[str, str]) -> dict[str, Verdict]:
             for n, k in kernels.items()}
 
 
+def _sweep_stale(mine: Path) -> None:
+    """Remove what killed kiln processes left in the temporary directory: a directory whose process is
+    gone (or, without a pid file, older than an hour)."""
+    for d in mine.parent.glob("kiln-check-*"):
+        if d == mine:
+            continue
+        try:
+            pid = int((d / "pid").read_text())
+            stale = not Path(f"/proc/{pid}").exists()
+        except (OSError, ValueError):
+            try:
+                stale = time.time() - d.stat().st_mtime > 3600
+            except OSError:
+                continue
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class RemoteCheck:
     """Holds the verdicts of a run; pytest reads them through the ``kiln_check`` fixture."""
 
@@ -127,6 +146,8 @@ class RemoteCheck:
         self.outputs: dict[str, dict[str, Result]] = {}  # node -> command -> what it printed
         self.seconds: dict[str, float] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="kiln-check-"))
+        (self.tmp / "pid").write_text(f"{os.getpid()}\n")
+        _sweep_stale(self.tmp)
         (self.tmp / "cm").mkdir()
         self.config = self.tmp / "ssh_config"
         self.config.write_text(ssh_config(cluster, hosts, self.tmp / "cm"))

@@ -106,3 +106,23 @@ def test_testbed_faults_are_the_simulators_faults():
     out = subprocess.run([str(SIMULATORS / "kiln-sim"), "faults"], capture_output=True, text=True, check=True)
     from kiln.testbed.simulate import FAULTS
     assert tuple(out.stdout.split()) == FAULTS
+
+
+def test_temporary_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
+    import tempfile
+    from kiln.check.remote import RemoteCheck
+    from kiln.inventory import load_cluster
+    from tests.conftest import INVENTORIES
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "kiln-check-dead"
+    dead.mkdir()
+    (dead / "pid").write_text("999999999\n")
+    alive = tmp_path / "kiln-check-alive"
+    alive.mkdir()
+    (alive / "pid").write_text(f"{os.getpid()}\n")
+    young = tmp_path / "kiln-check-young"  # no pid file yet (being made by another run): kept
+    young.mkdir()
+    cluster = load_cluster(INVENTORIES / "small")
+    with RemoteCheck(cluster, list(cluster.hosts.values())[:1], ["system"]) as check:
+        assert check.tmp.parent == tmp_path
+    assert not dead.exists() and alive.exists() and young.exists() and not check.tmp.exists()
