@@ -60,8 +60,6 @@ class NodeContext:
     lines: list[tuple[str, str]] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)
     snapshot: Any = None
-    # Why the node needs a reboot, as roles find out once the snapshot is read (``roles.notices``).
-    reboot_reasons: list[str] = field(default_factory=list)
 
     def watch_path(self, path: str) -> None:
         if path not in self.paths:

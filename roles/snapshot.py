@@ -56,9 +56,8 @@ class NodeSnapshot:
     files: dict[str, FileState] = field(default_factory=dict)  # only paths that exist
     units: dict[str, UnitState] = field(default_factory=dict)
     lines: set[int] = field(default_factory=set)               # indexes of (path, regex) pairs found
-    kernel: str = ""                                           # uname -r
     modules: dict[str, str] = field(default_factory=dict)      # loaded watched module -> its version ("" if none)
-    # what the command asked about: (paths, units, lines); None means "anything" (hand-made snapshots)
+    # what the command asked about: (paths, units, lines, modules); None means "anything" (hand-made snapshots)
     asked: tuple | None = None
 
     def covers(self, paths: list[str], units: list[str], lines: list, modules: list[str] = ()) -> bool:
@@ -96,7 +95,7 @@ def snapshot_command(paths: list[str], units: list[str], lines: list[tuple[str, 
     parts.append(f"echo '{MARK}lines'")
     for i, (path, regex) in enumerate(lines):
         parts.append(f"grep -qE {q(regex)} {q(path)} 2>/dev/null && echo {i}")
-    parts += [f"echo '{MARK}kernel'", "uname -r"]
+    parts.append(f"echo '{MARK}modules'")
     if modules:
         parts.append(f"for m in {' '.join(q(m) for m in modules)}; do [ -d /sys/module/$m ] && "
                      "echo \"$m|$(cat /sys/module/$m/version 2>/dev/null)\"; done; true")
@@ -155,9 +154,7 @@ def parse_snapshot(output: list[str]) -> NodeSnapshot:
         key, _, value = line.partition("=")
         block[key] = value.strip()
     snap.lines = {int(line) for line in sections.get("lines", []) if line.strip().isdigit()}
-    kernel = sections.get("kernel", [])
-    snap.kernel = kernel[0].strip() if kernel else ""
-    for line in kernel[1:]:
+    for line in sections.get("modules", []):
         name, sep, version = line.partition("|")
         if sep:
             snap.modules[name.strip()] = version.strip()

@@ -85,15 +85,14 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     from kiln.patch.rollout import Rollout
 
     if dry_run:
-        journal_path = directory / "dry-run.jsonl"
-        journal = journals.Journal(Path("/dev/null"))
+        journal = journals.Journal(Path("/dev/null"))  # a dry run writes no journal
     else:
         journal_path = pending if resume else directory / f"{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
         journal = journals.Journal(journal_path, journals.read(journal_path) if resume else None)
     rollout = Rollout(cluster, secrets, journal, options, progress=say)
     try:
         if resume:
-            plan = Plan(**{k: v for k, v in _plan_fields(journal.start["plan"]).items()})
+            plan = Plan.from_dict(journal.start["plan"])
             say(f"resuming the rollout in {journal_path}")
         else:
             plan = rollout.new_plan(hosts) if dry_run else rollout.start(hosts)
@@ -118,11 +117,6 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
         click.echo(report.summary_text(summary))
     sys.exit(EXIT_FAILED if outcome.stopped or outcome.failed or
              any(r["result"] == "not patched" for r in outcome.results.values()) else EXIT_OK)
-
-
-def _plan_fields(data: dict) -> dict:
-    return {"service": data["service"], "compute": data["compute_batches"], "skipped": data["skipped"],
-            "total_compute": data["total_compute"], "max_unavailable": data["max_unavailable"]}
 
 
 def _seconds(text: str) -> float:

@@ -85,6 +85,12 @@ class Plan:
         return {"service": self.service, "compute_batches": self.compute, "skipped": self.skipped,
                 "total_compute": self.total_compute, "max_unavailable": self.max_unavailable}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        """The plan as ``as_dict`` wrote it into a journal's start record."""
+        return cls(data["service"], data["compute_batches"], data["skipped"], data["total_compute"],
+                   data["max_unavailable"])
+
 
 def make_plan(service: list[str], compute: list[str], all_compute: list[str], slurm: dict[str, SlurmNode],
               max_unavailable: int, canary: int) -> Plan:

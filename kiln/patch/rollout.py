@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+import roles
 from checks.verdict import Verdict
 from kiln.check.remote import RemoteCheck
 from kiln.inventory.model import Cluster, Secrets
@@ -114,7 +115,6 @@ class Rollout:
         return planning.make_plan(service, compute, self.compute, slurm, limit, self.options.canary)
 
     def _has_roles(self, name: str) -> bool:
-        import roles
         return bool(roles.for_host(self.cluster.hosts[name].roles, self.options.roles))
 
     def start(self, hosts: list[str]) -> planning.Plan:

@@ -81,6 +81,16 @@ def test_command_quotes_paths_and_asks_for_each_unit():
     assert "'/etc/a b'" in cmd and "slurmd.service" in cmd and "grep -qE '^account x' /etc/pam.d/sshd" in cmd
 
 
+def test_loaded_kernel_modules_and_their_versions():
+    """What the nvidia_driver role reads for "reboot required": the command, run here, and its parse."""
+    import subprocess
+    cmd = snapshot_command([], [], [], ["nvidia", "kiln_no_such_module"])
+    out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "kiln_no_such_module" not in parse_snapshot(out.stdout.splitlines()).modules
+    snap = parse_snapshot(["@@kiln modules", "nvidia|535.261.03", "nouveau|", "@@kiln end"])
+    assert snap.modules == {"nvidia": "535.261.03", "nouveau": ""}
+
+
 def test_default_snapshot_is_empty():
     assert NodeSnapshot().unit("x.service").load == "not-found"
 
