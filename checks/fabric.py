@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from checks.node import Node
 from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat
-from checks.parsers.kernel_log import count_link_flaps
+from checks.parsers.kernel_log import count_link_flaps, log_command
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
 LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet"}
-FLAP_LOG = "journalctl -k --since=-24h --no-pager 2>/dev/null || dmesg"
+FLAP_LOG = log_command()  # 24 h
 FLAPS_WARN = 5
+
+
+def commands(expect: dict) -> list[str]:
+    """What ``run`` asks the node (for the remote runner to fetch at once)."""
+    fabric = expect.get("fabric") or {}
+    return ["ibstat", fabric.get("kernel_log") or FLAP_LOG] if fabric.get("type") in LAYER else []
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:

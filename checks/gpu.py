@@ -1,7 +1,7 @@
 """GPU suite: count, model, driver pin, persistence, ECC, retired pages, remapped rows, PCIe link,
 throttling, NVLink, fatal Xids, fabric manager, nvidia_peermem, DCGM diagnostic.
 
-Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_level, kernel_log.
+Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_level, kernel_log, xid_hours.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from checks import gpu_load
 from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
-from checks.parsers.kernel_log import parse_xids
+from checks.parsers.kernel_log import log_command, parse_xids, recent
 from checks.parsers.nvidia_smi import explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
@@ -19,14 +19,33 @@ FIELDS = ["index", "name", "pci.bus_id", "driver_version", "persistence_mode", "
 EVENTS_NEW, EVENTS_OLD = "clocks_event_reasons.active", "clocks_throttle_reasons.active"
 # Idle (0x1) and the software power cap (0x4) are normal; anything else slows the GPU down.
 BENIGN_THROTTLE = {0x0, 0x1, 0x4}
-KERNEL_LOG = "journalctl -k --since=-2h --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
+KERNEL_LOG = log_command()
+
+
+def query_command(events: str) -> str:
+    return f"nvidia-smi --query-gpu={','.join(FIELDS + [events])} --format=csv,noheader,nounits"
+
+
+REMAPPED_ROWS = ("nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure "
+                 "--format=csv,noheader,nounits")
+NVLINK_STATUS = "nvidia-smi nvlink -s"
+PEERMEM = "test -d /sys/module/nvidia_peermem"
+FABRIC_MANAGER = "nvidia-fabricmanager"
+
+
+def dcgm_command(level: int) -> str:
+    return f"dcgmi diag -r {level} -j"
+
+
+def service_command(unit: str) -> str:
+    return f"systemctl is-active {unit}"
 
 
 def _query(node: Node) -> tuple[list[dict] | None, Verdict | None]:
     """nvidia-smi's GPU table, trying the clock-event field by its new name, then its old one. With a
     GPU lost (exit 15) the others are still listed: they are checked, and the loss is the verdict."""
     for events in (EVENTS_NEW, EVENTS_OLD):
-        out = node.run(f"nvidia-smi --query-gpu={','.join(FIELDS + [events])} --format=csv,noheader,nounits")
+        out = node.run(query_command(events))
         if out.rc == 2 and events == EVENTS_NEW:
             continue  # driver older than 535.54: the field is still called clocks_throttle_reasons
         if out.rc == 15 and out.stdout.strip():
@@ -97,8 +116,7 @@ def check_table(rows: list[dict], expect: dict) -> list[Verdict]:
 
 
 def check_remapped_rows(node: Node) -> list[Verdict]:
-    out = node.run("nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure "
-                   "--format=csv,noheader,nounits")
+    out = node.run(REMAPPED_ROWS)
     if out.rc in (2, 3):
         return [ok("GPU_REMAPPED_ROWS", "row remapping not supported by these GPUs")]
     if out.rc not in (0, 15):  # 15: a lost GPU, reported by GPU_LOST; the others are listed
@@ -117,7 +135,7 @@ def check_remapped_rows(node: Node) -> list[Verdict]:
 
 
 def check_nvlink(node: Node) -> list[Verdict]:
-    out = node.run("nvidia-smi nvlink -s")
+    out = node.run(NVLINK_STATUS)
     if out.rc != 0:
         return [fail("GPU_NVLINK", f"nvidia-smi nvlink -s exited {out.rc}: {explain_exit(out.rc)}")]
     try:
@@ -135,33 +153,33 @@ def check_nvlink(node: Node) -> list[Verdict]:
         else [ok("GPU_NVLINK_INACTIVE", "all NVLinks active")]
 
 
-def check_xids(node: Node, command: str) -> list[Verdict]:
+def check_xids(node: Node, command: str, hours: float = 2) -> list[Verdict]:
     out = node.run(command)
-    xids = parse_xids(out.stdout)
+    xids = parse_xids(recent(out.stdout, hours))
     fatal = [x for x in xids if x.fatal]
     if fatal:
         first = fatal[-1]
-        return [fail(f"GPU_XID_{first.code}", f"{len(fatal)} fatal Xid event(s) in 2 h, last {first.code} on "
-                     f"{first.pci}: {first.action}")]
+        return [fail(f"GPU_XID_{first.code}", f"{len(fatal)} fatal Xid event(s) in {hours:g} h, last {first.code} "
+                     f"on {first.pci}: {first.action}")]
     app = sorted({x.code for x in xids})
-    return [ok("GPU_XID", "no fatal Xid in 2 h" + (f" (application Xids {app})" if app else ""))]
+    return [ok("GPU_XID", f"no fatal Xid in {hours:g} h" + (f" (application Xids {app})" if app else ""))]
 
 
 def check_service(node: Node, check_id: str, unit: str, what: str) -> Verdict:
-    out = node.run(f"systemctl is-active {unit}")
+    out = node.run(service_command(unit))
     state = out.stdout.strip() or "unknown"
     return ok(check_id, f"{unit} active") if state == "active" else \
         fail(check_id, f"{unit} is {state}: {what}")
 
 
 def check_peermem(node: Node) -> Verdict:
-    out = node.run("test -d /sys/module/nvidia_peermem")
+    out = node.run(PEERMEM)
     return ok("GPU_PEERMEM", "nvidia_peermem loaded") if out.rc == 0 else \
         warn("GPU_PEERMEM", "nvidia_peermem not loaded: GPUDirect RDMA is off (modprobe nvidia_peermem)")
 
 
 def check_dcgm(node: Node, level: int) -> list[Verdict]:
-    out = node.run(f"dcgmi diag -r {level} -j")
+    out = node.run(dcgm_command(level))
     try:
         results = parse_dcgm_diag(out.stdout)
     except CheckError as e:
@@ -170,6 +188,23 @@ def check_dcgm(node: Node, level: int) -> list[Verdict]:
     if failed:
         return [fail("GPU_DCGM_DIAG", "; ".join(f"{r.test} on GPU {r.gpus}: {r.detail or 'Fail'}" for r in failed[:3]))]
     return [ok("GPU_DCGM_DIAG", f"dcgmi diag -r {level}: {len(results)} results, none failed")]
+
+
+def commands(expect: dict) -> list[str]:
+    """What ``run`` asks a healthy node, for the remote runner to fetch in one round trip (anything
+    left out is still fetched, a round trip later)."""
+    gpu = expect.get("gpu") or {}
+    if not gpu.get("count"):
+        return []
+    out = [query_command(EVENTS_NEW), REMAPPED_ROWS]
+    if gpu.get("nvswitch"):
+        out += [NVLINK_STATUS, service_command(FABRIC_MANAGER)]
+    out.append(gpu.get("kernel_log") or KERNEL_LOG)
+    if gpu.get("rdma"):
+        out.append(PEERMEM)
+    if gpu.get("dcgm_level"):
+        out.append(dcgm_command(int(gpu["dcgm_level"])))
+    return out + gpu_load.commands(gpu)
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -183,9 +218,9 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     verdicts += check_remapped_rows(node)
     if gpu.get("nvswitch"):
         verdicts += check_nvlink(node)
-        verdicts.append(check_service(node, "GPU_FABRIC_MANAGER", "nvidia-fabricmanager",
+        verdicts.append(check_service(node, "GPU_FABRIC_MANAGER", FABRIC_MANAGER,
                                       "start it (systemctl start nvidia-fabricmanager); GPUs cannot talk over NVSwitch"))
-    verdicts += check_xids(node, gpu.get("kernel_log") or KERNEL_LOG)
+    verdicts += check_xids(node, gpu.get("kernel_log") or KERNEL_LOG, gpu.get("xid_hours", 2))
     if gpu.get("rdma"):
         verdicts.append(check_peermem(node))
     if gpu.get("dcgm_level"):

@@ -111,6 +111,12 @@ def check_nccl(node: Node, gpu: dict) -> list[Verdict]:
     return [ok("GPU_NCCL_ALLREDUCE", f"{message} (threshold {threshold})")]
 
 
+def commands(gpu: dict) -> list[str]:
+    """What ``run`` asks the node (for the remote runner to fetch at once)."""
+    return ([burn_command(gpu["burn_seconds"])] if gpu.get("burn_seconds") else []) + \
+        ([nccl_command(gpu["count"])] if gpu.get("nccl_busbw_gbps") else [])
+
+
 def run(node: Node, gpu: dict) -> list[Verdict]:
     verdicts: list[Verdict] = []
     if gpu.get("burn_seconds"):

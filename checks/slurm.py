@@ -27,23 +27,37 @@ def node_state(text: str) -> dict[str, str]:
     return fields
 
 
+SLURMD = "systemctl is-active slurmd"
+MUNGE = "munge -n | unmunge >/dev/null"
+
+
+def show_node(name: str) -> str:
+    return f"scontrol show node {shlex.quote(name)} -o"
+
+
+def commands(expect: dict) -> list[str]:
+    """What ``run`` asks the node over SSH (for the remote runner to fetch at once)."""
+    slurm = expect.get("slurm") or {}
+    return [SLURMD, MUNGE, show_node(slurm.get("node") or expect.get("node", ""))] if slurm.get("compute") else []
+
+
 def run(node: Node, expect: dict) -> list[Verdict]:
     slurm = expect.get("slurm") or {}
     if not slurm.get("compute"):
         return []
     name = slurm.get("node") or node.name
     verdicts = []
-    active = node.run("systemctl is-active slurmd").stdout.strip()
+    active = node.run(SLURMD).stdout.strip()
     verdicts.append(ok("SLURM_SLURMD", "slurmd active") if active == "active" else
                     fail("SLURM_SLURMD", f"slurmd is {active or 'unknown'}: systemctl restart slurmd; see "
                          "/var/log/slurm/slurmd.log"))
-    munge = node.run("munge -n | unmunge >/dev/null")
+    munge = node.run(MUNGE)
     verdicts.append(ok("SLURM_MUNGE", "munge round-trip works") if munge.rc == 0 else
                     fail("SLURM_MUNGE", f"munge round-trip failed ({munge.stderr.strip()[:120]}): check munged and "
                          "that /etc/munge/munge.key matches the controller's"))
     if node.local:
         return verdicts  # on the node itself (HealthCheckProgram) the controller's view is not checked
-    out = node.run(f"scontrol show node {shlex.quote(name)} -o")
+    out = node.run(show_node(name))
     if out.rc != 0 or "NodeName=" not in out.stdout:
         verdicts.append(fail("SLURM_REGISTERED", f"the controller does not know {name}: "
                              f"{(out.stderr or out.stdout).strip()[:120]}"))

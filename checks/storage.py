@@ -19,17 +19,41 @@ FSTYPES = {"nfs": ("nfs", "nfs4"), "cephfs": ("ceph", "fuse.ceph-fuse"), "gluste
            "lustre": ("lustre",), "tmpfs": ("tmpfs",)}
 
 
+def writable_command(path: str, node_name: str) -> str:
+    """Create and remove a probe file on the mount: only if ``path`` is a mount point (never under an
+    empty mount point), so it needs no answer from findmnt first."""
+    probe = shlex.quote(f"{path.rstrip('/')}/.kiln-write-check-{node_name}")
+    return f"mountpoint -q {shlex.quote(path)} && touch {probe} && rm -f {probe}"
+
+
+FINDMNT = "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS"
+FSTAB = "cat /etc/fstab"
+
+
+def df_command(mounts: list[dict]) -> str:
+    return "df --output=target,pcent,ipcent " + " ".join(shlex.quote(m["path"]) for m in mounts)
+
+
+def commands(expect: dict) -> list[str]:
+    """What ``run`` asks the node (for the remote runner to fetch at once)."""
+    mounts = expect.get("storage") or []
+    if not mounts:
+        return []
+    name = expect.get("node", "")
+    return [FINDMNT, FSTAB] + [writable_command(m["path"], name) for m in mounts] + [df_command(mounts)]
+
+
 def run(node: Node, expect: dict) -> list[Verdict]:
     mounts = expect.get("storage") or []
     if not mounts:
         return []
-    out = node.run("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS")
+    out = node.run(FINDMNT)
     try:
         live = parse_findmnt_json(out.stdout)
     except CheckError as e:
         return [fail("STORAGE_FINDMNT_UNREADABLE", f"findmnt exited {out.rc}: {e}")]
     try:
-        fstab = parse_fstab(node.run("cat /etc/fstab").stdout)
+        fstab = parse_fstab(node.run(FSTAB).stdout)
     except CheckError as e:
         return [fail("STORAGE_FSTAB_UNREADABLE", str(e))]
     verdicts: list[Verdict] = []
@@ -56,12 +80,13 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         elif entry is None or (m["type"] != "bind" and entry.source.rstrip("/") != m["source"].rstrip("/")):
             verdicts.append(warn("STORAGE_FSTAB", f"{path}: /etc/fstab " + ("has no entry" if entry is None else
                                  f"says {entry.source}") + ": it will not come back the same after a reboot"))
-        probe = f"{path.rstrip('/')}/.kiln-write-check-{node.name}"
-        if node.run(f"touch {shlex.quote(probe)} && rm -f {shlex.quote(probe)}").rc != 0:
+        if node.run(writable_command(path, node.name)).rc != 0:
             verdicts.append(fail("STORAGE_WRITABLE", f"{path} is not writable by root (read-only, full or "
                                  "root-squashed): check the mount and the server"))
     if present:
-        df = node.run("df --output=target,pcent,ipcent " + " ".join(shlex.quote(p) for p in present))
+        # every inventory path, mounted or not, so the command does not wait on findmnt's answer (kiln
+        # check then fetches all of a node's outputs in one round trip); only mounted ones are judged
+        df = node.run(df_command(mounts))
         try:
             usage = parse_df_percent(df.stdout)
         except CheckError as e:

@@ -10,6 +10,17 @@ from checks.node import Node
 from checks.verdict import Verdict, fail
 
 SUITES = {"gpu": gpu.run, "fabric": fabric.run, "storage": storage.run, "slurm": slurm.run, "system": system.run}
+COMMANDS = {"gpu": gpu.commands, "fabric": fabric.commands, "storage": storage.commands, "slurm": slurm.commands,
+            "system": system.commands}
+
+
+def suite_commands(expect: dict, names: list[str] | None = None) -> list[str]:
+    """Every command the named suites ask a healthy node, once each, in suite order: what the remote
+    runner fetches in its first round trip."""
+    found: dict[str, None] = {}
+    for name in names or list(SUITES):
+        found.update(dict.fromkeys(COMMANDS[name](expect)))
+    return list(found)
 
 
 def _one(name: str, node: Node, expect: dict) -> list[Verdict]:

@@ -10,26 +10,39 @@ from checks.node import Node
 from checks.verdict import Verdict, fail, ok, warn
 
 
+KERNEL = "uname -r"
+SWAP = "swapon --show --noheadings"
+MEMLOCK = "cat /proc/$(pidof -s slurmd || echo self)/limits"
+TIME_SYNC = "timedatectl show -p NTPSynchronized --value"
+
+
+def commands(expect: dict) -> list[str]:
+    """What ``run`` asks the node (for the remote runner to fetch at once)."""
+    system = expect.get("system") or {}
+    return [KERNEL, SWAP] + ([MEMLOCK] if system.get("memlock_unlimited", True) else []) + \
+        ([TIME_SYNC] if system.get("time_sync", True) else [])
+
+
 def run(node: Node, expect: dict) -> list[Verdict]:
     system = expect.get("system") or {}
     verdicts = []
-    kernel = node.run("uname -r").stdout.strip()
+    kernel = node.run(KERNEL).stdout.strip()
     pin = system.get("kernel")
     if pin:
         verdicts.append(ok("SYSTEM_KERNEL", f"kernel {kernel}") if kernel == pin else
                         fail("SYSTEM_KERNEL", f"kernel {kernel} running, the pin is {pin}: reboot into it, or roll "
                              "the new kernel out with kiln patch"))
-    swap = node.run("swapon --show --noheadings").stdout.strip()
+    swap = node.run(SWAP).stdout.strip()
     verdicts.append(ok("SYSTEM_SWAP", "swap off") if not swap else
                     fail("SYSTEM_SWAP", f"swap is on ({swap.splitlines()[0]}): swapoff -a and remove it from fstab"))
     if system.get("memlock_unlimited", True):
-        limits = node.run("cat /proc/$(pidof -s slurmd || echo self)/limits").stdout
+        limits = node.run(MEMLOCK).stdout
         line = next((l for l in limits.splitlines() if l.startswith("Max locked memory")), "")
         verdicts.append(ok("SYSTEM_MEMLOCK", "locked memory unlimited for jobs") if "unlimited" in line else
                         fail("SYSTEM_MEMLOCK", f"jobs may lock only {' '.join(line.split()[3:5]) or '?'} bytes: RDMA "
                              "and NCCL need unlimited (LimitMEMLOCK=infinity for slurmd)"))
     if system.get("time_sync", True):
-        synced = node.run("timedatectl show -p NTPSynchronized --value").stdout.strip()
+        synced = node.run(TIME_SYNC).stdout.strip()
         verdicts.append(ok("SYSTEM_TIME_SYNC", "clock synchronised") if synced == "yes" else
                         warn("SYSTEM_TIME_SYNC", "clock not synchronised: check chrony (chronyc tracking)"))
     return verdicts

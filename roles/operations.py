@@ -166,6 +166,19 @@ def line_present(ctx, index: int, path: str, line: str, replace_regex: str | Non
 
 
 @operation()
+def line_removed(ctx, index: int, command: str):
+    """
+    Run ``command`` (which takes a line out of a file) while the watched line is there.
+
+    + ctx: the node's NodeContext
+    + index: what ``ctx.watch_line(path, regex)`` returned
+    + command: what removes or comments out the line (a distribution's own tool where it has one)
+    """
+    if index in _snapshot(ctx).lines:
+        yield command
+
+
+@operation()
 def service_running(ctx, unit: str, enabled: bool = True, start=True):
     """
     A systemd unit that is active (and enabled, unless ``enabled=False``).

@@ -43,6 +43,10 @@ class Platform:
     nologin: str = "/usr/sbin/nologin"
     slurm_conf_dir: str = "/etc/slurm"
     pam_sshd: str = "/etc/pam.d/sshd"
+    # PAM files sshd's session stack includes, and the command that takes pam_systemd out of each (it
+    # would move an ssh session out of the job's cgroup that pam_slurm_adopt put it in)
+    pam_systemd_off: tuple[tuple[str, str], ...] = (
+        ("/etc/pam.d/common-session", "DEBIAN_FRONTEND=noninteractive pam-auth-update --disable systemd"),)
     initramfs_update: str = "update-initramfs -u"
     # Release packages that add repositories a role needs (Rocky: EPEL, OpenHPC): name -> where from.
     repo_packages: tuple[tuple[str, str], ...] = field(default=())
@@ -66,6 +70,10 @@ PLATFORMS: dict[str, Platform] = {
                       dbd=("slurm-slurmdbd-ohpc",), compute=("slurm-slurmd-ohpc",),
                       pam_adopt=("slurm-pam_slurm-ohpc",)),
         chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin", initramfs_update="dracut -f",
+        # authselect writes these files: a site that runs `authselect apply-changes` must use a custom
+        # profile without pam_systemd, or this deploy puts it back the next time
+        pam_systemd_off=tuple((f, f"sed -i -E 's/^(-?session[[:space:]]+[^#]*pam_systemd[.]so)/#\\1/' {f}")
+                              for f in ("/etc/pam.d/password-auth", "/etc/pam.d/system-auth")),
         repo_packages=(("epel-release", "epel-release"), ("ohpc-release", OPENHPC_RELEASE_RPM)),
     ),
 }

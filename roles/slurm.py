@@ -20,7 +20,11 @@ Defaults, in one place:
 + slurmd is ordered after nvidia-persistenced and munge (a drop-in), so after ``scontrol reboot``
   it never starts before the GPU device files exist.
 + pam_slurm_adopt on compute nodes: a user with no job on the node cannot ssh in; with a job the
-  session is adopted into it. root is never affected.
+  session is adopted into it. root is never affected. pam_systemd is taken out of sshd's session stack
+  there, as Slurm's documentation requires (it would move the session into a logind scope, out of the
+  job's cgroup); on Debian and Ubuntu with ``pam-auth-update --disable systemd``, which survives
+  package upgrades. systemd-logind itself keeps running (Slurm suggests masking it; kiln leaves that
+  to the site, since nothing it tracks is a job once pam_systemd is gone).
 + Teams become accounts with fair-share shares, ``GrpTRES=gres/gpu=N`` and their users.
 """
 
@@ -30,11 +34,12 @@ from pyinfra.operations import server, systemd
 
 from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
-from roles.operations import (line_present, managed_directory, pinned_packages, service_restarted,
+from roles.operations import (line_present, line_removed, managed_directory, pinned_packages, service_restarted,
                               service_running, settled, slurm_accounts)
 
 CONF = "/etc/slurm"
 PAM_LINE = "account    required     pam_slurm_adopt.so"
+PAM_SYSTEMD = r"^-?session\s+(\[[^]]*\]|\S+)\s+pam_systemd\.so"
 
 
 def parts(ctx: NodeContext) -> set[str]:
@@ -103,6 +108,9 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
         pam = ctx.platform.pam_sshd
         line_present(name="slurm: pam_slurm_adopt for sshd", ctx=ctx, path=pam, line=PAM_LINE,
                      index=ctx.watch_line(pam, r"^account\s+required\s+pam_slurm_adopt\.so"))
+        for path, command in ctx.platform.pam_systemd_off:
+            line_removed(name=f"slurm: no pam_systemd in {path} (pam_slurm_adopt)", ctx=ctx, command=command,
+                         index=ctx.watch_line(path, PAM_SYSTEMD))
 
 
 def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) -> None:

@@ -1,13 +1,61 @@
 """Kernel log lines: NVIDIA Xid/SXid events and network link flaps.
 
-The command chooses the time window (``journalctl -k --since=-2h``), so every line given is recent;
-timestamps in any of the kernel's formats are kept as text for the message.
+The gpu and fabric suites read the same command's output (one read of the node's journal per run): the
+last 24 h, after a line with the node's own clock (``@@kiln-now <epoch>``). Link flaps count over all
+of it; Xids over the last hours only (``recent``), by each line's ISO timestamp. A line whose time kiln
+cannot read is kept, so a fatal Xid is never dropped for its format. Timestamps in any of the kernel's
+formats are kept as text for the message.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
+
+NOW_MARK = "@@kiln-now "
+# {since} is filled in by the inventory (a custom kiln_check_kernel_log command takes it too)
+COMMAND = "journalctl -k --since={since} --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
+WINDOW = "-24h"
+
+
+def log_command(template: str = COMMAND) -> str:
+    """The kernel log command the suites share: the node's clock, then the last 24 h of the log."""
+    return f"echo {NOW_MARK}$(date +%s); " + template.replace("{since}", WINDOW)
+
+
+_ISO = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?(Z|[+-]\d\d:?\d\d)?")
+
+
+def _epoch(line: str) -> float | None:
+    m = _ISO.match(line)
+    if not m or not m.group(7):
+        return None
+    stamp = calendar.timegm(tuple(int(g) for g in m.groups()[:6]) + (0, 0, 0))
+    zone = m.group(7)
+    if zone == "Z":
+        return stamp
+    sign = -1 if zone[0] == "-" else 1
+    digits = zone[1:].replace(":", "")
+    return stamp - sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+
+
+def recent(text: str, hours: float) -> str:
+    """The lines of ``text`` from the last ``hours`` before the node's clock line (all of them when the
+    output has no clock line, as a recorded log has not)."""
+    lines = text.splitlines()
+    now = next((float(l[len(NOW_MARK):]) for l in lines if l.startswith(NOW_MARK) and
+                l[len(NOW_MARK):].strip().isdigit()), None)
+    if now is None:
+        return text
+    keep = []
+    for line in lines:
+        if line.startswith(NOW_MARK):
+            continue
+        when = _epoch(line)
+        if when is None or when >= now - hours * 3600:
+            keep.append(line)
+    return "\n".join(keep) + "\n" if keep else ""
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]+)\): (?P<code>\d+),\s*(?P<rest>.*)$")
 _SXID = re.compile(r"nvidia-nvswitch\d*: SXid \((?P<pci>[^)]+)\): (?P<code>\d+), (?P<rest>.*)$")

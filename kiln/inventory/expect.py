@@ -6,25 +6,28 @@ role for the node-local runner, so both runners check the same expectations.
 
 from __future__ import annotations
 
+from checks.parsers.kernel_log import COMMAND as KERNEL_LOG, log_command
 from kiln.inventory.model import Cluster, Host
 from kiln.versions import upstream
 
-DEFAULT_KERNEL_LOG = "journalctl -k --since={since} --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
+
+
+XID_HOURS = 2  # a fatal Xid fails the gpu suite for this long
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:
-    kernel_log = cluster.setting("check_kernel_log") or DEFAULT_KERNEL_LOG
+    kernel_log = log_command(cluster.setting("check_kernel_log") or KERNEL_LOG)  # one read for gpu and fabric
     rdma = host.fabric.type in ("infiniband", "roce")
     return {
         "node": host.name,
         "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": upstream(cluster.versions.get("nvidia_driver") or ""),
                 "nvswitch": host.nvswitch, "rdma": rdma, "dcgm_level": cluster.setting("check_dcgm_level"),
-                "kernel_log": kernel_log.replace("{since}", "-2h"),
+                "kernel_log": kernel_log, "xid_hours": XID_HOURS,
                 "burn_seconds": cluster.setting("check_gpu_burn_seconds"), "bf16_tflops": host.setting("gpu_bf16_tflops"),
                 "burn_min_percent": cluster.setting("check_gpu_burn_min_percent"),
                 "nccl_busbw_gbps": cluster.setting("check_nccl_busbw_gbps")},
         "fabric": {"type": host.fabric.type, "hca_count": host.fabric.hca_count, "rate_gbps": host.fabric.rate_gbps,
-                   "hcas": list(host.fabric.hcas), "kernel_log": kernel_log.replace("{since}", "-24h")},
+                   "hcas": list(host.fabric.hcas), "kernel_log": kernel_log},
         "storage": [m.model_dump() for m in host.storage_mounts],
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),

@@ -144,7 +144,8 @@ SETTINGS: dict[str, Setting] = {
         _s("check_dcgm_level", int, 0, "cluster",
            "dcgmi diag level the gpu suite runs (0 off; 1 takes about a minute, 3 up to 20)"),
         _s("check_kernel_log", str, "", "cluster",
-           "command printing the kernel log since {since} (e.g. -2h); empty: journalctl -k, else dmesg"),
+           "command printing the kernel log since {since} (kiln gives -24h, read once for the gpu and fabric "
+           "suites; ISO timestamps let the gpu suite keep the last 2 h for Xids); empty: journalctl -k, else dmesg"),
         _s("check_memlock", bool, True, "cluster", "fail nodes where jobs cannot lock unlimited memory"),
         _s("check_ib_bandwidth_gbps", int, 0, "cluster",
            "kiln check measures ib_write_bw node to node (a ring) and fails below this; 0: off"),

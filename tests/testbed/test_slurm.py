@@ -116,6 +116,10 @@ def test_pam_slurm_adopt_lets_in_only_users_with_a_job(slurm):
         inside = on(slurm, node, "cat /proc/self/cgroup", user="alice")
         assert inside.returncode == 0, inside.stderr
         assert f"job_{job}" in inside.stdout  # the ssh session was adopted into the job
+        # and not moved out again into a logind session scope: the slurm role took pam_systemd out of
+        # sshd's stack (with it, the session's cgroup line here reads .../session-N.scope)
+        assert ".scope" not in inside.stdout, inside.stdout
+        assert "pam_systemd" not in ok(slurm, node, "grep -v '^#' /etc/pam.d/common-session")
     finally:
         on(slurm, slurm.controller, f"scancel {job}")
     # root is never affected

@@ -18,6 +18,7 @@ from tests.conftest import REPO
 
 SIMULATORS = REPO / "tests" / "simulators"
 EXPECT = {
+    "node": "gpu01",
     "gpu": {"count": 4, "model": "h100", "driver": "535.261.03", "nvswitch": True, "rdma": True, "dcgm_level": 1,
             "kernel_log": "kiln-sim kernel-log --since=-2h"},
     "fabric": {"type": "infiniband", "hca_count": 2, "rate_gbps": 400, "hcas": [], "kernel_log": "true"},
@@ -32,7 +33,7 @@ HEALTHY = {
     "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS": Result(0, '{"filesystems": [{"target": "/scratch", '
                                                                        '"source": "tmpfs", "fstype": "tmpfs", "options": "rw,nosuid,size=65536k"}]}'),
     "cat /etc/fstab": Result(0, "tmpfs /scratch tmpfs rw,size=64m 0 0\n"),
-    "touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01": Result(0, ""),
+    "mountpoint -q /scratch && touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01": Result(0, ""),
     "df --output=target,pcent,ipcent /scratch": Result(0, "Mounted on Use% IUse%\n/scratch 3% 1%\n"),
     "systemctl is-active slurmd": Result(0, "active\n"),
     "munge -n | unmunge >/dev/null": Result(0, ""),
@@ -216,7 +217,7 @@ def test_old_driver_field_name_is_retried(node):
      '"source": "/dev/sdb1", "fstype": "ext4", "options": "rw"}]}'), ["STORAGE_TYPE"]),
     ("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS", Result(1, '{"filesystems": [{"targ'),
      ["STORAGE_FINDMNT_UNREADABLE"]),
-    ("touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01",
+    ("mountpoint -q /scratch && touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01",
      Result(1, "", "Read-only file system"), ["STORAGE_WRITABLE"]),
     ("df --output=target,pcent,ipcent /scratch", Result(0, "Mounted on Use% IUse%\n/scratch 97% 1%\n"), ["STORAGE_FULL"]),
     ("systemctl is-active slurmd", Result(3, "failed\n"), ["SLURM_SLURMD"]),

@@ -7,7 +7,7 @@ import pytest
 
 from checks.parsers.dcgm import parse_dcgm_diag
 from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat, parse_ibv_devinfo
-from checks.parsers.kernel_log import count_link_flaps, parse_xids
+from checks.parsers.kernel_log import NOW_MARK, count_link_flaps, log_command, parse_xids, recent
 from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
 from checks.parsers.nccl import parse_nccl_tests
 from checks.parsers.nvidia_smi import explain_exit, number, parse_nvlink_status, parse_query_csv
@@ -106,6 +106,30 @@ def test_nvswitch_sxid():
 def test_all_recorded_logs_parse():
     for path in (CAPTURED / "kernel-xid").iterdir():
         parse_xids(path.read_text(errors="replace"))
+
+
+def test_recent_keeps_the_last_hours_by_the_nodes_clock():
+    """The recorded dmesg (ISO times with microseconds and +00:00) read with a node clock 1 h 30 min after
+    its last Xid: a 2 h window keeps the Xids of the last 2 h, a 1 h window none; journalctl's +0000 form
+    and a line kiln cannot date (kept) on their own."""
+    log = read("kernel-xid/gpud-dmesg-time-format-iso.log")
+    last = max(x.stamp for x in parse_xids(log))  # 2024-11-15T...
+    import calendar
+    import time
+    when = calendar.timegm(time.strptime(last[:19], "%Y-%m-%dT%H:%M:%S"))
+    clock = f"{NOW_MARK}{when + 5400}\n"
+    assert parse_xids(recent(clock + log, 2)) and not parse_xids(recent(clock + log, 1))
+    assert recent(log, 1) == log  # no clock line (a recorded log): nothing dropped
+    lines = (f"{NOW_MARK}1732000000\n"
+             "2024-11-19T06:00:00+0000 n1 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, x\n"
+             "2024-11-19T03:00:00+0000 n1 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, x\n"
+             "2024-11-19T08:00:00+0200 n1 kernel: NVRM: Xid (PCI:0000:2b:00): 74, pid='<unknown>', name=<unknown>, x\n"
+             "[2397166.983093] NVRM: Xid (PCI:0000:0f:00): 95, pid='<unknown>', name=<unknown>, x\n")
+    # 1732000000 is 2024-11-19T07:06:40Z: 79 (1 h ago) and 74 (08:00+02:00 = 06:00Z) stay, 48 (4 h) goes,
+    # 95 has no date kiln can read and stays
+    assert [x.code for x in parse_xids(recent(lines, 2))] == [79, 74, 95]
+    assert log_command("kiln-sim kernel-log --since={since}") == \
+        f"echo {NOW_MARK}$(date +%s); kiln-sim kernel-log --since=-24h"
 
 
 def test_link_flaps():

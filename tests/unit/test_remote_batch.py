@@ -14,13 +14,17 @@ from tests.unit.test_checks import EXPECT, SIMULATORS
 
 def test_batch_keeps_each_commands_own_result():
     commands = ["echo out; echo err >&2; exit 3", "printf 'no newline'", "true", "printf 'a\\n\\nb\\n'",
-                "echo '@@kiln-rc 0 7'", "cat /nonexistent"]
+                "echo '@@kiln-rc 0 7'", "cat /nonexistent", "echo x # a comment", "echo '@@kiln-err'; echo '@@kiln-err' >&2",
+                "pwd"]
     results = run_batch(local_node("here"), commands)
     assert (results[commands[0]].rc, results[commands[0]].stdout, results[commands[0]].stderr) == (3, "out\n", "err\n")
     assert results[commands[1]].stdout == "no newline" and results[commands[2]].rc == 0
     assert results[commands[3]].stdout == "a\n\nb\n"
     assert results[commands[4]].stdout == "@@kiln-rc 0 7\n"  # a marker-like line inside output is data
     assert results[commands[5]].rc == 1 and "No such file" in results[commands[5]].stderr
+    assert (results[commands[6]].rc, results[commands[6]].stdout) == (0, "x\n")
+    assert (results[commands[7]].stdout, results[commands[7]].stderr) == ("@@kiln-err\n", "@@kiln-err\n")
+    assert results[commands[8]].stdout == subprocess.run("pwd", capture_output=True, text=True).stdout
 
 
 def test_batched_verdicts_equal_one_by_one(tmp_path):
@@ -42,7 +46,31 @@ def test_batched_verdicts_equal_one_by_one(tmp_path):
     # the same verdicts (a shell's error text may word a missing tool differently)
     assert [(v.id, v.severity) for v in batched] == [(v.id, v.severity) for v in single]
     assert "GPU_ECC_UNCORRECTED" in {v.id for v in batched if v.failed}
-    assert rounds <= 4 < len(calls)  # a few round trips instead of one per command
+    assert rounds == 1 < len(calls)  # the suites declare every command a healthy node is asked: one round trip
+
+
+def test_a_fallback_command_costs_one_more_round_trip():
+    """A driver older than 535.54 rejects the clock-event field by its new name: the old name is fetched in a
+    second batch, and the verdicts are those of a healthy node."""
+    from checks import gpu
+    old_driver = {gpu.query_command(gpu.EVENTS_NEW): Result(2, "", 'Field "clocks_event_reasons.active" is not a valid field to query.\n'),
+                  gpu.query_command(gpu.EVENTS_OLD): Result(0, "0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 525.147.05, "
+                                                              "Enabled, Enabled, 0, No, 5, 5, 16, 16, 0x0000000000000001\n")}
+    batches = []
+
+    def run(script):
+        batches.append(script)
+        return Result(0, "".join(f"@@kiln-out {i}\n{old_driver.get(c, Result(0, '')).stdout}\n@@kiln-rc {i} "
+                                 f"{old_driver.get(c, Result(0, '')).rc}\n" for i, c in enumerate(wanted(script))) + "@@kiln-err\n")
+
+    def wanted(script):  # the batch's commands, in order
+        import re
+        import shlex
+        return re.findall(r"\(\n(.*?)\n\) 2>", shlex.split(script)[2], re.S)
+    expect = {"node": "gpu01", "gpu": {"count": 1, "model": "h100", "driver": "525.147.05"}}
+    verdicts = batched_suites(Node("gpu01", run), "gpu01", expect, ["gpu"])
+    assert len(batches) == 2 and gpu.query_command(gpu.EVENTS_OLD) in batches[1]
+    assert not [v for v in verdicts if v.failed] and "GPU_DRIVER_VERSION" in {v.id for v in verdicts}
 
 
 def test_an_unreachable_node_costs_one_round_and_says_why():
