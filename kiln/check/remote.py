@@ -4,7 +4,7 @@ Every host gets an entry in a generated ssh_config (its address, user, key, the 
 with ``StrictHostKeyChecking yes``, a ControlMaster), so an unknown or changed host key is refused.
 All hosts are checked at once (a thread per host, testinfra's ssh backend), then pytest reports one test
 per host and suite (JUnit with ``--junitxml``). Checks that need several nodes (the same data on every
-node's shared storage) run here, after the per-node suites.
+node's shared storage, the same kernel, bandwidth between nodes) are settled here from those outputs.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def ssh_config(cluster: Cluster, hosts: list[Host], control_dir: Path) -> str:
 
 MARK = "@@kiln-"
 CUT_SHORT = "the batched run was cut short"
+# On each shared filesystem: the token of the last kiln check that wrote it (one small file, kept)
+SHARED_MARKER = ".kiln-shared-check"
 
 
 def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
@@ -95,7 +97,7 @@ def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
 
 
 def batched_suites(node: Node, name: str, expect: dict, suites: list[str], rounds: int = 8,
-                   cache: dict[str, Result] | None = None) -> list[Verdict]:
+                   cache: dict[str, Result] | None = None, extra: tuple[str, ...] = ()) -> list[Verdict]:
     """The suites' verdicts with their commands fetched in one SSH round trip instead of one each.
 
     The first round trip fetches every command the suites declare (``suite_commands``); it is also the
@@ -103,9 +105,9 @@ def batched_suites(node: Node, name: str, expect: dict, suites: list[str], round
     fetched (a fallback, such as an older driver's field name) gets an empty answer and is fetched, with
     all the others that round asked for, in one more batch. Once a round asks for nothing new, its
     verdicts are the answer: every one of them came from real output. ``cache`` (filled here) keeps the
-    outputs for checks across nodes."""
+    outputs for checks across nodes; ``extra`` commands (theirs) ride along in the first batch."""
     cache = {} if cache is None else cache
-    missing: list[str] = [c for c in suite_commands(expect, suites) if c not in cache]
+    missing: list[str] = [c for c in suite_commands(expect, suites) + list(extra) if c not in cache]
     for _ in range(rounds):
         if missing:
             batch = run_batch(node, missing)
@@ -167,6 +169,8 @@ class RemoteCheck:
     def __init__(self, cluster: Cluster, hosts: list[Host], suites: list[str], progress=lambda line: None):
         self.cluster, self.hosts, self.suites, self.progress = cluster, hosts, suites, progress
         self.results: dict[str, list[Verdict]] = {}
+        self.token = f"kiln-{uuid.uuid4().hex}"
+        self.shared = self._shared_mounts() if "storage" in suites else {}
         self.outputs: dict[str, dict[str, Result]] = {}  # node -> command -> what it printed
         self.seconds: dict[str, float] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="kiln-check-"))
@@ -204,7 +208,7 @@ class RemoteCheck:
         node = self.node(host)
         self.outputs[host.name] = {}
         verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites,
-                                  cache=self.outputs[host.name])
+                                  cache=self.outputs[host.name], extra=tuple(self._shared_commands(host).values()))
         if any(v.id == "NODE_UNREACHABLE" for v in verdicts):
             del self.outputs[host.name]
         self.seconds[host.name] = time.monotonic() - start
@@ -224,34 +228,93 @@ class RemoteCheck:
         if "fabric" in self.suites and threshold:
             self._fabric_bandwidth(threshold)
 
-    def _shared_storage(self) -> None:
-        """A marker written on one node must be readable on every other node mounting the same filesystem."""
+    def _shared_mounts(self) -> dict[tuple[str, str], list[Host]]:
+        """(path, source) -> the hosts mounting it, for every filesystem at least two hosts share."""
         by_mount: dict[tuple[str, str], list[Host]] = {}
         for h in self.hosts:
-            if any(v.id == "NODE_UNREACHABLE" for v in self.results[h.name]):
-                continue
             for m in h.storage_mounts:
                 if m.type != "tmpfs":
                     by_mount.setdefault((m.path, m.source), []).append(h)
-        for (path, source), hosts in by_mount.items():
+        return {k: hosts for k, hosts in by_mount.items() if len(hosts) >= 2}
+
+    def _shared_commands(self, host: Host) -> dict[tuple[str, str], str]:
+        """What ``host`` runs in its batch for the shared-storage check, per shared filesystem it mounts:
+        the first host reads the marker (what the last run wrote) and writes this run's token; the others
+        read it. A reader that finds either the old or the new token sees the writer's filesystem."""
+        out = {}
+        for (path, source), hosts in self.shared.items():
+            if host in hosts:
+                marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
+                out[(path, source)] = (f"{self._write(path)} {{ cat {marker} 2>/dev/null; {self._put(path)}; }}"
+                                       if host is hosts[0] else f"cat {marker}")
+        return out
+
+    def _write(self, path: str) -> str:
+        """The guard before writing a marker: never into an empty mount point."""
+        return f"mountpoint -q {shlex.quote(path)} &&"
+
+    def _put(self, path: str) -> str:
+        """Replace the marker with this run's token in one rename, so a reader sees the old or the new
+        token, never an empty file being written."""
+        marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
+        return (f"echo {self.token} > {shlex.quote(marker + '.' + self.token)} && "
+                f"mv -f {shlex.quote(marker + '.' + self.token)} {shlex.quote(marker)}")
+
+    def _shared_storage(self) -> None:
+        """Every node mounting a shared filesystem must see the marker its first node wrote. Settled from
+        the first batch's outputs; only a node that could not be told (no marker existed before this run,
+        and it read the file before the writer wrote it) is asked again. A filesystem whose first node could
+        not write (unreachable, not mounted there, read-only) is written by the next node that can, and
+        read on the others, a round trip each."""
+        for (path, source), planned in self.shared.items():
+            hosts = [h for h in planned if h.name in self.outputs]  # reachable
             if len(hosts) < 2:
                 continue
-            marker = f"{path.rstrip('/')}/.kiln-shared-check-{uuid.uuid4().hex[:12]}"
-            writer = self.node(hosts[0])
-            if writer.run(f"echo kiln > {shlex.quote(marker)}").rc != 0:
-                continue  # STORAGE_WRITABLE already says why
-            try:
-                def read(h: Host) -> bool:
-                    return self.node(h).run(f"cat {shlex.quote(marker)}").stdout.strip() == "kiln"
-                with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(hosts))) as pool:
-                    seen_by = dict(zip([h.name for h in hosts], pool.map(read, hosts)))
-                for h in hosts:
-                    verdict = ok("STORAGE_SHARED", f"{path}: sees what {hosts[0].name} wrote") if seen_by[h.name] else \
-                        fail("STORAGE_SHARED", f"{path}: does not see what {hosts[0].name} wrote: it is not the same "
-                             f"filesystem ({source}) as on the other nodes")
-                    self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
-            finally:
-                writer.run(f"rm -f {shlex.quote(marker)}")
+            writer, key = planned[0], (path, source)
+            commands = {h.name: self._shared_commands(h)[key] for h in planned}
+            wrote = self.outputs[writer.name].get(commands[writer.name]) if writer in hosts else None
+            if wrote is None or wrote.rc != 0:
+                writer, seen_by = self._write_then_read(path, hosts)
+                if writer is None:
+                    continue  # no node could write: STORAGE_MOUNTED / STORAGE_WRITABLE say why
+            else:
+                old = wrote.stdout.strip()
+                seen = {h.name: self.outputs[h.name].get(commands[h.name], Result(1, "")).stdout.strip()
+                        for h in hosts if h is not writer}
+                seen_by = {writer.name: True}
+                unsure = []
+                for name, found in seen.items():
+                    if found == self.token or (found and found == old):
+                        seen_by[name] = True
+                    elif not found and not old:
+                        unsure.append(name)  # read before the first ever marker was written: ask again
+                    else:
+                        seen_by[name] = False
+                marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
+                seen_by.update(self._read_on([h for h in hosts if h.name in unsure], f"cat {marker}"))
+            for h in hosts:
+                verdict = ok("STORAGE_SHARED", f"{path}: sees what {writer.name} wrote") if seen_by[h.name] else \
+                    fail("STORAGE_SHARED", f"{path}: does not see what {writer.name} wrote: it is not the same "
+                         f"filesystem ({source}) as on the other nodes")
+                self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
+
+    def _read_on(self, hosts: list[Host], command: str) -> dict[str, bool]:
+        """Host name -> whether ``command`` printed this run's token there."""
+        if not hosts:
+            return {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(hosts))) as pool:
+            found = pool.map(lambda h: self.node(h).run(command).stdout.strip() == self.token, hosts)
+            return dict(zip([h.name for h in hosts], found))
+
+    def _write_then_read(self, path: str, hosts: list[Host]) -> tuple[Host | None, dict[str, bool]]:
+        """The slow way, when the planned writer could not write: the first host that can writes this
+        run's token and the others read it. Returns the writer (None if no host could write)."""
+        marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
+        for writer in hosts:
+            if self.node(writer).run(f"{self._write(path)} {{ {self._put(path)}; }}").rc == 0:
+                others = [h for h in hosts if h is not writer]
+                return writer, {writer.name: True} | self._read_on(others, f"cat {marker}")
+        return None, {}
 
     def _same_kernel(self) -> None:
         """Every node should run the kernel most nodes run (with or without a pin)."""

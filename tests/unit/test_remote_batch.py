@@ -93,41 +93,72 @@ def test_kernel_outliers():
     assert kernel_outliers({}) == {}
 
 
-def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data():
-    """/home is one filesystem on hgx001 and hgx002 but a different one on hgx003: only hgx003 fails."""
-    import re
-
+def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list):
+    """kiln check's storage suite on hgx001-003 of the example inventory, each node's batch really run
+    here by sh, with each shared mount path mapped to the directory ``filesystems[node][path]``."""
     from kiln.check.remote import RemoteCheck
     from kiln.inventory import load_cluster
     from tests.conftest import REPO
 
     cluster = load_cluster(REPO / "inventory" / "example")
     hosts = [cluster.hosts[n] for n in ("hgx001", "hgx002", "hgx003")]
-    filesystems = {"hgx001": {}, "hgx002": None, "hgx003": {}}
-    filesystems["hgx002"] = filesystems["hgx001"]  # the same shared files
 
     def fake(host):
-        files = filesystems[host.name]
-
-        def run(command):
-            if command.startswith("echo kiln > "):
-                files[command.split("> ", 1)[1].strip("'")] = "kiln"
-            elif command.startswith("cat "):
-                return Result(0, files.get(command[4:].strip("'"), ""))
-            elif command.startswith("rm -f "):
-                files.pop(command[6:].strip("'"), None)
-            return Result(0, "")
+        def run(script):
+            calls.append((host.name, script))
+            for path, directory in filesystems[host.name].items():
+                script = script.replace(f"mountpoint -q {path} ", f"test -d {directory} ")
+                script = script.replace(f"{path}/.kiln-shared-check", f"{directory}/.kiln-shared-check")
+            out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60)
+            return Result(out.returncode, out.stdout, out.stderr)
         return Node(host.name, run)
 
-    check = RemoteCheck(cluster, hosts, ["storage"])
-    check.node = fake
-    check.results = {h.name: [] for h in hosts}
-    check._shared_storage()
-    check.close()
-    home = {n: [v for v in vs if "/home" in v.message] for n, vs in check.results.items()}
-    assert [home[n][0].severity for n in ("hgx001", "hgx002", "hgx003")] == ["ok", "ok", "fail"]
-    assert re.search(r"does not see what hgx001 wrote", home["hgx003"][0].message)
-    assert filesystems["hgx001"] == {}  # the marker is removed
+    with RemoteCheck(cluster, hosts, ["storage"]) as check:
+        check.node = fake
+        check.collect()
+    return {n: [v for v in vs if v.id == "STORAGE_SHARED"] for n, vs in check.results.items()}
+
+
+def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_path):
+    """/home and /lustre are one filesystem each on hgx001 and hgx002, but hgx003's /home is another:
+    only hgx003 fails, for /home. The marker rides in each node's one batch: the first run (no marker yet)
+    asks again only where a read could have come before the write; the next run asks nothing more."""
+    home, lustre, other = (tmp_path / d for d in ("home", "lustre", "other"))
+    for d in (home, lustre, other):
+        d.mkdir()
+    shared = {"/home": str(home), "/lustre": str(lustre)}
+    filesystems = {"hgx001": shared, "hgx002": shared, "hgx003": {"/home": str(other), "/lustre": str(lustre)}}
+    for run in ("first", "second"):
+        calls: list = []
+        verdicts = _shared_storage_run(tmp_path, filesystems, calls)
+        by_mount = {n: {v.message.split(":")[0]: v.severity for v in vs} for n, vs in verdicts.items()}
+        assert by_mount == {"hgx001": {"/home": "ok", "/lustre": "ok"}, "hgx002": {"/home": "ok", "/lustre": "ok"},
+                            "hgx003": {"/home": "fail", "/lustre": "ok"}}, (run, verdicts)
+        assert "does not see what hgx001 wrote" in verdicts["hgx003"][0].message
+        extra = [c for c in calls if "@@kiln-out" not in c[1]]
+        if run == "second":  # the marker of the first run tells every reader apart: no call beyond the batches
+            assert extra == [] and len(calls) == 3
+        else:
+            assert {script for _, script in extra} <= {"cat /home/.kiln-shared-check", "cat /lustre/.kiln-shared-check"}
+            assert len(extra) <= 4
+    assert (home / ".kiln-shared-check").read_text().startswith("kiln-")
+    assert not (other / ".kiln-shared-check").exists()
+
+
+def test_shared_storage_falls_back_to_a_writer_that_can_write(tmp_path):
+    """hgx001's /home is not mounted (its mount point is no directory here): hgx002 writes instead, and
+    hgx001 is the one that does not see it."""
+    home, lustre, empty = tmp_path / "home", tmp_path / "lustre", tmp_path / "empty-mount-point"
+    home.mkdir()
+    lustre.mkdir()
+    filesystems = {"hgx001": {"/home": str(empty), "/lustre": str(lustre)},
+                   "hgx002": {"/home": str(home), "/lustre": str(lustre)},
+                   "hgx003": {"/home": str(home), "/lustre": str(lustre)}}
+    verdicts = _shared_storage_run(tmp_path, filesystems, [])
+    home_verdicts = {n: next(v for v in vs if v.message.startswith("/home")) for n, vs in verdicts.items()}
+    assert [home_verdicts[n].severity for n in ("hgx001", "hgx002", "hgx003")] == ["fail", "ok", "ok"]
+    assert "does not see what hgx002 wrote" in home_verdicts["hgx001"].message
+    assert not empty.exists()  # nothing was written under an empty mount point
 
 
 def test_testbed_faults_are_the_simulators_faults():
