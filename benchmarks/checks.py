@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +84,7 @@ def main() -> None:
         local = statistics.median(local_runs)
     finally:
         tb.down()
+        shutil.rmtree(INVENTORY.parent, ignore_errors=True)
     print(f"\n{'what':<42} {'seconds':>8}  target")
     print(f"{'kiln check, all suites, 1 node':<42} {single:8.2f}")
     print(f"{f'kiln check, all suites, {args.computes} nodes':<42} {many:8.2f}  <= {2 * single:.2f} (2x 1 node): "
