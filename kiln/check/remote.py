@@ -262,10 +262,12 @@ class RemoteCheck:
 
     def _shared_storage(self) -> None:
         """Every node mounting a shared filesystem must see the marker its first node wrote. Settled from
-        the first batch's outputs; only a node that could not be told (no marker existed before this run,
-        and it read the file before the writer wrote it) is asked again. A filesystem whose first node could
-        not write (unreachable, not mounted there, read-only) is written by the next node that can, and
-        read on the others, a round trip each."""
+        the first batch's outputs: a node that read this run's token, or the one the writer replaced, sees
+        the writer's filesystem; one that found no marker where the writer replaced one does not. Any
+        other node (it read before the first ever marker was written, or while another kiln check wrote
+        its own) is asked again together with the writer, and passes if both read the same token. A filesystem whose first node
+        could not write (unreachable, not mounted there, read-only) is written by the next node that can,
+        and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
             hosts = [h for h in planned if h.name in self.outputs]  # reachable
             if len(hosts) < 2:
@@ -281,29 +283,25 @@ class RemoteCheck:
                 old = wrote.stdout.strip()
                 seen = {h.name: self.outputs[h.name].get(commands[h.name], Result(1, "")).stdout.strip()
                         for h in hosts if h is not writer}
-                seen_by = {writer.name: True}
-                unsure = []
-                for name, found in seen.items():
-                    if found == self.token or (found and found == old):
-                        seen_by[name] = True
-                    elif not found and not old:
-                        unsure.append(name)  # read before the first ever marker was written: ask again
-                    else:
-                        seen_by[name] = False
-                marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
-                seen_by.update(self._read_on([h for h in hosts if h.name in unsure], f"cat {marker}"))
+                seen_by = {name: True for name, found in seen.items() if found == self.token or (found and found == old)}
+                seen_by[writer.name] = True
+                # no marker where the writer replaced one: another filesystem (the rename leaves no gap)
+                seen_by.update({name: False for name, found in seen.items() if not found and old})
+                unsure = [h for h in hosts if h.name not in seen_by]
+                if unsure:
+                    marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
+                    now = self._read_on([writer] + unsure, f"cat {marker}")
+                    seen_by.update({h.name: bool(now[writer.name]) and now[h.name] == now[writer.name] for h in unsure})
             for h in hosts:
                 verdict = ok("STORAGE_SHARED", f"{path}: sees what {writer.name} wrote") if seen_by[h.name] else \
                     fail("STORAGE_SHARED", f"{path}: does not see what {writer.name} wrote: it is not the same "
                          f"filesystem ({source}) as on the other nodes")
                 self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
 
-    def _read_on(self, hosts: list[Host], command: str) -> dict[str, bool]:
-        """Host name -> whether ``command`` printed this run's token there."""
-        if not hosts:
-            return {}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(hosts))) as pool:
-            found = pool.map(lambda h: self.node(h).run(command).stdout.strip() == self.token, hosts)
+    def _read_on(self, hosts: list[Host], command: str) -> dict[str, str]:
+        """Host name -> what ``command`` printed there (stripped), all hosts at once."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
+            found = pool.map(lambda h: self.node(h).run(command).stdout.strip(), hosts)
             return dict(zip([h.name for h in hosts], found))
 
     def _write_then_read(self, path: str, hosts: list[Host]) -> tuple[Host | None, dict[str, bool]]:
@@ -312,8 +310,8 @@ class RemoteCheck:
         marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
         for writer in hosts:
             if self.node(writer).run(f"{self._write(path)} {{ {self._put(path)}; }}").rc == 0:
-                others = [h for h in hosts if h is not writer]
-                return writer, {writer.name: True} | self._read_on(others, f"cat {marker}")
+                read = self._read_on([h for h in hosts if h is not writer], f"cat {marker}")
+                return writer, {writer.name: True} | {name: found == self.token for name, found in read.items()}
         return None, {}
 
     def _same_kernel(self) -> None:

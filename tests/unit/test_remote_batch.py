@@ -8,7 +8,7 @@ import subprocess
 
 from checks.node import Node, Result, local_node
 from checks.suites import run_suites
-from kiln.check.remote import batched_suites, run_batch
+from kiln.check.remote import RemoteCheck, batched_suites, run_batch
 from tests.unit.test_checks import EXPECT, SIMULATORS
 
 
@@ -96,7 +96,6 @@ def test_kernel_outliers():
 def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list):
     """kiln check's storage suite on hgx001-003 of the example inventory, each node's batch really run
     here by sh, with each shared mount path mapped to the directory ``filesystems[node][path]``."""
-    from kiln.check.remote import RemoteCheck
     from kiln.inventory import load_cluster
     from tests.conftest import REPO
 
@@ -140,9 +139,27 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
             assert extra == [] and len(calls) == 3
         else:
             assert {script for _, script in extra} <= {"cat /home/.kiln-shared-check", "cat /lustre/.kiln-shared-check"}
-            assert len(extra) <= 4
+            assert len(extra) <= 6  # at most the writer and both readers, per filesystem
     assert (home / ".kiln-shared-check").read_text().startswith("kiln-")
     assert not (other / ".kiln-shared-check").exists()
+    # another kiln check's token on /home since: the readers that find it are asked again with the writer
+    (home / ".kiln-shared-check").write_text("kiln-0123\n")
+    calls = []
+    real = RemoteCheck._shared_commands
+
+    def foreign_read(self, host):  # hgx002 reads a token neither this run's nor the one it replaced
+        out = real(self, host)
+        if host.name == "hgx002":
+            out[("/home", "nfs01:/export/home")] = "echo kiln-someone-else"
+        return out
+    RemoteCheck._shared_commands = foreign_read
+    try:
+        verdicts = _shared_storage_run(tmp_path, filesystems, calls)
+    finally:
+        RemoteCheck._shared_commands = real
+    home_verdicts = {n: next(v for v in vs if v.message.startswith("/home")).severity for n, vs in verdicts.items()}
+    assert home_verdicts == {"hgx001": "ok", "hgx002": "ok", "hgx003": "fail"}
+    assert sorted(n for n, c in calls if c == "cat /home/.kiln-shared-check") == ["hgx001", "hgx002"]
 
 
 def test_shared_storage_falls_back_to_a_writer_that_can_write(tmp_path):
