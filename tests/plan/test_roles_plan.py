@@ -146,3 +146,48 @@ def test_sysctls_are_written_and_applied_when_changed(monkeypatch):
     assert plan["base: apply sysctls (if changed)"] == ["sysctl -q -p /etc/sysctl.d/90-kiln.conf"]
     assert "base: sysctls" not in dict(plan_host(cluster_for("debian12"), "ctl1", "debian12", fresh("debian12"),
                                                  monkeypatch))
+
+
+@pytest.mark.parametrize("os", ["debian12", "rocky9"])
+def test_compute_nodes_take_pam_systemd_out_of_sshds_stack(os, monkeypatch):
+    """pam_slurm_adopt puts an ssh session into the job's cgroup; pam_systemd would move it out again into
+    a logind scope (Slurm's documentation: disable it). Only compute nodes, only while the line is there."""
+    cluster = cluster_for(os)
+    _, ctx = plan_host(cluster, "gpu01", os, fresh(os), monkeypatch, with_context=True)
+    watched = {i for i, (_, regex) in enumerate(ctx.lines) if "pam_systemd" in regex}
+    assert watched
+    snapshot = fresh(os)
+    snapshot.lines |= watched
+    plan = dict(plan_host(cluster, "gpu01", os, snapshot, monkeypatch))
+    ops = {op: cmds for op, cmds in plan.items() if "pam_systemd" in op}
+    if os == "debian12":
+        assert ops == {"slurm: no pam_systemd in /etc/pam.d/common-session (pam_slurm_adopt)":
+                       ["DEBIAN_FRONTEND=noninteractive pam-auth-update --disable systemd"]}
+    else:
+        assert sorted(ops) == ["slurm: no pam_systemd in /etc/pam.d/password-auth (pam_slurm_adopt)",
+                               "slurm: no pam_systemd in /etc/pam.d/system-auth (pam_slurm_adopt)"]
+        assert all(cmds[0].startswith("sed -i -E ") for cmds in ops.values())
+    converged = dict(plan_host(cluster, "gpu01", os, fresh(os), monkeypatch))
+    assert all(converged[op] == [] for op in ops)  # gone already: nothing to do
+    assert not [op for op in dict(plan_host(cluster, "login1", os, snapshot, monkeypatch)) if "pam_systemd" in op]
+
+
+def test_the_pam_systemd_pattern_and_rockys_edit_on_real_lines(tmp_path):
+    """The watched pattern (grep -E on the node) and Rocky's sed, on the lines the distributions ship."""
+    import subprocess
+
+    from roles.platform import PLATFORMS
+    from roles.slurm import PAM_SYSTEMD
+    shipped = {"debian": "session\toptional\tpam_systemd.so \n",
+               "rocky": "-session     optional                   pam_systemd.so\n",
+               "bracketed": "session [success=ok default=ignore] pam_systemd.so\n"}
+    for name, line in shipped.items():
+        assert subprocess.run(["grep", "-qE", PAM_SYSTEMD], input=line, text=True).returncode == 0, name
+    for line in ("#session\toptional\tpam_systemd.so\n", "session optional pam_unix.so\n"):
+        assert subprocess.run(["grep", "-qE", PAM_SYSTEMD], input=line, text=True).returncode == 1, line
+    path, command = PLATFORMS["rocky9"].pam_systemd_off[0]
+    local = tmp_path / "password-auth"
+    local.write_text("session     required      pam_unix.so\n" + shipped["rocky"])
+    subprocess.run(["sh", "-c", command.replace(path, str(local))], check=True)
+    assert local.read_text() == "session     required      pam_unix.so\n#" + shipped["rocky"]
+    assert subprocess.run(["grep", "-qE", PAM_SYSTEMD, str(local)]).returncode == 1
