@@ -1,13 +1,18 @@
-"""The node-local runner: kiln's checks on the node itself, as Slurm's HealthCheckProgram (or by hand).
+"""The node-local runner: kiln's checks on the node itself, as Slurm's HealthCheckProgram, Prolog or
+Epilog (or by hand).
 
-    kiln-node-check [--expect /etc/kiln/node-checks.json] [--textfile DIR] [--no-drain] [--json]
+    kiln-node-check [--mode health|prolog|epilog] [--expect /etc/kiln/node-checks.json] [--textfile DIR]
+                    [--no-drain] [--json]
 
 Runs the suites with no kiln installation and nothing but the node's python3 (>= 3.9). A failing check
 drains the node with reason ``kiln: <ID> <message>``; when every check passes, a node whose drain
 reason starts with ``kiln:`` is resumed. A node drained by a person (any other reason) is never
 resumed and its reason never overwritten; neither is a node a rollout drained (``kiln: patch ...``):
 ``kiln patch`` resumes it after its own checks. Writes Prometheus textfile metrics (one gauge per check).
-Exit 0 when nothing failed, 1 otherwise.
+Exit 0 when nothing failed, 1 otherwise; as the Epilog always 0: the node is already drained with kiln's
+reason, and a failing Epilog would make Slurm drain it again with its own ("Epilog error"), which kiln
+would then leave alone as a person's. As the Prolog, 1 makes Slurm requeue the job (drained first, so
+Slurm keeps kiln's reason).
 """
 
 from __future__ import annotations
@@ -82,6 +87,8 @@ def textfile(verdicts: list[Verdict], directory: str, seconds: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kiln-node-check", description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("health", "prolog", "epilog"), default="health",
+                    help="what runs it: Slurm's HealthCheckProgram (or a person), Prolog or Epilog")
     ap.add_argument("--expect", default=EXPECT)
     ap.add_argument("--textfile", default=None, help=f"directory for kiln.prom (default {TEXTFILE_DIR})")
     ap.add_argument("--no-drain", action="store_true", help="report only; do not drain or resume in Slurm")
@@ -99,14 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     textfile(verdicts, args.textfile or expect.get("textfile_dir") or TEXTFILE_DIR, seconds)
     failed = [v for v in verdicts if v.failed]
     if args.json:
-        print(json.dumps({"node": name, "seconds": round(seconds, 3), "slurm": action,
+        print(json.dumps({"node": name, "mode": args.mode, "seconds": round(seconds, 3), "slurm": action,
                           "verdicts": [v.as_dict() for v in verdicts]}, indent=1))
     else:
         for v in verdicts:
             if v.severity != "ok":
                 print(f"{v.severity.upper():4} {v.id} {v.message}")
         print(f"{name}: {len(verdicts)} checks, {len(failed)} failed, {seconds:.2f} s; slurm: {action}")
-    return 1 if failed else 0
+    return 1 if failed and args.mode != "epilog" else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ Defaults:
 + slurm.conf runs it every ``kiln_health_check_interval`` seconds (``kiln_slurm_health_check``); a fail
   drains the node with reason ``kiln: <ID> <message>``, a pass resumes only nodes kiln drained.
 + metrics in ``kiln_check_textfile_dir``/kiln.prom for node_exporter's textfile collector.
++ optional, the same checks as Slurm's Prolog (``kiln_slurm_check_prolog``: a failing node is drained
+  and the job requeued elsewhere) and Epilog (``kiln_slurm_check_epilog``: drained after the job), through
+  /usr/local/sbin/kiln-node-check-prolog and -epilog (Slurm runs a program, not a command line).
++ Slurm runs these on nodes that may hold jobs, so they never put load on the GPUs: no GEMM burn, no
+  all_reduce_perf, no DCGM diagnostic (those run with ``kiln check`` and after ``kiln patch`` reboots).
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ sys.path.insert(0, "/usr/local/lib/kiln")
 from checks.node_local import main
 sys.exit(main())
 """
+HOOK = """#!/bin/sh
+# Slurm's {mode} (kiln's health role): kiln's node-local checks; see kiln-node-check --help
+exec /usr/local/sbin/kiln-node-check --mode {mode}
+"""
 
 
 def check_files() -> dict[str, bytes]:
@@ -44,9 +53,13 @@ def install(ctx: NodeContext) -> None:
     for rel, content in check_files().items():
         ctx.put(f"{LIB}/{rel}", content, mode="644", name=f"health: {rel}")
     ctx.put("/usr/local/sbin/kiln-node-check", RUNNER, mode="755", name="health: kiln-node-check")
+    for mode in ("prolog", "epilog"):
+        ctx.put(f"/usr/local/sbin/kiln-node-check-{mode}", HOOK.format(mode=mode), mode="755",
+                name=f"health: kiln-node-check-{mode}")
     expect = node_expectations(ctx.cluster, ctx.node)
-    # Slurm runs these every few minutes on nodes that may hold jobs: never the GPU load checks.
-    expect["gpu"].update(burn_seconds=0, nccl_busbw_gbps=0)
+    # Slurm runs these every few minutes and around jobs, on nodes that may hold jobs: never GPU load
+    # (a DCGM diagnostic takes the GPUs for a minute or more).
+    expect["gpu"].update(burn_seconds=0, nccl_busbw_gbps=0, dcgm_level=0)
     ctx.put("/etc/kiln/node-checks.json", json.dumps(expect, indent=1, sort_keys=True) + "\n", mode="644",
             name="health: node expectations")
 

@@ -141,6 +141,12 @@ SETTINGS: dict[str, Setting] = {
            "DefMemPerCPU in MiB; default: the smallest compute node's memory_mb / cpus"),
         _s("slurm_health_check", bool, True, "cluster",
            "run kiln's node-local checks as Slurm's HealthCheckProgram every health_check_interval"),
+        _s("slurm_check_prolog", bool, False, "cluster",
+           "also run the node-local checks as Slurm's Prolog when a job is allocated a node: a failing node "
+           "is drained (kiln: reason) and the job requeued to run elsewhere, not held"),
+        _s("slurm_check_epilog", bool, False, "cluster",
+           "also run the node-local checks as Slurm's Epilog after each job: a failing node is drained "
+           "(kiln: reason) before the next job lands there"),
         _s("check_dcgm_level", int, 0, "cluster",
            "dcgmi diag level the gpu suite runs (0 off; 1 takes about a minute, 3 up to 20)"),
         _s("check_kernel_log", str, "", "cluster",

@@ -315,6 +315,24 @@ def test_no_second_drain_for_the_same_reason_and_nothing_when_healthy():
     assert not any("update" in c for c in node.commands + healthy.commands)
 
 
+def test_exit_codes_by_mode(tmp_path, monkeypatch):
+    """As the Prolog a failure exits 1 (Slurm requeues the job); as the Epilog it exits 0 (kiln drained the
+    node itself; Slurm would drain it again as "Epilog error"); by hand and as HealthCheckProgram, 1."""
+    import json
+
+    import checks.node_local as node_local
+    expect = tmp_path / "node-checks.json"
+    # 99 GPUs fails on any machine (with no nvidia-smi: GPU_NVIDIA_SMI; with one: GPU_COUNT)
+    expect.write_text(json.dumps({"gpu": {"count": 99, "kernel_log": "true"}, "local_suites": ["gpu"]}))
+    codes = {}
+    for mode in ("health", "prolog", "epilog"):
+        codes[mode] = node_local.main(["--mode", mode, "--expect", str(expect), "--textfile", str(tmp_path),
+                                       "--no-drain", "--json"])
+    assert codes == {"health": 1, "prolog": 1, "epilog": 0}
+    expect.write_text(json.dumps({"gpu": {"count": 0}, "local_suites": ["gpu"]}))  # nothing to fail
+    assert node_local.main(["--mode", "prolog", "--expect", str(expect), "--textfile", str(tmp_path), "--no-drain"]) == 0
+
+
 def test_prometheus_textfile(tmp_path):
     textfile(FAILED + PASSED, str(tmp_path), 0.25)
     text = (tmp_path / "kiln.prom").read_text()

@@ -65,6 +65,19 @@ def test_health_check_off_and_topology_when_set(example):
     assert "SwitchName=leaf1 Nodes=hgx[001-002]\n" in topo and "SwitchName=spine Switches=leaf1\n" in topo
 
 
+def test_prolog_and_epilog_checks_when_set(example):
+    """Off by default; the prolog also asks the scheduler to requeue a job whose prolog failed without
+    holding it (a held job needs an admin to release it)."""
+    from dataclasses import replace
+    assert "Prolog=" not in slurm_config.slurm_conf(example) and "Epilog=" not in slurm_config.slurm_conf(example)
+    assert "nohold_on_prolog_fail" not in slurm_config.slurm_conf(example)
+    conf = slurm_config.slurm_conf(replace(example, settings=dict(example.settings, kiln_slurm_check_prolog=True,
+                                                                  kiln_slurm_check_epilog=True)))
+    for line in ("Prolog=/usr/local/sbin/kiln-node-check-prolog", "Epilog=/usr/local/sbin/kiln-node-check-epilog",
+                 "SchedulerParameters=nohold_on_prolog_fail", "PrologFlags=Contain"):
+        assert line + "\n" in conf, line
+
+
 def test_gres_conf_lists_device_files(example):
     gres = slurm_config.gres_conf(example)
     assert "NodeName=hgx[001-032] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n" in gres
