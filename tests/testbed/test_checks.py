@@ -12,7 +12,7 @@ import json
 import pytest
 
 from kiln.testbed.inventory import HEALTH_CHECK_INTERVAL, TESTBED_VERSIONS
-from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, wait_for
+from tests.testbed.slurm_helpers import copy_inventory, job_state, kiln, ok, on, submit, wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -148,6 +148,47 @@ def test_a_node_drained_by_a_person_is_never_resumed(nodes):
     finally:
         ok(nodes, node, "kiln-sim clear")
         ok(nodes, nodes.controller, f"scontrol update nodename={node} state=resume")
+
+
+def test_prolog_and_epilog_drain_a_broken_node_and_requeue_its_job(nodes, tmp_path):
+    """kiln_slurm_check_prolog / _epilog on, HealthCheckProgram off (so only they act). A job sent to a node
+    whose GPU broke: the prolog drains the node with kiln's reason (Slurm keeps it, not "Prolog error") and
+    the job is requeued, not held; once the fault is gone and the node-local check resumed the node, the job
+    runs. A fault that appears during a job: the epilog drains the node with kiln's reason, the job itself
+    completed. Afterwards the shared testbed is deployed back as it was."""
+    inventory = copy_inventory(nodes.inventory, tmp_path / "inventory", changes={
+        "kiln_slurm_check_prolog": True, "kiln_slurm_check_epilog": True, "kiln_slurm_health_check": False})
+    node = nodes.computes[2]
+    try:
+        out = kiln("deploy", "-i", str(inventory), "--roles", "health,slurm")
+        assert out.returncode == 0, out.stdout + out.stderr
+        conf = ok(nodes, node, "cat /etc/slurm/slurm.conf")
+        assert "Prolog=/usr/local/sbin/kiln-node-check-prolog" in conf and "HealthCheckProgram" not in conf
+        ok(nodes, node, "kiln-sim inject ecc-uncorrected --gpu 1")
+        job = submit(nodes, nodes.controller, f"-w {node} -o /dev/null --wrap true")
+        wait_for(lambda: "Restarts=1" in ok(nodes, nodes.controller, f"scontrol show job {job} -o"), timeout=60,
+                 what=f"job {job} requeued by the prolog")
+        state, reason = node_fields(nodes, node)
+        assert "DRAIN" in state and reason.startswith("kiln: GPU_ECC_UNCORRECTED gpu1"), (state, reason)
+        show = ok(nodes, nodes.controller, f"scontrol show job {job} -o")
+        assert "JobState=PENDING" in show and "Priority=0 " not in show and "Held" not in show, show
+        ok(nodes, node, "kiln-sim clear")
+        assert "slurm: resumed" in ok(nodes, node, "kiln-node-check")  # the next health check run, by hand
+        # Slurm makes a requeued job wait about 2 min (its EligibleTime); an operator can start it now
+        ok(nodes, nodes.controller, f"scontrol update jobid={job} starttime=now")
+        wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=60, what=f"job {job} done")
+
+        job = submit(nodes, nodes.controller, f"-w {node} -o /dev/null --wrap 'sleep 5'")
+        wait_for(lambda: job_state(nodes, nodes.controller, job) == "RUNNING", timeout=60, what=f"job {job} running")
+        ok(nodes, node, "kiln-sim inject remap-pending")
+        wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=60, what=f"job {job} done")
+        wait_for(lambda: "DRAIN" in node_fields(nodes, node)[0], timeout=30, what=f"{node} drained by the epilog")
+        assert node_fields(nodes, node)[1].startswith("kiln: GPU_REMAP_PENDING"), node_fields(nodes, node)
+    finally:
+        ok(nodes, node, "kiln-sim clear; kiln-node-check >/dev/null || true")
+        out = kiln("deploy", "-i", str(nodes.inventory), "--roles", "health,slurm")
+        assert out.returncode == 0, out.stdout + out.stderr
+    assert "Prolog=" not in ok(nodes, node, "cat /etc/slurm/slurm.conf")
 
 
 def test_node_local_run_is_fast_and_needs_no_kiln(nodes):
