@@ -58,6 +58,7 @@ MARK = "@@kiln-"
 CUT_SHORT = "the batched run was cut short"
 # On each shared filesystem: the token of the last kiln check that wrote it (one small file, kept)
 SHARED_MARKER = ".kiln-shared-check"
+WRITER_TRIES = 3  # hosts asked to write the marker when the planned writer could not
 
 
 def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
@@ -261,13 +262,14 @@ class RemoteCheck:
                 f"mv -f {shlex.quote(marker + '.' + self.token)} {shlex.quote(marker)}")
 
     def _shared_storage(self) -> None:
-        """Every node mounting a shared filesystem must see the marker its first node wrote. Settled from
-        the first batch's outputs: a node that read this run's token, or the one the writer replaced, sees
-        the writer's filesystem; one that found no marker where the writer replaced one does not. Any
-        other node (it read before the first ever marker was written, or while another kiln check wrote
-        its own) is asked again together with the writer, and passes if both read the same token. A filesystem whose first node
-        could not write (unreachable, not mounted there, read-only) is written by the next node that can,
-        and read on the others, a round trip each."""
+        """Every node mounting a shared filesystem must see the marker its first node wrote.
+
+        Settled from the first batch's outputs: a node that read this run's token, or the one the writer
+        replaced, sees the writer's filesystem; one that found no marker where the writer replaced one
+        does not. Any other node (it read before the first ever marker was written, or while another
+        kiln check wrote its own) is asked again together with the writer, and passes if both read the
+        same token. A filesystem whose first node could not write (unreachable, not mounted there,
+        read-only) is written by one of the next nodes and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
             hosts = [h for h in planned if h.name in self.outputs]  # reachable
             if len(hosts) < 2:
@@ -305,10 +307,12 @@ class RemoteCheck:
             return dict(zip([h.name for h in hosts], found))
 
     def _write_then_read(self, path: str, hosts: list[Host]) -> tuple[Host | None, dict[str, bool]]:
-        """The slow way, when the planned writer could not write: the first host that can writes this
-        run's token and the others read it. Returns the writer (None if no host could write)."""
+        """The slow way, when the planned writer could not write: the first of the next few hosts that
+        can writes this run's token and the others read it. Returns the writer, or None when none of
+        them could write (a filesystem read-only for root everywhere: STORAGE_WRITABLE says so on each
+        node, and trying every node in turn would cost a round trip per node)."""
         marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
-        for writer in hosts:
+        for writer in hosts[:WRITER_TRIES]:
             if self.node(writer).run(f"{self._write(path)} {{ {self._put(path)}; }}").rc == 0:
                 read = self._read_on([h for h in hosts if h is not writer], f"cat {marker}")
                 return writer, {writer.name: True} | {name: found == self.token for name, found in read.items()}

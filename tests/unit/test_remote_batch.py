@@ -202,3 +202,20 @@ def test_temporary_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
     with RemoteCheck(cluster, list(cluster.hosts.values())[:1], ["system"]) as check:
         assert check.tmp.parent == tmp_path
     assert not dead.exists() and alive.exists() and young.exists() and not check.tmp.exists()
+
+
+def test_shared_storage_asks_only_a_few_writers_when_none_can_write(tmp_path, monkeypatch):
+    """/home is not mounted on any node: no STORAGE_SHARED verdict for it (STORAGE_MOUNTED says why on each)
+    and only WRITER_TRIES nodes are asked to write after the planned writer's batch, not every node."""
+    import kiln.check.remote as remote
+    monkeypatch.setattr(remote, "WRITER_TRIES", 2)
+    lustre, empty = tmp_path / "lustre", tmp_path / "not-mounted"
+    lustre.mkdir()
+    filesystems = {n: {"/home": str(empty), "/lustre": str(lustre)} for n in ("hgx001", "hgx002", "hgx003")}
+    calls: list = []
+    verdicts = _shared_storage_run(tmp_path, filesystems, calls)
+    assert not [v for vs in verdicts.values() for v in vs if v.message.startswith("/home")]
+    assert all(v.severity == "ok" for vs in verdicts.values() for v in vs)  # /lustre
+    writes = [n for n, script in calls if "@@kiln-out" not in script and "/home/.kiln-shared-check" in script]
+    assert writes == ["hgx001", "hgx002"]  # the first WRITER_TRIES reachable nodes, in order
+    assert not empty.exists()
