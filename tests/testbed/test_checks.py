@@ -8,6 +8,7 @@ the checks and the drain logic, never the GPUs. Faults: `kiln testbed inject NOD
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -119,9 +120,13 @@ def test_health_check_drains_a_failing_node_and_resumes_it(nodes):
     node = nodes.computes[1]
     ok(nodes, node, "kiln-sim inject ecc-uncorrected --gpu 2")
     try:
-        # HealthCheckNodeState=CYCLE spreads nodes over the interval: allow two intervals and the run itself
+        # HealthCheckNodeState=CYCLE runs it on each node once per interval: drained within one interval,
+        # plus the run itself and this test's 1 s polls
+        start = time.monotonic()
         wait_for(lambda: "DRAIN" in node_fields(nodes, node)[0], timeout=3 * HEALTH_CHECK_INTERVAL + 15,
                  what=f"{node} drained by the health check")
+        took = time.monotonic() - start
+        assert took <= HEALTH_CHECK_INTERVAL + 8, f"drained after {took:.1f} s, the interval is {HEALTH_CHECK_INTERVAL} s"
         state, reason = node_fields(nodes, node)
         assert reason.startswith("kiln: GPU_ECC_UNCORRECTED gpu2"), reason
     finally:
