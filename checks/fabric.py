@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from checks.node import Node
 from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat
-from checks.parsers.kernel_log import count_link_flaps, log_command
+from checks.parsers.kernel_log import DEFAULT_COMMAND, count_link_flaps
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
 LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet"}
-FLAP_LOG = log_command()  # 24 h
 FLAPS_WARN = 5
 
 
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks the node (for the remote runner to fetch at once)."""
     fabric = expect.get("fabric") or {}
-    return ["ibstat", fabric.get("kernel_log") or FLAP_LOG] if fabric.get("type") in LAYER else []
+    return ["ibstat", fabric.get("kernel_log") or DEFAULT_COMMAND] if fabric.get("type") in LAYER else []
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -61,7 +60,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
             if port.link_layer and port.link_layer != LAYER[kind]:
                 verdicts.append(fail("FABRIC_LINK_LAYER", f"{where}: link layer {port.link_layer}, the inventory "
                                      f"says {kind} ({LAYER[kind]})"))
-    flaps = count_link_flaps(node.run(fabric.get("kernel_log") or FLAP_LOG).stdout)
+    flaps = count_link_flaps(node.run(fabric.get("kernel_log") or DEFAULT_COMMAND).stdout)  # 24 h
     noisy = {d: n for d, n in flaps.items() if n >= FLAPS_WARN}
     if noisy:
         verdicts.append(warn("FABRIC_LINK_FLAPS", ", ".join(f"{d}: {n} link losses in 24 h" for d, n in noisy.items())

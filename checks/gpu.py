@@ -9,7 +9,7 @@ from __future__ import annotations
 from checks import gpu_load
 from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
-from checks.parsers.kernel_log import log_command, parse_xids, recent
+from checks.parsers.kernel_log import DEFAULT_COMMAND, parse_xids, recent
 from checks.parsers.nvidia_smi import explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
@@ -19,7 +19,7 @@ FIELDS = ["index", "name", "pci.bus_id", "driver_version", "persistence_mode", "
 EVENTS_NEW, EVENTS_OLD = "clocks_event_reasons.active", "clocks_throttle_reasons.active"
 # Idle (0x1) and the software power cap (0x4) are normal; anything else slows the GPU down.
 BENIGN_THROTTLE = {0x0, 0x1, 0x4}
-KERNEL_LOG = log_command()
+XID_HOURS = 2  # a fatal Xid fails the suite for this long
 
 
 def query_command(events: str) -> str:
@@ -153,7 +153,7 @@ def check_nvlink(node: Node) -> list[Verdict]:
         else [ok("GPU_NVLINK_INACTIVE", "all NVLinks active")]
 
 
-def check_xids(node: Node, command: str, hours: float = 2) -> list[Verdict]:
+def check_xids(node: Node, command: str, hours: float = XID_HOURS) -> list[Verdict]:
     out = node.run(command)
     xids = parse_xids(recent(out.stdout, hours))
     fatal = [x for x in xids if x.fatal]
@@ -199,7 +199,7 @@ def commands(expect: dict) -> list[str]:
     out = [query_command(EVENTS_NEW), REMAPPED_ROWS]
     if gpu.get("nvswitch"):
         out += [NVLINK_STATUS, service_command(FABRIC_MANAGER)]
-    out.append(gpu.get("kernel_log") or KERNEL_LOG)
+    out.append(gpu.get("kernel_log") or DEFAULT_COMMAND)
     if gpu.get("rdma"):
         out.append(PEERMEM)
     if gpu.get("dcgm_level"):
@@ -220,7 +220,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         verdicts += check_nvlink(node)
         verdicts.append(check_service(node, "GPU_FABRIC_MANAGER", FABRIC_MANAGER,
                                       "start it (systemctl start nvidia-fabricmanager); GPUs cannot talk over NVSwitch"))
-    verdicts += check_xids(node, gpu.get("kernel_log") or KERNEL_LOG, gpu.get("xid_hours", 2))
+    verdicts += check_xids(node, gpu.get("kernel_log") or DEFAULT_COMMAND, gpu.get("xid_hours", XID_HOURS))
     if gpu.get("rdma"):
         verdicts.append(check_peermem(node))
     if gpu.get("dcgm_level"):

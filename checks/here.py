@@ -24,13 +24,14 @@ import time
 
 from checks import gpu
 from checks.node import Node, local_node
+from checks.parsers.kernel_log import DEFAULT_COMMAND
 from checks.suites import run_suites
 
 
 def expectations(args: argparse.Namespace) -> dict:
     return {"node": os.uname().nodename.split(".")[0],
             "gpu": {"count": args.gpus, "model": args.model, "driver": args.driver or "", "nvswitch": args.nvswitch,
-                    "rdma": args.rdma, "dcgm_level": args.dcgm_level, "kernel_log": args.kernel_log, "xid_hours": 2,
+                    "rdma": args.rdma, "dcgm_level": args.dcgm_level, "kernel_log": args.kernel_log, "xid_hours": gpu.XID_HOURS,
                     "burn_seconds": args.burn, "bf16_tflops": args.bf16_tflops, "burn_min_percent": 70,
                     "nccl_busbw_gbps": args.nccl_busbw}}
 
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burn", type=int, default=0, help="seconds of bf16 GEMM per GPU (needs PyTorch; 0: none)")
     ap.add_argument("--bf16-tflops", type=float, default=0, help="dense bf16 TFLOP/s one GPU should reach")
     ap.add_argument("--nccl-busbw", type=float, default=0, help="all_reduce_perf bus bandwidth floor, GB/s (0: none)")
-    ap.add_argument("--kernel-log", default=gpu.KERNEL_LOG, help="command printing the kernel log (default: "
+    ap.add_argument("--kernel-log", default=DEFAULT_COMMAND, help="command printing the kernel log (default: "
                     "journalctl -k, else dmesg)")
     ap.add_argument("--record", default=None, help="directory for every command's exit code and output")
     ap.add_argument("--json", action="store_true")

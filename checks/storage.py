@@ -39,7 +39,7 @@ def commands(expect: dict) -> list[str]:
     mounts = expect.get("storage") or []
     if not mounts:
         return []
-    name = expect.get("node", "")
+    name = expect.get("node", "")  # what run's node.name is, in both runners
     return [FINDMNT, FSTAB] + [writable_command(m["path"], name) for m in mounts] + [df_command(mounts)]
 
 

@@ -24,6 +24,9 @@ def log_command(template: str = COMMAND) -> str:
     return f"echo {NOW_MARK}$(date +%s); " + template.replace("{since}", WINDOW)
 
 
+DEFAULT_COMMAND = log_command()  # the gpu and fabric suites' command when the expectations name none
+
+
 _ISO = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?(Z|[+-]\d\d:?\d\d)?")
 
 

@@ -238,28 +238,21 @@ class RemoteCheck:
                     by_mount.setdefault((m.path, m.source), []).append(h)
         return {k: hosts for k, hosts in by_mount.items() if len(hosts) >= 2}
 
+    def _marker_commands(self, path: str) -> tuple[str, str, str]:
+        """For the shared filesystem at ``path``: the first node's command (print the marker the last run
+        left, then put this run's token in its place), the others' (print the marker), and the fallback
+        writer's (put the token only). The token goes in by one rename, so a reader sees the old or the
+        new one, never a file being written; nothing is written under an empty mount point."""
+        marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
+        quoted, tmp = shlex.quote(marker), shlex.quote(f"{marker}.{self.token}")
+        guard, put = f"mountpoint -q {shlex.quote(path)}", f"echo {self.token} > {tmp} && mv -f {tmp} {quoted}"
+        return f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", f"cat {quoted}", f"{guard} && {{ {put}; }}"
+
     def _shared_commands(self, host: Host) -> dict[tuple[str, str], str]:
         """What ``host`` runs in its batch for the shared-storage check, per shared filesystem it mounts:
-        the first host reads the marker (what the last run wrote) and writes this run's token; the others
-        read it. A reader that finds either the old or the new token sees the writer's filesystem."""
-        out = {}
-        for (path, source), hosts in self.shared.items():
-            if host in hosts:
-                marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
-                out[(path, source)] = (f"{self._write(path)} {{ cat {marker} 2>/dev/null; {self._put(path)}; }}"
-                                       if host is hosts[0] else f"cat {marker}")
-        return out
-
-    def _write(self, path: str) -> str:
-        """The guard before writing a marker: never into an empty mount point."""
-        return f"mountpoint -q {shlex.quote(path)} &&"
-
-    def _put(self, path: str) -> str:
-        """Replace the marker with this run's token in one rename, so a reader sees the old or the new
-        token, never an empty file being written."""
-        marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
-        return (f"echo {self.token} > {shlex.quote(marker + '.' + self.token)} && "
-                f"mv -f {shlex.quote(marker + '.' + self.token)} {shlex.quote(marker)}")
+        the first host swaps the marker, the others read it (``_marker_commands``)."""
+        return {(path, source): self._marker_commands(path)[0 if host is hosts[0] else 1]
+                for (path, source), hosts in self.shared.items() if host in hosts}
 
     def _shared_storage(self) -> None:
         """Every node mounting a shared filesystem must see the marker its first node wrote.
@@ -274,16 +267,16 @@ class RemoteCheck:
             hosts = [h for h in planned if h.name in self.outputs]  # reachable
             if len(hosts) < 2:
                 continue
-            writer, key = planned[0], (path, source)
-            commands = {h.name: self._shared_commands(h)[key] for h in planned}
-            wrote = self.outputs[writer.name].get(commands[writer.name]) if writer in hosts else None
+            writer = planned[0]
+            swap, read, _ = self._marker_commands(path)
+            wrote = self.outputs[writer.name].get(swap) if writer in hosts else None
             if wrote is None or wrote.rc != 0:
                 writer, seen_by = self._write_then_read(path, hosts)
                 if writer is None:
                     continue  # no node could write: STORAGE_MOUNTED / STORAGE_WRITABLE say why
             else:
                 old = wrote.stdout.strip()
-                seen = {h.name: self.outputs[h.name].get(commands[h.name], Result(1, "")).stdout.strip()
+                seen = {h.name: self.outputs[h.name].get(read, Result(1, "")).stdout.strip()
                         for h in hosts if h is not writer}
                 seen_by = {name: True for name, found in seen.items() if found == self.token or (found and found == old)}
                 seen_by[writer.name] = True
@@ -291,8 +284,7 @@ class RemoteCheck:
                 seen_by.update({name: False for name, found in seen.items() if not found and old})
                 unsure = [h for h in hosts if h.name not in seen_by]
                 if unsure:
-                    marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
-                    now = self._read_on([writer] + unsure, f"cat {marker}")
+                    now = self._read_on([writer] + unsure, read)
                     seen_by.update({h.name: bool(now[writer.name]) and now[h.name] == now[writer.name] for h in unsure})
             for h in hosts:
                 verdict = ok("STORAGE_SHARED", f"{path}: sees what {writer.name} wrote") if seen_by[h.name] else \
@@ -311,11 +303,11 @@ class RemoteCheck:
         can writes this run's token and the others read it. Returns the writer, or None when none of
         them could write (a filesystem read-only for root everywhere: STORAGE_WRITABLE says so on each
         node, and trying every node in turn would cost a round trip per node)."""
-        marker = shlex.quote(f"{path.rstrip('/')}/{SHARED_MARKER}")
+        _, read, write = self._marker_commands(path)
         for writer in hosts[:WRITER_TRIES]:
-            if self.node(writer).run(f"{self._write(path)} {{ {self._put(path)}; }}").rc == 0:
-                read = self._read_on([h for h in hosts if h is not writer], f"cat {marker}")
-                return writer, {writer.name: True} | {name: found == self.token for name, found in read.items()}
+            if self.node(writer).run(write).rc == 0:
+                found = self._read_on([h for h in hosts if h is not writer], read)
+                return writer, {writer.name: True} | {name: token == self.token for name, token in found.items()}
         return None, {}
 
     def _same_kernel(self) -> None:

@@ -6,13 +6,10 @@ role for the node-local runner, so both runners check the same expectations.
 
 from __future__ import annotations
 
+from checks.gpu import XID_HOURS
 from checks.parsers.kernel_log import COMMAND as KERNEL_LOG, log_command
 from kiln.inventory.model import Cluster, Host
 from kiln.versions import upstream
-
-
-
-XID_HOURS = 2  # a fatal Xid fails the gpu suite for this long
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:

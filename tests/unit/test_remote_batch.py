@@ -93,9 +93,12 @@ def test_kernel_outliers():
     assert kernel_outliers({}) == {}
 
 
-def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list):
+def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list,
+                        first_read: dict[str, str] | None = None):
     """kiln check's storage suite on hgx001-003 of the example inventory, each node's batch really run
-    here by sh, with each shared mount path mapped to the directory ``filesystems[node][path]``."""
+    here by sh, with each shared mount path mapped to the directory ``filesystems[node][path]``.
+    ``first_read``: node -> what its batch's read of /home's marker prints instead (another kiln check's
+    token, written between the first node's swap and this read)."""
     from kiln.inventory import load_cluster
     from tests.conftest import REPO
 
@@ -105,6 +108,8 @@ def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls:
     def fake(host):
         def run(script):
             calls.append((host.name, script))
+            if host.name in (first_read or {}) and "@@kiln-out" in script:
+                script = script.replace("\ncat /home/.kiln-shared-check\n", f"\necho {first_read[host.name]}\n")
             for path, directory in filesystems[host.name].items():
                 script = script.replace(f"mountpoint -q {path} ", f"test -d {directory} ")
                 script = script.replace(f"{path}/.kiln-shared-check", f"{directory}/.kiln-shared-check")
@@ -145,18 +150,8 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
     # another kiln check's token on /home since: the readers that find it are asked again with the writer
     (home / ".kiln-shared-check").write_text("kiln-0123\n")
     calls = []
-    real = RemoteCheck._shared_commands
-
-    def foreign_read(self, host):  # hgx002 reads a token neither this run's nor the one it replaced
-        out = real(self, host)
-        if host.name == "hgx002":
-            out[("/home", "nfs01:/export/home")] = "echo kiln-someone-else"
-        return out
-    RemoteCheck._shared_commands = foreign_read
-    try:
-        verdicts = _shared_storage_run(tmp_path, filesystems, calls)
-    finally:
-        RemoteCheck._shared_commands = real
+    # hgx002's batch reads a token neither this run's nor the one it replaced
+    verdicts = _shared_storage_run(tmp_path, filesystems, calls, first_read={"hgx002": "kiln-someone-else"})
     home_verdicts = {n: next(v for v in vs if v.message.startswith("/home")).severity for n, vs in verdicts.items()}
     assert home_verdicts == {"hgx001": "ok", "hgx002": "ok", "hgx003": "fail"}
     assert sorted(n for n, c in calls if c == "cat /home/.kiln-shared-check") == ["hgx001", "hgx002"]
