@@ -163,7 +163,7 @@ def test_prolog_and_epilog_drain_a_broken_node_and_requeue_its_job(nodes, tmp_pa
     completed. Afterwards the shared testbed is deployed back as it was."""
     inventory = copy_inventory(nodes.inventory, tmp_path / "inventory", changes={
         "kiln_slurm_check_prolog": True, "kiln_slurm_check_epilog": True, "kiln_slurm_health_check": False})
-    node = nodes.computes[2]
+    node, jobs = nodes.computes[2], []
     try:
         out = kiln("deploy", "-i", str(inventory), "--roles", "health,slurm")
         assert out.returncode == 0, out.stdout + out.stderr
@@ -171,8 +171,12 @@ def test_prolog_and_epilog_drain_a_broken_node_and_requeue_its_job(nodes, tmp_pa
         assert "Prolog=/usr/local/sbin/kiln-node-check-prolog" in conf and "HealthCheckProgram" not in conf
         ok(nodes, node, "kiln-sim inject ecc-uncorrected --gpu 1")
         job = submit(nodes, nodes.controller, f"-w {node} -o /dev/null --wrap true")
-        wait_for(lambda: "Restarts=1" in ok(nodes, nodes.controller, f"scontrol show job {job} -o"), timeout=60,
-                 what=f"job {job} requeued by the prolog")
+        jobs.append(job)
+
+        def requeued() -> bool:  # COMPLETING while the node's epilog runs, then PENDING
+            show = ok(nodes, nodes.controller, f"scontrol show job {job} -o")
+            return "Restarts=1" in show and "JobState=PENDING" in show
+        wait_for(requeued, timeout=60, what=f"job {job} requeued by the prolog")
         state, reason = node_fields(nodes, node)
         assert "DRAIN" in state and reason.startswith("kiln: GPU_ECC_UNCORRECTED gpu1"), (state, reason)
         show = ok(nodes, nodes.controller, f"scontrol show job {job} -o")
@@ -184,12 +188,14 @@ def test_prolog_and_epilog_drain_a_broken_node_and_requeue_its_job(nodes, tmp_pa
         wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=60, what=f"job {job} done")
 
         job = submit(nodes, nodes.controller, f"-w {node} -o /dev/null --wrap 'sleep 5'")
+        jobs.append(job)
         wait_for(lambda: job_state(nodes, nodes.controller, job) == "RUNNING", timeout=60, what=f"job {job} running")
         ok(nodes, node, "kiln-sim inject remap-pending")
         wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=60, what=f"job {job} done")
         wait_for(lambda: "DRAIN" in node_fields(nodes, node)[0], timeout=30, what=f"{node} drained by the epilog")
         assert node_fields(nodes, node)[1].startswith("kiln: GPU_REMAP_PENDING"), node_fields(nodes, node)
     finally:
+        on(nodes, nodes.controller, f"scancel {' '.join(jobs)}")  # none may run on into later tests
         ok(nodes, node, "kiln-sim clear; kiln-node-check >/dev/null || true")
         out = kiln("deploy", "-i", str(nodes.inventory), "--roles", "health,slurm")
         assert out.returncode == 0, out.stdout + out.stderr
