@@ -46,6 +46,9 @@ def validate_cmd(inventory: Path | None, as_json: bool) -> None:
     click.echo("  partitions: " + (", ".join(s["partitions"]) or "(none)"))
     click.echo("  teams:      " + (", ".join(f"{t} ({sh} shares)" for t, sh in s["teams"].items()) or "(none)"))
     click.echo("  versions:   " + ", ".join(f"{k}={v}" for k, v in s["versions"].items() if v))
+    if s["ignored"]:
+        shown = ", ".join(s["ignored"][:10]) + (f" and {len(s['ignored']) - 10} more" if len(s["ignored"]) > 10 else "")
+        click.echo(f"  ignored:    {len(s['ignored'])} host(s) in no kiln group get no roles: {shown}")
 
 
 @inventory.command("show")

@@ -21,10 +21,21 @@ def default_inventory() -> Path:
     return Path(os.environ.get("KILN_INVENTORY") or DEFAULT_INVENTORY)
 
 
-inventory_option = click.option(
-    "-i", "--inventory", "inventory", type=click.Path(path_type=Path), default=None,
-    help="inventory directory (default: $KILN_INVENTORY, else inventory/testbed)",
-)
+def _vault_password_file(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:  # the loader reads it where Ansible does
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = value
+
+
+def inventory_option(command):
+    """``-i DIR`` and ``--vault-password-file FILE`` (as Ansible's; also ANSIBLE_VAULT_PASSWORD_FILE)."""
+    command = click.option("--vault-password-file", type=click.Path(dir_okay=False), default=None,
+                           expose_value=False, callback=_vault_password_file, is_eager=True,
+                           help="Ansible Vault password file, for encrypted values kiln reads "
+                                "(default: $ANSIBLE_VAULT_PASSWORD_FILE)")(command)
+    return click.option("-i", "--inventory", "inventory", type=click.Path(path_type=Path), default=None,
+                        help="inventory directory (default: $KILN_INVENTORY, else inventory/testbed)")(command)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 
 

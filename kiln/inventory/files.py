@@ -10,6 +10,7 @@ from __future__ import annotations
 import configparser
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from kiln.inventory.errors import InventoryError
+from kiln.inventory.formats import CONTROL, check_hostname
 
 VARS_DIRS = ("group_vars", "host_vars")
 VARS_EXTS = ("", ".yml", ".yaml", ".json")
@@ -24,6 +26,12 @@ VARS_EXTS = ("", ".yml", ".yaml", ".json")
 IGNORED_EXTS = (".md", ".txt", ".rst", ".orig", ".cfg", ".retry", ".bak", ".swp", "~", ".pyc")
 
 _RANGE = re.compile(r"\[([^\]]*)\]")
+
+# Limits that keep a hostile or broken inventory from costing minutes or gigabytes before it is refused.
+MAX_FILE_BYTES = 8 * 1024 * 1024  # one hosts or vars file
+MAX_FILES = 10_000  # vars files under group_vars/ and host_vars/
+MAX_YAML_VALUES = 1_000_000  # values of one YAML document once its aliases are expanded
+MAX_HOSTS = 100_000  # hosts after expanding every range
 
 
 class _Loader(yaml.SafeLoader):
@@ -50,6 +58,10 @@ class InventoryFiles:
     group_vars: dict[str, dict[str, tuple[dict[str, Any], str]]] = field(default_factory=dict)
     host_vars: dict[str, dict[str, tuple[dict[str, Any], str]]] = field(default_factory=dict)
     host_source: dict[str, str] = field(default_factory=dict)
+    # host -> the line of its hosts file that names it (or its range)
+    host_line: dict[str, int | None] = field(default_factory=dict)
+    # vars files encrypted whole with Ansible Vault (Ansible decrypts them, given the password)
+    encrypted: list[str] = field(default_factory=list)
     errors: list[InventoryError] = field(default_factory=list)
 
     def group_defined(self, group: str) -> dict[str, tuple[Any, str]]:
@@ -72,9 +84,10 @@ def read_inventory_files(root: Path) -> InventoryFiles:
         name = entry.name
         if name.startswith(".") or name.endswith(IGNORED_EXTS) or name in VARS_DIRS:
             continue
-        if entry.is_file():
-            files.sources.append(name)
-            _read_source(files, entry)
+        if entry.is_dir():
+            continue
+        files.sources.append(name)
+        _read_source(files, entry)
     if not files.sources:
         files.errors.append(InventoryError(".", "-", f"no hosts file (hosts.yml or hosts.ini) in {root}"))
     for kind in VARS_DIRS:
@@ -88,10 +101,36 @@ def _rel(files: InventoryFiles, path: Path) -> str:
     return os.path.relpath(path, files.root)
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def _read_text(files: InventoryFiles, path: Path) -> str | None:
+    """The file's text; only regular files (a link is followed to see what it names) of at most
+    MAX_FILE_BYTES: a FIFO would hang the read, /dev/zero would never end."""
     rel = _rel(files, path)
     try:
-        return path.read_bytes().decode("utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            files.errors.append(InventoryError(rel, "-", f"{'links to ' if path.is_symlink() else 'is '}"
+                                               f"{_kind(info.st_mode)}, not a regular file: inventory files are "
+                                               "plain files"))
+            return None
+        if info.st_size > MAX_FILE_BYTES:
+            files.errors.append(InventoryError(rel, "-", f"file is {info.st_size} bytes, over kiln's limit of "
+                                               f"{MAX_FILE_BYTES} for one inventory file"))
+            return None
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            files.errors.append(InventoryError(rel, "-", f"file grew over kiln's limit of {MAX_FILE_BYTES} bytes "
+                                               "while it was read"))
+            return None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         files.errors.append(InventoryError(rel, "-", f"file is not UTF-8 text (byte {exc.start}): "
                                            "save it as UTF-8"))
@@ -100,9 +139,42 @@ def _read_text(files: InventoryFiles, path: Path) -> str | None:
     return None
 
 
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias in it is expanded (an alias is the same node
+    object again, so shared subtrees are counted each time they are used, and computed once)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = MAX_YAML_VALUES + 1  # a node that contains itself expands for ever
+    if isinstance(node, yaml.SequenceNode):
+        total = 1 + sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    else:
+        total = 1
+    sizes[id(node)] = total = min(total, MAX_YAML_VALUES + 1)
+    return total
+
+
+def _load_yaml(text: str) -> Any:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_YAML_VALUES:
+            raise yaml.YAMLError(f"its aliases expand to more than {MAX_YAML_VALUES} values (an alias bomb?): "
+                                 "write the values out")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _parse_yaml(files: InventoryFiles, path: Path, text: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        return _load_yaml(text)
+    except RecursionError:
+        files.errors.append(InventoryError(_rel(files, path), "-", "YAML error: nested too deeply"))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -120,7 +192,14 @@ def _read_vars_dir(files: InventoryFiles, base: Path, kind: str) -> None:
             continue
         if entry.is_dir():
             owner = entry.name
-            paths = sorted(p for p in entry.rglob("*") if p.is_file() and not p.name.startswith("."))
+            paths = []
+            for top, dirs, names in os.walk(entry):  # links to directories are not followed
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                paths += [Path(top) / n for n in sorted(names) if not n.startswith(".")]
+                if len(paths) > MAX_FILES:
+                    files.errors.append(InventoryError(_rel(files, entry), "-", f"holds more than {MAX_FILES} "
+                                                       "files"))
+                    return
         else:
             owner, ext = os.path.splitext(entry.name)
             if ext not in VARS_EXTS:
@@ -134,6 +213,9 @@ def _read_vars_dir(files: InventoryFiles, base: Path, kind: str) -> None:
                 continue
             text = _read_text(files, path)
             if text is None:
+                continue
+            if text.startswith("$ANSIBLE_VAULT;"):
+                files.encrypted.append(_rel(files, path))
                 continue
             data = _parse_yaml(files, path, text)
             if data is None:
@@ -157,31 +239,41 @@ def _read_source(files: InventoryFiles, path: Path) -> None:
         if not isinstance(data, dict):
             files.errors.append(InventoryError(rel, "-", "a YAML inventory must be a mapping of groups"))
             return
+        lines = text.splitlines()
         for group, body in data.items():
-            _walk_yaml_group(files, rel, str(group), body)
+            _walk_yaml_group(files, rel, lines, str(group), body)
     else:
         _walk_ini(files, rel, text)
 
 
-def _walk_yaml_group(files: InventoryFiles, rel: str, group: str, body: Any) -> None:
+def _line_of(lines: list[str], pattern: str) -> int | None:
+    """The first line that names ``pattern`` as a YAML key (``gpu[01:04]:``, ``"gpu01":``)."""
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip().strip("'\"")
+        if stripped.startswith(pattern) or line.strip()[1:].startswith(pattern):
+            return number
+    return None
+
+
+def _walk_yaml_group(files: InventoryFiles, rel: str, lines: list[str], group: str, body: Any) -> None:
     if body is None:
         return
     if not isinstance(body, dict):
         files.errors.append(InventoryError(rel, group, "a group must be a mapping with hosts, "
-                                           "children or vars"))
+                                           "children or vars", _line_of(lines, group)))
         return
     unknown = set(body) - {"hosts", "children", "vars"}
     if unknown:
         files.errors.append(InventoryError(rel, f"{group}.{sorted(unknown)[0]}", "a group holds only "
-                                           "'hosts', 'children' and 'vars'"))
+                                           "'hosts', 'children' and 'vars'", _line_of(lines, group)))
     hosts = body.get("hosts") or {}
     if isinstance(hosts, dict):
         for pattern in hosts:
-            _record_pattern(files, rel, f"{group}.hosts.{pattern}", str(pattern))
+            _record_pattern(files, rel, f"{group}.hosts.{pattern}", str(pattern), _line_of(lines, str(pattern)))
     children = body.get("children") or {}
     if isinstance(children, dict):
         for child, child_body in children.items():
-            _walk_yaml_group(files, rel, str(child), child_body)
+            _walk_yaml_group(files, rel, lines, str(child), child_body)
 
 
 def _walk_ini(files: InventoryFiles, rel: str, text: str) -> None:
@@ -196,9 +288,7 @@ def _walk_ini(files: InventoryFiles, rel: str, text: str) -> None:
         if section.endswith((":vars", ":children")):
             continue
         pattern = line.split()[0]
-        err = _record_pattern(files, rel, f"[{section}] {pattern}", pattern)
-        if err:
-            err.line = number  # type: ignore[misc]
+        _record_pattern(files, rel, f"[{section}] {pattern}", pattern, number)
     try:
         parser = configparser.ConfigParser(allow_no_value=True, delimiters=("=",), strict=False)
         parser.read_string("[ungrouped]\n" + text)
@@ -206,16 +296,81 @@ def _walk_ini(files: InventoryFiles, rel: str, text: str) -> None:
         files.errors.append(InventoryError(rel, "-", f"INI syntax error: {exc.message.splitlines()[0]}"))
 
 
-def _record_pattern(files: InventoryFiles, rel: str, key: str, pattern: str) -> InventoryError | None:
+def _record_pattern(files: InventoryFiles, rel: str, key: str, pattern: str, line: int | None) -> None:
+    control = CONTROL.search(pattern)
+    if control:
+        files.errors.append(InventoryError(rel, key, f"host name holds the control character {control.group()!r}",
+                                           line))
+        return
     try:
+        count = count_host_pattern(pattern)
+        if len(files.host_source) + count > MAX_HOSTS:
+            raise ValueError(f"host range {pattern!r} would make the inventory over {MAX_HOSTS} hosts "
+                             f"({count} here): split the inventory")
         names = expand_host_pattern(pattern)
     except ValueError as exc:
-        err = InventoryError(rel, key, str(exc))
-        files.errors.append(err)
-        return err
+        files.errors.append(InventoryError(rel, key, str(exc), line))
+        return
     for name in names:
+        try:
+            check_hostname(name)
+        except ValueError as exc:
+            files.errors.append(InventoryError(rel, key, str(exc), line))
+            return
         files.host_source.setdefault(name, rel)
-    return None
+        files.host_line.setdefault(name, line)
+
+
+def _range_parts(pattern: str) -> tuple[str, list[str], str] | None:
+    """(head, the range's values, tail) of the first range in ``pattern``; None without one."""
+    if pattern.count("[") != pattern.count("]"):
+        raise ValueError(f"invalid host range {pattern!r}: unbalanced brackets")
+    match = _RANGE.search(pattern)
+    if not match:
+        return None
+    parts = match.group(1).split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"invalid host range {pattern!r}: write [start:end] or [start:end:step]")
+    start, end = parts[0], parts[1]
+    step = parts[2] if len(parts) == 3 else "1"
+    if start.isdigit() and end.isdigit() and step.isdigit() and len(start) <= 9 and len(end) <= 9:
+        lo, hi, st = int(start), int(end), int(step)
+        width = len(start) if start.startswith("0") else 0
+        values = range(lo, hi + 1, st) if st > 0 else range(0)
+        render = lambda i: str(i).zfill(width)  # noqa: E731
+    elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha() and step.isdigit():
+        st = int(step)
+        values = range(ord(start), ord(end) + 1, st) if st > 0 else range(0)
+        render = chr
+    else:
+        raise ValueError(f"invalid host range {pattern!r}: start, end and step must be numbers of at most 9 "
+                         "digits (or single letters)")
+    if not len(values):
+        raise ValueError(f"invalid host range {pattern!r}: it expands to no hosts (start after end, "
+                         "or step 0)")
+    return pattern[: match.start()], _LazyValues(values, render), pattern[match.end():]
+
+
+class _LazyValues:
+    """A range's host name parts, made only when iterated: counting them costs nothing."""
+
+    def __init__(self, values: range, render: Any) -> None:
+        self.values, self.render = values, render
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self):
+        return (self.render(v) for v in self.values)
+
+
+def count_host_pattern(pattern: str) -> int:
+    """How many hosts ``pattern`` expands to, without expanding it."""
+    parts = _range_parts(pattern)
+    if parts is None:
+        return 1
+    head, values, tail = parts
+    return len(values) * count_host_pattern(tail)
 
 
 def expand_host_pattern(pattern: str) -> list[str]:
@@ -223,28 +378,9 @@ def expand_host_pattern(pattern: str) -> list[str]:
 
     Raises ValueError with a message naming the faulty part.
     """
-    if pattern.count("[") != pattern.count("]"):
-        raise ValueError(f"invalid host range {pattern!r}: unbalanced brackets")
-    match = _RANGE.search(pattern)
-    if not match:
+    parts = _range_parts(pattern)
+    if parts is None:
         return [pattern]
-    head, tail = pattern[: match.start()], pattern[match.end():]
-    parts = match.group(1).split(":")
-    if len(parts) not in (2, 3):
-        raise ValueError(f"invalid host range {pattern!r}: write [start:end] or [start:end:step]")
-    start, end = parts[0], parts[1]
-    step = parts[2] if len(parts) == 3 else "1"
-    if start.isdigit() and end.isdigit() and step.isdigit():
-        lo, hi, st = int(start), int(end), int(step)
-        width = len(start) if start.startswith("0") else 0
-        values = [str(i).zfill(width) for i in range(lo, hi + 1, st)] if st > 0 else []
-    elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha() and step.isdigit():
-        st = int(step)
-        values = [chr(c) for c in range(ord(start), ord(end) + 1, st)] if st > 0 else []
-    else:
-        raise ValueError(f"invalid host range {pattern!r}: start, end and step must be numbers "
-                         "(or single letters)")
-    if not values:
-        raise ValueError(f"invalid host range {pattern!r}: it expands to no hosts (start after end, "
-                         "or step 0)")
-    return [f"{head}{v}{rest}" for v in values for rest in expand_host_pattern(tail)]
+    head, values, tail = parts
+    rests = expand_host_pattern(tail)
+    return [f"{head}{v}{rest}" for v in values for rest in rests]

@@ -7,7 +7,9 @@ into plain Python types, remembering which file each variable came from so error
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,22 +25,20 @@ os.environ["ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED"] = "True"
 os.environ.setdefault("ANSIBLE_LOCALHOST_WARNING", "False")
 os.environ.setdefault("ANSIBLE_HOST_PATTERN_MISMATCH", "ignore")
 
-# Variables Ansible adds to every host; they are not the operator's.
-_MAGIC = frozenset({
-    "inventory_hostname", "inventory_hostname_short", "inventory_file", "inventory_dir", "groups",
-    "group_names", "omit", "playbook_dir", "ansible_playbook_python", "ansible_config_file",
-    "ansible_version", "ansible_check_mode", "ansible_diff_mode", "ansible_forks",
-    "ansible_inventory_sources", "ansible_skip_tags", "ansible_run_tags", "ansible_verbosity",
-    "ansible_search_path", "ansible_collection_name", "ansible_play_name", "hostvars",
-    "environment", "role_names", "play_hosts", "ansible_play_hosts", "ansible_play_batch",
-    "ansible_play_hosts_all", "ansible_play_role_names", "ansible_role_names", "ansible_dependent_role_names",
-    "ansible_facts",
-})
+# The only variables kiln reads (and so renders); every other variable belongs to another tool and is
+# never rendered, decrypted or reported.
+KILN_PREFIX = "kiln_"
+KILN_CONNECTION_VARS = frozenset({"ansible_host", "ansible_user", "ansible_port", "ansible_ssh_private_key_file",
+                                  "ansible_become"})
+
+
+def read_by_kiln(name: str) -> bool:
+    return name.startswith(KILN_PREFIX) or name in KILN_CONNECTION_VARS
 
 
 @dataclass
 class RawHost:
-    """One host as Ansible resolves it, with plain values and where each top-level variable came from."""
+    """One host as Ansible resolves it: the variables kiln reads, as plain values, and where each came from."""
 
     name: str
     groups: list[str]
@@ -98,13 +98,24 @@ def _needs_template(value: Any) -> bool:
     return False
 
 
-def load_raw(root: Path | str) -> RawInventory:
-    """Read ``root`` with ansible-core. Errors come back in ``.errors``; nothing is raised for bad input."""
+def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInventory:
+    """Read ``root`` with ansible-core. Errors come back in ``.errors``; nothing is raised for bad input.
+
+    Only the inventory directory's own group_vars/host_vars are read (never the current directory's).
+    Only the variables kiln reads are rendered, with lookups refused (they run commands and read files
+    on this machine); Ansible Vault values are decrypted with the password file given here or in
+    ANSIBLE_VAULT_PASSWORD_FILE, and only when kiln reads them."""
     root = Path(root).resolve()
     files = read_inventory_files(root)
     raw = RawInventory(root=root, files=files, errors=list(files.errors))
     if raw.errors:
         return raw  # Ansible would stop on the same files with a less precise message.
+    password_file = vault_password_file or os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE") or None
+    if files.encrypted and not password_file:
+        for rel in files.encrypted:
+            raw.errors.append(InventoryError(rel, "-", "the whole file is encrypted with Ansible Vault: give its "
+                                             "password with --vault-password-file or ANSIBLE_VAULT_PASSWORD_FILE"))
+        return raw
 
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
@@ -113,9 +124,19 @@ def load_raw(root: Path | str) -> RawInventory:
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
+    loader.set_basedir(str(root))  # not the current directory: its group_vars/ are not this inventory's
+    secrets: list = []
+    if password_file:
+        secret, error = _vault_secret(loader, password_file)
+        if error:
+            raw.errors.append(InventoryError(str(password_file), "-", error))
+            return raw
+        secrets = [("default", secret)]
+        loader.set_vault_secrets(secrets)
     try:
-        inventory = InventoryManager(loader=loader, sources=[str(root)])
-        variables = VariableManager(loader=loader, inventory=inventory)
+        with _lookups_refused(), _vault_secrets(secrets):
+            inventory = InventoryManager(loader=loader, sources=[str(root)])
+            variables = VariableManager(loader=loader, inventory=inventory)
     except AnsibleError as exc:
         raw.errors.append(InventoryError(files.sources[0], "-", _ansible_message(exc)))
         return raw
@@ -125,35 +146,99 @@ def load_raw(root: Path | str) -> RawInventory:
             continue
         raw.groups[name] = [h.name for h in group.get_hosts()]
         raw.children[name] = [c.name for c in group.child_groups]
-        raw.group_inline_vars[name] = plain(group.get_vars())
+        raw.group_inline_vars[name] = {k: _plain_or_none(v) for k, v in group.get_vars().items()
+                                       if read_by_kiln(str(k))}
 
     templar = _caching_templar(Templar(loader=loader))
     default_source = files.sources[0]
-    for host in inventory.get_hosts():
-        name = str(host.name)
-        source = files.host_source.get(name, default_source)
-        try:
-            resolved = variables.get_vars(host=host, include_hostvars=False)
-        except AnsibleError as exc:
-            raw.errors.append(InventoryError(source, name, _ansible_message(exc)))
-            continue
-        own = {str.__str__(k): v for k, v in resolved.items() if k not in _MAGIC}
-        origins = {k: _origin(v, root, source) for k, v in own.items()}
-        values: dict[str, Any] = {}
-        for key, value in own.items():
-            if _needs_template(value):
-                templar.available_variables = resolved
+    with _lookups_refused(), _vault_secrets(secrets):
+        for host in inventory.get_hosts():
+            name = str(host.name)
+            source = files.host_source.get(name, default_source)
+            try:
+                resolved = variables.get_vars(host=host, include_hostvars=False)
+            except AnsibleError as exc:
+                raw.errors.append(InventoryError(source, name, _ansible_message(exc), files.host_line.get(name)))
+                continue
+            own = {str.__str__(k): v for k, v in resolved.items() if read_by_kiln(str(k))}
+            origins = {k: _origin(v, root, source) for k, v in own.items()}
+            values: dict[str, Any] = {}
+            for key, value in own.items():
+                file, line = origins[key]
                 try:
-                    value = templar.template(value)
-                except AnsibleError as exc:
-                    file, line = origins[key]
-                    raw.errors.append(InventoryError(file, key, "cannot render template: "
-                                                     f"{_ansible_message(exc)}", line))
-                    continue
-            values[key] = plain(value)
-        groups = [g.name for g in host.get_groups() if g.name != "all"]
-        raw.hosts[name] = RawHost(name, groups, values, origins, source)
+                    if _needs_template(value):
+                        templar.available_variables = resolved
+                        value = templar.template(value)
+                    values[key] = plain(value)
+                except (AnsibleError, ReferenceError) as exc:
+                    message = _ansible_message(exc)
+                    if "vault" in message.lower() and not password_file:
+                        message = ("the value is encrypted with Ansible Vault and kiln reads it: give the password "
+                                   "with --vault-password-file or ANSIBLE_VAULT_PASSWORD_FILE")
+                    else:
+                        message = f"cannot render template: {message}"
+                    raw.errors.append(InventoryError(file, key, message, line))
+            groups = [g.name for g in host.get_groups() if g.name != "all"]
+            raw.hosts[name] = RawHost(name, groups, values, origins, source)
     return raw
+
+
+def _plain_or_none(value: Any) -> Any:
+    try:
+        return plain(value)
+    except Exception:  # noqa: BLE001 - an encrypted value without its password: checked per host
+        return None
+
+
+def _vault_secret(loader: Any, password_file: str) -> tuple[Any, str | None]:
+    """The vault password read as ``ansible --vault-password-file`` reads it; (secret, error text)."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.vault import get_file_vault_secret
+
+    try:
+        secret = get_file_vault_secret(filename=password_file, vault_id="default", loader=loader)
+        secret.load()
+    except (AnsibleError, OSError) as exc:
+        return None, f"cannot read the vault password: {_ansible_message(exc)}"
+    return secret, None
+
+
+@contextlib.contextmanager
+def _vault_secrets(secrets: list) -> Iterator[None]:
+    """Ansible decrypts inline vault values with process-wide secrets, settable once; kiln may read
+    several inventories in one process, so it sets them for the time it reads one."""
+    from ansible.parsing.vault import VaultSecretsContext
+
+    saved = VaultSecretsContext._current
+    VaultSecretsContext._current = VaultSecretsContext(secrets)
+    try:
+        yield
+    finally:
+        VaultSecretsContext._current = saved
+
+
+class LookupRefused(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _lookups_refused() -> Iterator[None]:
+    """While kiln reads an inventory, ``lookup()``/``query()`` fail: they would run commands (``pipe``),
+    read files or environment variables on the operator's machine, or write files (``password``)."""
+    from ansible._internal._templating import _jinja_plugins
+    from ansible.errors import AnsibleError
+
+    class Refusing:
+        def get(self, name: str, *args: Any, **kwargs: Any) -> Any:
+            raise AnsibleError(f"lookup {name!r} refused: kiln never runs lookups while it reads an inventory; "
+                               "write the value itself")
+
+    saved = _jinja_plugins.lookup_loader
+    _jinja_plugins.lookup_loader = Refusing()
+    try:
+        yield
+    finally:
+        _jinja_plugins.lookup_loader = saved
 
 
 def _caching_templar(templar: Any) -> Any:

@@ -13,6 +13,9 @@ DBD = "slurm_dbd"
 LOGIN = "login"
 COMPUTE = "compute"
 STORAGE = "storage_servers"
+# Hosts in none of these groups (Kubernetes masters of a mixed inventory, say) get no roles: kiln
+# lists them as ignored and never connects to them.
+KILN_GROUPS = (CONTROLLER, DBD, LOGIN, COMPUTE, STORAGE)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class Cluster:
     secrets_dir: Path
     health_check_interval: int
     topology: dict[str, list[str]]
+    ignored: tuple[str, ...] = ()  # hosts of the inventory in no kiln group
     settings: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def setting(self, name: str) -> Any:
@@ -126,6 +130,7 @@ class Cluster:
             "versions": dict(sorted(self.versions.items())),
             "partitions": [p.name for p in self.partitions],
             "teams": {t.name: t.shares for t in self.teams},
+            "ignored": list(self.ignored),
         }
 
 

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kiln.inventory.formats import (AbsolutePath, check_address, check_path, check_user, Address, Command, FilePath, HostName, IfName, IfNameList,
+                                    MountOptions, MountPoint, MountSource, PackageName, PosixName, SlurmTime,
+                                    SysctlKey, SysctlValue, Token, Url, Version)
 
 PREFIX = "kiln_"
 
@@ -36,29 +40,30 @@ class Fabric(_Strict):
     """The node's high-speed network, as the fabric checks and /etc/nccl.conf expect it."""
 
     type: Literal["infiniband", "roce", "ethernet", "none"] = "none"
-    hca_count: int = Field(0, ge=0, description="RDMA adapters (HCAs) the node must show")
-    rate_gbps: int = Field(0, ge=0, description="expected port rate, e.g. 400 for NDR")
-    hcas: list[str] = Field([], description="HCA names for NCCL_IB_HCA, e.g. mlx5_0")
-    socket_ifname: str = Field("", description="NCCL_SOCKET_IFNAME (bootstrap network interface)")
-    gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX, RoCE only")
+    hca_count: int = Field(0, ge=0, le=64, description="RDMA adapters (HCAs) the node must show")
+    rate_gbps: int = Field(0, ge=0, le=3200, description="expected port rate, e.g. 400 for NDR")
+    hcas: list[Token] = Field([], description="HCA names for NCCL_IB_HCA, e.g. mlx5_0")
+    socket_ifname: IfNameList | Literal[""] = Field("", description="NCCL_SOCKET_IFNAME (bootstrap network "
+                                                    "interface)")
+    gid_index: int | None = Field(None, ge=0, le=255, description="NCCL_IB_GID_INDEX, RoCE only")
 
 
 class StorageMount(_Strict):
     """A filesystem every node of the group must have mounted."""
 
-    path: str = Field(description="absolute mount point, e.g. /home")
+    path: MountPoint = Field(description="absolute, normalised mount point, e.g. /home; never a system "
+                             "directory such as /etc or /var")
     type: str = Field(description=f"one of {', '.join(STORAGE_TYPES)}")
-    source: str = Field(description="what is mounted, e.g. nfs01:/export/home")
-    options: str = Field("defaults", description="mount options, comma separated")
+    source: MountSource = Field(description="what is mounted, e.g. nfs01:/export/home")
+    options: MountOptions = Field("defaults", description="mount options, comma separated, no spaces")
     warn_percent: int = Field(80, ge=1, le=100, description="fullness that warns")
-    fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails")
+    fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails; above warn_percent")
 
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"mount point {v!r} is relative: give an absolute path such as /{v}")
-        return v
+    @model_validator(mode="after")
+    def _warn_below_fail(self) -> "StorageMount":
+        if self.warn_percent >= self.fail_percent:
+            raise ValueError(f"warn_percent {self.warn_percent} must be below fail_percent {self.fail_percent}")
+        return self
 
     @field_validator("type")
     @classmethod
@@ -69,15 +74,15 @@ class StorageMount(_Strict):
 
 
 class TeamUser(_Strict):
-    name: str
+    name: PosixName
     uid: int = Field(ge=1000, le=2**31 - 2)
 
 
 class Team(_Strict):
     """A team becomes a Slurm account with fair-share shares, users and a GPU limit."""
 
-    name: str
-    shares: int = Field(ge=0, description="fair-share shares (relative)")
+    name: PosixName
+    shares: int = Field(ge=1, le=1_000_000, description="fair-share shares (relative)")
     gid: int | None = Field(None, ge=1000, le=2**31 - 2)
     gpu_limit: int | None = Field(None, ge=0, description="GrpTRES gres/gpu for the whole team")
     users: list[TeamUser] = []
@@ -86,11 +91,11 @@ class Team(_Strict):
 class Partition(_Strict):
     """A Slurm partition made of inventory groups."""
 
-    name: str
-    groups: list[str] = Field(min_length=1, description="inventory groups whose hosts it holds")
+    name: PosixName
+    groups: list[Token] = Field(min_length=1, description="inventory groups whose hosts it holds")
     default: bool = False
-    max_time: str = "INFINITE"
-    priority_tier: int = Field(1, ge=0)
+    max_time: SlurmTime = "INFINITE"
+    priority_tier: int = Field(1, ge=0, le=65533)
 
 
 @dataclass(frozen=True)
@@ -115,29 +120,30 @@ SETTINGS: dict[str, Setting] = {
     for s in (
         # --- cluster-wide ---
         _s("cluster_name", str, "kiln", "cluster", "Slurm ClusterName; lower case letters, digits, '-'"),
-        _s("versions", dict[str, str], {}, "cluster",
+        _s("versions", dict[Token, Version | Literal[""]], {}, "cluster",
            "every version pin, in group_vars/all/versions.yml; names and defaults in kiln/versions.py"),
         _s("slurm_partitions", list[Partition], [], "cluster", "Slurm partitions (see Partition)"),
         _s("teams", list[Team], [], "cluster", "teams: Slurm accounts with shares, users, GPU limits"),
         _s("slurm_ha", bool, False, "cluster",
            "allow more than one host in slurm_controller (SlurmctldHost backup order = group order)"),
-        _s("secrets_dir", str, "secrets", "cluster",
+        _s("secrets_dir", FilePath, "secrets", "cluster",
            "where kiln keeps generated secrets, relative to the inventory's parent; never in git"),
-        _s("health_check_interval", int, 300, "cluster", "seconds between node-local health checks"),
-        _s("topology", dict[str, list[str]], {}, "cluster",
+        _s("health_check_interval", Annotated[int, Field(ge=1, le=86400)], 300, "cluster",
+           "seconds between node-local health checks (1 to 86400)"),
+        _s("topology", dict[Token, list[Token]], {}, "cluster",
            "switch name -> hosts under it; renders topology.conf when set"),
-        _s("service_uids", dict[str, int], {"slurm": 980, "munge": 981}, "cluster",
+        _s("service_uids", dict[Token, int], {"slurm": 980, "munge": 981}, "cluster",
            "fixed UID (and GID of the same number) of service accounts on every node; 100-999"),
-        _s("ntp_servers", list[str], [], "cluster",
+        _s("ntp_servers", list[Address], [], "cluster",
            "time servers for chrony; empty keeps the distribution's pool"),
-        _s("package_proxy", str, "", "cluster", "HTTP proxy for apt/dnf, e.g. http://10.0.0.1:3142"),
+        _s("package_proxy", Url | Literal[""], "", "cluster", "HTTP proxy for apt/dnf, e.g. http://10.0.0.1:3142"),
         _s("slurm_cgroup_plugin", Literal["autodetect", "cgroup/v1", "cgroup/v2"], "autodetect", "cluster",
            "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
         _s("slurm_constrain_devices", bool, True, "cluster",
            "cgroup ConstrainDevices: a job sees only the GPUs it was given"),
         _s("slurm_constrain_cores_memory", bool, True, "cluster",
            "cgroup ConstrainCores and ConstrainRAMSpace: a job gets only its cores and memory"),
-        _s("slurm_def_mem_per_cpu", int, None, "cluster",
+        _s("slurm_def_mem_per_cpu", Annotated[int, Field(ge=1, le=2**31 - 1)], None, "cluster",
            "DefMemPerCPU in MiB; default: the smallest compute node's memory_mb / cpus"),
         _s("slurm_health_check", bool, True, "cluster",
            "run kiln's node-local checks as Slurm's HealthCheckProgram every health_check_interval"),
@@ -147,70 +153,71 @@ SETTINGS: dict[str, Setting] = {
         _s("slurm_check_epilog", bool, False, "cluster",
            "also run the node-local checks as Slurm's Epilog after each job: a failing node is drained "
            "(kiln: reason) before the next job lands there"),
-        _s("check_dcgm_level", int, 0, "cluster",
+        _s("check_dcgm_level", Annotated[int, Field(ge=0, le=4)], 0, "cluster",
            "dcgmi diag level the gpu suite runs (0 off; 1 takes about a minute, 3 up to 20)"),
-        _s("check_kernel_log", str, "", "cluster",
+        _s("check_kernel_log", Command | Literal[""], "", "cluster",
            "command printing the kernel log since {since} (kiln gives -24h, read once for the gpu and fabric "
            "suites; ISO timestamps let the gpu suite keep the last 2 h for Xids); empty: journalctl -k, else dmesg"),
         _s("check_memlock", bool, True, "cluster", "fail nodes where jobs cannot lock unlimited memory"),
-        _s("check_ib_bandwidth_gbps", int, 0, "cluster",
+        _s("check_ib_bandwidth_gbps", Annotated[int, Field(ge=0, le=3200)], 0, "cluster",
            "kiln check measures ib_write_bw node to node (a ring) and fails below this; 0: off"),
         _s("check_time_sync", bool, True, "cluster", "warn on nodes whose clock is not synchronised"),
-        _s("check_textfile_dir", str, "/var/lib/prometheus/node-exporter", "cluster",
+        _s("check_textfile_dir", AbsolutePath, "/var/lib/prometheus/node-exporter", "cluster",
            "where the node-local checks write kiln.prom for node_exporter's textfile collector"),
         # --- the NVIDIA stack (roles/nvidia_*.py, cuda, nccl, dcgm, fabricmanager, containers) ---
         _s("nvidia_source", Literal["cuda", "ubuntu", "debian"], "cuda", "cluster",
            "where the NVIDIA stack comes from: cuda (NVIDIA's CUDA repository, or its mirror at "
            "kiln_nvidia_repo_url), ubuntu (Ubuntu's -server driver packages) or debian (Debian non-free)"),
-        _s("nvidia_repo_url", str, "https://developer.download.nvidia.com/compute/cuda/repos", "cluster",
+        _s("nvidia_repo_url", Url, "https://developer.download.nvidia.com/compute/cuda/repos", "cluster",
            "base URL of NVIDIA's CUDA repository or a site mirror of it (source cuda)"),
-        _s("nvidia_driver_extra_packages", list[str], [], "cluster",
+        _s("nvidia_driver_extra_packages", list[PackageName], [], "cluster",
            "further packages of the driver's source, installed at the driver pin and held"),
-        _s("nccl_tests_url", str, "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz",
+        _s("nccl_tests_url", Url, "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz",
            "cluster", "nccl-tests source tarball ({version} = the nccl_tests pin); a mirror for offline sites"),
-        _s("nvidia_container_repo_url", str, "https://nvidia.github.io/libnvidia-container/stable", "cluster",
+        _s("nvidia_container_repo_url", Url, "https://nvidia.github.io/libnvidia-container/stable", "cluster",
            "nvidia-container-toolkit repository (or mirror), with deb/ and rpm/ below it"),
-        _s("enroot_url", str, "https://github.com/NVIDIA/enroot/releases/download/v{version}", "cluster",
+        _s("enroot_url", Url, "https://github.com/NVIDIA/enroot/releases/download/v{version}", "cluster",
            "where enroot's release packages are ({version} = the enroot pin)"),
-        _s("pyxis_url", str, "https://github.com/NVIDIA/pyxis/archive/refs/tags/v{version}.tar.gz", "cluster",
+        _s("pyxis_url", Url, "https://github.com/NVIDIA/pyxis/archive/refs/tags/v{version}.tar.gz", "cluster",
            "pyxis source tarball ({version} = the pyxis pin)"),
-        _s("check_gpu_burn_seconds", int, 0, "cluster",
+        _s("check_gpu_burn_seconds", Annotated[int, Field(ge=0, le=3600)], 0, "cluster",
            "opt-in: seconds of bf16 GEMM per GPU in the gpu suite (needs PyTorch on the node); 0: off"),
-        _s("check_gpu_burn_min_percent", int, 70, "cluster",
+        _s("check_gpu_burn_min_percent", Annotated[int, Field(ge=1, le=100)], 70, "cluster",
            "the burn fails a GPU below this percentage of kiln_gpu_bf16_tflops"),
-        _s("check_nccl_busbw_gbps", int, 0, "cluster",
+        _s("check_nccl_busbw_gbps", Annotated[int, Field(ge=0, le=100_000)], 0, "cluster",
            "opt-in: single-node all_reduce_perf (nccl-tests) must reach this bus bandwidth in GB/s; 0: off"),
         # --- per node ---
         _s("os", Literal[SUPPORTED_OS], "debian12", "host", f"node OS: {', '.join(SUPPORTED_OS)}"),
-        _s("cpus", int, None, "host", "CPUs Slurm may use on the node (required on compute nodes)"),
-        _s("sockets", int, None, "host", "CPU sockets (optional; Slurm derives it)"),
-        _s("cores_per_socket", int, None, "host", "cores per socket (optional)"),
-        _s("threads_per_core", int, None, "host", "hardware threads per core (optional)"),
-        _s("memory_mb", int, None, "host", "RealMemory in MiB (required on compute nodes)"),
-        _s("gpu_count", int, 0, "host", "GPUs per node"),
-        _s("gpu_model", str, None, "host", "GPU model as Slurm GRES type, e.g. h100; required with GPUs"),
+        _s("cpus", Annotated[int, Field(ge=1, le=65536)], None, "host", "CPUs Slurm may use on the node (required on compute nodes)"),
+        _s("sockets", Annotated[int, Field(ge=1, le=64)], None, "host", "CPU sockets (optional; Slurm derives it)"),
+        _s("cores_per_socket", Annotated[int, Field(ge=1, le=4096)], None, "host", "cores per socket (optional)"),
+        _s("threads_per_core", Annotated[int, Field(ge=1, le=16)], None, "host", "hardware threads per core (optional)"),
+        _s("memory_mb", Annotated[int, Field(ge=1, le=2**40)], None, "host", "RealMemory in MiB (required on compute nodes)"),
+        _s("gpu_count", Annotated[int, Field(ge=0, le=64)], 0, "host", "GPUs per node"),
+        _s("gpu_model", Token, None, "host", "GPU model as Slurm GRES type, e.g. h100; required with GPUs"),
         _s("nvswitch", bool, False, "host", "node has NVSwitch (fabric manager required)"),
-        _s("features", list[str], [], "host", "Slurm node features"),
+        _s("features", list[Token], [], "host", "Slurm node features"),
         _s("nvidia_kernel_modules", Literal["open", "proprietary", "none"], "open", "host",
            "NVIDIA kernel modules: open (Turing and newer; required from Blackwell), proprietary, or none "
            "(only nvidia-smi, NVML and persistenced: the module comes with the image or the host)"),
-        _s("gpu_bf16_tflops", float, None, "host",
+        _s("gpu_bf16_tflops", Annotated[float, Field(gt=0, le=100_000)], None, "host",
            "the GPU model's expected dense bf16 rate in TFLOP/s, for the opt-in burn check (e.g. 989 for H100 SXM)"),
-        _s("nccl_topo_file", str, "", "host", "NCCL_TOPO_FILE for /etc/nccl.conf (a topology XML on the node)"),
+        _s("nccl_topo_file", AbsolutePath | Literal[""], "", "host", "NCCL_TOPO_FILE for /etc/nccl.conf (a topology XML on the node)"),
         _s("fabric", Fabric, None, "host", "high-speed network (see Fabric)"),
         _s("storage_mounts", list[StorageMount], [], "host", "filesystems the node mounts"),
-        _s("sysctls", dict[str, str | int], {}, "host", "kernel parameters set by the base role"),
-        _s("ssh_known_hosts_file", str, None, "host",
+        _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),
+        _s("ssh_known_hosts_file", FilePath, None, "host",
            "known_hosts file for this host (strict checking is always on)"),
-        _s("ssh_config_file", str, None, "host", "ssh_config file used to reach this host"),
+        _s("ssh_config_file", FilePath, None, "host", "ssh_config file used to reach this host"),
     )
 }
 
+# Connection variables kiln reads, as Ansible names them: (pyinfra's name, the check of the value)
 CONNECTION_VARS = {
-    "ansible_host": ("ssh_hostname", str),
-    "ansible_user": ("ssh_user", str),
+    "ansible_host": ("ssh_hostname", check_address),
+    "ansible_user": ("ssh_user", check_user),
     "ansible_port": ("ssh_port", int),
-    "ansible_ssh_private_key_file": ("ssh_key", str),
+    "ansible_ssh_private_key_file": ("ssh_key", check_path),
     "ansible_become": ("_sudo", bool),
 }
 

@@ -19,7 +19,8 @@ from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
 from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SERVICE_ACCOUNTS, SETTINGS,
                                    SUPPORTED_OS, Fabric, Setting)
-from kiln.inventory import nvidia_stack
+from kiln.inventory import identities, nvidia_stack
+from kiln.inventory.formats import CONTROL
 from kiln.versions import PINS, required_pins
 
 def _adapter(annotation: Any) -> TypeAdapter:
@@ -68,15 +69,20 @@ def validate(root: Path | str) -> tuple[model.Cluster | None, list[InventoryErro
     out.extend(raw.errors)
     if raw.errors:
         return None, out.errors
-    settings = {name: _host_settings(raw, host, out) for name, host in raw.hosts.items()}
+    identities.check_host_names(raw, out.add)
+    kiln_groups = [g for g in model.KILN_GROUPS if g in raw.groups]
+    managed = [n for n, h in raw.hosts.items() if set(h.groups) & set(kiln_groups)]
+    ignored = tuple(n for n in raw.hosts if n not in set(managed))
+    settings = {name: _host_settings(raw, raw.hosts[name], out) for name in managed}
     cluster_values = _cluster_settings(raw, settings, out)
-    hosts = {name: _build_host(raw.hosts[name], settings[name], out) for name in raw.hosts}
+    hosts = {name: _build_host(raw.hosts[name], settings[name], out) for name in managed}
     node_types = _node_types(raw, hosts, out)
     hosts = {n: _with_node_type(h, node_types) for n, h in hosts.items()}
     _check_groups(raw, cluster_values, out)
     _check_compute(raw, hosts, out)
     _check_addresses(raw, hosts, out)
     _check_partitions_teams(raw, cluster_values, out)
+    identities.check_ids(raw, cluster_values, out.add)
     versions = _check_versions(raw, hosts, cluster_values, out)
     if not out.errors:
         nvidia_stack.check(raw, hosts, cluster_values, versions, out)
@@ -87,7 +93,7 @@ def validate(root: Path | str) -> tuple[model.Cluster | None, list[InventoryErro
         name=get("kiln_cluster_name"),
         path=raw.root,
         hosts=hosts,
-        groups={g: tuple(h) for g, h in raw.groups.items()},
+        groups={g: tuple(n for n in members if n in hosts) for g, members in raw.groups.items()},
         node_types={
             n: model.NodeType(n, tuple(members), hosts[members[0]].cpus, hosts[members[0]].memory_mb,
                               hosts[members[0]].gpu_count, hosts[members[0]].gpu_model)
@@ -100,6 +106,7 @@ def validate(root: Path | str) -> tuple[model.Cluster | None, list[InventoryErro
         secrets_dir=(raw.root.parent / get("kiln_secrets_dir")).resolve(),
         health_check_interval=get("kiln_health_check_interval"),
         topology=get("kiln_topology"),
+        ignored=ignored,
         settings={s.name: get(s.name) for s in SETTINGS.values() if s.scope == "cluster"},
     )
     return cluster, []
@@ -139,6 +146,20 @@ def _check_type(setting: Setting, value: Any) -> list[tuple[str, str]]:
         return problems
 
 
+def _control_characters(path: str, value: Any) -> list[tuple[str, str]]:
+    """(key path, message) for each string in ``value`` (dict keys too) holding a control character."""
+    if isinstance(value, str):
+        found = CONTROL.search(value)
+        return [(path, f"holds the control character {found.group()!r} (at {found.start()}): inventory values "
+                 "are one line of text")] if found else []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _control_characters(f"{path}.{k}", k)
+                + _control_characters(f"{path}.{k}", v)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _control_characters(f"{path}[{i}]", v)]
+    return []
+
+
 def _fields_at(annotation: Any, loc: tuple) -> list[str]:
     fields = getattr(annotation, "model_fields", None)
     if fields is None:
@@ -163,7 +184,7 @@ def _host_settings(raw: RawInventory, host: RawHost, out: _Collector) -> dict[st
             out.add(file, key, f"unknown kiln setting{suggest(key, SETTINGS)}; kiln's settings are "
                     "listed in kiln/inventory/schema.py", line)
             continue
-        problems = _check_type(setting, value)
+        problems = _control_characters(key, value) or _check_type(setting, value)
         for path, message in problems:
             out.add(file, path, message, line)
         if not problems:
@@ -222,7 +243,11 @@ def _connection(host: RawHost, out: _Collector) -> dict[str, Any]:
                 continue
             value = text in ("true", "yes", "1")
         else:
-            value = str(value)
+            try:
+                value = kind(value) if isinstance(value, str) else kind(str(value))
+            except ValueError as exc:
+                out.add(file, var, str(exc), line)
+                continue
         data[key] = value
     for var, key in (("kiln_ssh_known_hosts_file", "ssh_known_hosts_file"),
                      ("kiln_ssh_config_file", "ssh_config_file")):
@@ -316,9 +341,6 @@ def _check_compute(raw: RawInventory, hosts: dict[str, model.Host], out: _Collec
                     missing[(host.node_type or model.COMPUTE, key)].append(host.name)
         if host.gpu_count and not host.gpu_model and "kiln_gpu_model" not in raw.hosts[host.name].vars:
             missing[(host.node_type or (host.groups[0] if host.groups else None), "kiln_gpu_model")].append(host.name)
-        if host.gpu_count < 0:
-            file, line = raw.hosts[host.name].origins.get("kiln_gpu_count", (raw.hosts[host.name].source, None))
-            out.add(file, "kiln_gpu_count", f"GPU count {host.gpu_count} is negative", line)
         if host.fabric.type in ("infiniband", "roce") and host.fabric.hca_count == 0:
             file, line = raw.hosts[host.name].origins.get("kiln_fabric", (raw.hosts[host.name].source, None))
             out.add(file, "kiln_fabric.hca_count", f"fabric type {host.fabric.type} needs hca_count > 0", line)

@@ -89,7 +89,7 @@ CASES = [
     Case("gpu_count_as_string", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_count: 4", 'kiln_gpu_count: "8"')},
          "group_vars/gpu_a.yml", "kiln_gpu_count", "integer"),
     Case("negative_gpu_count", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_count: 4", "kiln_gpu_count: -2")},
-         "group_vars/gpu_a.yml", "kiln_gpu_count", "negative"),
+         "group_vars/gpu_a.yml", "kiln_gpu_count", "greater than or equal to 0"),
     Case("gpu_count_without_model", {"group_vars/gpu_a.yml": GPU_A.replace("kiln_gpu_model: a100\n", "")},
          "group_vars/gpu_a.yml", "kiln_gpu_model", "no GPU model"),
     Case("duplicate_host_address", {"hosts.yml": HOSTS.replace("10.0.0.31", "10.0.0.1")},
@@ -118,7 +118,7 @@ CASES = [
     Case("two_default_partitions", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]}", "groups: [cpu_b], default: true}")},
          "group_vars/all/cluster.yml", "kiln_slurm_partitions", "more than one partition"),
     Case("team_negative_shares", {"group_vars/all/cluster.yml": CLUSTER.replace("shares: 30", "shares: -5")},
-         "group_vars/all/cluster.yml", "kiln_teams[1].shares", "greater than or equal to 0"),
+         "group_vars/all/cluster.yml", "kiln_teams[1].shares", "greater than or equal to 1"),
     Case("team_user_two_uids", {"group_vars/all/cluster.yml": CLUSTER.replace("{name: ben, uid: 3002}", "{name: ann, uid: 3009}")},
          "group_vars/all/cluster.yml", "kiln_teams[1].users[0].uid", "uid 3009"),
     Case("missing_version_pin", {"group_vars/all/versions.yml":

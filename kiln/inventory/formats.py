@@ -1,0 +1,195 @@
+"""The strict formats of inventory values: every value kiln reads is data of a known shape, never code.
+
+Each format is a string type for the settings schema (``Annotated[str, ...]``) whose validator refuses
+anything outside it with one sentence naming what was expected. The formats are chosen so that a value
+can only ever fill its own field: no whitespace or control character where a value lands in a
+one-line config entry (slurm.conf, fstab, chrony.conf, nccl.conf), nothing that starts with ``-``
+where a value becomes a command's argument, and only the characters the real thing uses (host
+names per RFC 1123, POSIX portable user names, package version characters, Slurm time strings).
+Values still go through one shell quoting helper (``kiln.shell``) wherever they reach a shell: the
+formats are the first wall, the quoting the second.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from typing import Annotated, Any, Callable
+
+from pydantic import AfterValidator
+
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators: nothing kiln or
+# ssh reads may hold one (a newline in a value would add a line of its own to a rendered file).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+# POSIX portable user names (the portable filename characters, never a leading '-'): users, groups,
+# teams (Slurm accounts) and partitions.
+POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+# GPU models, node features, HCA names, switch names, inventory group names
+TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# Linux interface names: at most 15 characters, no '/' or whitespace
+IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}$")
+# NCCL_SOCKET_IFNAME: an optional ^ (exclude) or = (exact) and a comma-separated list of prefixes
+IFNAME_LIST = re.compile(r"^[=^]?[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14})*$")
+# Package versions as Debian and RPM spell them (epoch:upstream-revision, ~ + . _)
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,127}$")
+PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+._-]{0,127}$")
+# Slurm time limits: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes, days-hours:minutes:seconds, or INFINITE/UNLIMITED
+SLURM_TIME = re.compile(r"^(?:INFINITE|UNLIMITED|\d{1,7}|\d{1,7}:\d{1,2}|\d{1,5}:\d{1,2}:\d{1,2}"
+                        r"|\d{1,4}-\d{1,2}(?::\d{1,2}(?::\d{1,2})?)?)$")
+# Paths kiln writes into files or hands to commands: no whitespace, quotes, '%', '#', ';' or '$'
+PATH_CHARS = re.compile(r"^[A-Za-z0-9_./@+,=:~-]+$")
+# What is mounted: nfs01:/export, 10.0.0.1@o2ib:/lustre, mon1,mon2:/, tmpfs, user@host:/dir
+MOUNT_SOURCE = re.compile(r"^[A-Za-z0-9_/\[][A-Za-z0-9_./@+,=:\[\]-]{0,1023}$")
+MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+,=:-]{0,1023}$")
+SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:[./][A-Za-z0-9_:-]+)+$")
+SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+-]+(?: [A-Za-z0-9_.,:/=+-]+)*$")
+URL = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9_.~/%+@,=:{}-]*)?$")
+# A program and its arguments (kiln_check_kernel_log): words of plain characters, kiln quotes each
+COMMAND_WORD = re.compile(r"^[A-Za-z0-9_./=:{}+,@-]+$")
+
+# Mount points that would shadow the operating system: never, nor anything below them
+SYSTEM_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/run", "/bin", "/sbin", "/lib", "/lib32",
+                "/lib64", "/libx32")
+# ... and these themselves (a filesystem below them is fine: /var/lib/docker on local NVMe)
+# (/opt holds kiln's nccl-tests; /root holds root's ssh keys)
+SYSTEM_DIRS = ("/", "/var", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/root", "/opt")
+
+
+def control_free(value: str) -> str:
+    found = CONTROL.search(value)
+    if found:
+        raise ValueError(f"holds the control character {found.group()!r} (at {found.start()}): inventory values "
+                         "are one line of text")
+    return value
+
+
+def _matching(what: str, pattern: re.Pattern, hint: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        control_free(value)
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} is not a valid {what}: {hint}")
+        return value
+    check.__name__ = f"check_{what.replace(' ', '_')}"
+    return check
+
+
+def _text(what: str, pattern: re.Pattern, hint: str) -> Any:
+    return Annotated[str, AfterValidator(_matching(what, pattern, hint))]
+
+
+def check_hostname(value: str) -> str:
+    control_free(value)
+    if len(value) > 253 or not HOSTNAME.match(value):
+        raise ValueError(f"{value!r} is not a valid host name: letters, digits and '-' in dot-separated labels "
+                         "of at most 63 characters, not starting or ending with '-' (RFC 1123)")
+    return value
+
+
+def check_address(value: str) -> str:
+    """An IP address or a host name (ansible_host, NTP servers): nothing that starts with '-'."""
+    control_free(value)
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    try:
+        return check_hostname(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is neither an IP address nor a host name (RFC 1123)") from None
+
+
+def check_user(value: str) -> str:
+    """A login name (ansible_user): the POSIX portable user-name set."""
+    control_free(value)
+    if not POSIX_NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid user name: a letter or '_' first, then letters, digits, '_', "
+                         "'.', '-' (at most 32)")
+    return value
+
+
+def check_mount_point(value: str) -> str:
+    control_free(value)
+    if not value.startswith("/"):
+        raise ValueError(f"mount point {value!r} is relative: give an absolute path such as /{value}")
+    if not PATH_CHARS.match(value):
+        raise ValueError(f"mount point {value!r} may hold only letters, digits and _ . / @ + , = : ~ -")
+    if posixpath.normpath(value) != value or "//" in value:
+        raise ValueError(f"mount point {value!r} is not normalised: write {posixpath.normpath(value)}")
+    if value in SYSTEM_DIRS or any(value == t or value.startswith(t + "/") for t in SYSTEM_TREES):
+        raise ValueError(f"mount point {value!r} is a system directory: a filesystem mounted there would hide "
+                         "the operating system's own files")
+    return value
+
+
+def check_path(value: str) -> str:
+    """A file path kiln hands to a program (known_hosts, ssh key, topology XML): plain characters only."""
+    control_free(value)
+    if not PATH_CHARS.match(value) or value.startswith("-"):
+        raise ValueError(f"path {value!r} may hold only letters, digits and _ . / @ + , = : ~ - (and not start "
+                         "with '-')")
+    return value
+
+
+def check_absolute_path(value: str) -> str:
+    check_path(value)
+    if not value.startswith("/") or posixpath.normpath(value) != value:
+        raise ValueError(f"{value!r} must be an absolute, normalised path")
+    return value
+
+
+def check_url(value: str) -> str:
+    control_free(value)
+    if not URL.match(value):
+        raise ValueError(f"{value!r} is not an http(s) URL of plain characters (host, optional port and path; no "
+                         "spaces, quotes or user:password@)")
+    return value
+
+
+def check_command(value: str) -> str:
+    """A program with arguments, as words: kiln quotes every word, no shell ever reads the text as is."""
+    control_free(value)
+    words = value.split(" ")
+    if not value or any(not COMMAND_WORD.match(w) for w in words) or words[0].startswith("-"):
+        raise ValueError(f"{value!r} must be a program and its arguments separated by single spaces, each of "
+                         "letters, digits and _ . / = : { } + , @ - (no shell syntax: kiln quotes every word)")
+    return value
+
+
+def check_sysctl_value(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"sysctl value {value!r} must be a number or a string")
+    if isinstance(value, str):
+        control_free(value)
+        if not SYSCTL_VALUE.match(value):
+            raise ValueError(f"sysctl value {value!r} may hold only letters, digits, _ . , : / = + - and single "
+                             "spaces between words")
+    return value
+
+
+HostName = Annotated[str, AfterValidator(check_hostname)]
+Address = Annotated[str, AfterValidator(check_address)]
+MountPoint = Annotated[str, AfterValidator(check_mount_point)]
+FilePath = Annotated[str, AfterValidator(check_path)]
+AbsolutePath = Annotated[str, AfterValidator(check_absolute_path)]
+Url = Annotated[str, AfterValidator(check_url)]
+Command = Annotated[str, AfterValidator(check_command)]
+SysctlValue = Annotated[Any, AfterValidator(check_sysctl_value)]
+
+PosixName = _text("name", POSIX_NAME, "a letter or '_' first, then letters, digits, '_', '.', '-' (at most 32; "
+                  "the POSIX portable user-name set)")
+Token = _text("name", TOKEN, "letters, digits, '_', '.', '-' (at most 64), not starting with '.' or '-'")
+IfName = _text("interface name", IFNAME, "at most 15 letters, digits, '_', '.', ':', '-'")
+IfNameList = _text("NCCL_SOCKET_IFNAME", IFNAME_LIST, "an optional ^ or = and comma-separated interface names")
+Version = _text("version", VERSION, "the characters package versions use: letters, digits and . + ~ : _ -")
+PackageName = _text("package name", PACKAGE, "lower case letters, digits and + . _ -")
+SlurmTime = _text("Slurm time", SLURM_TIME, "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or INFINITE")
+MountSource = _text("mount source", MOUNT_SOURCE, "no spaces or shell characters, e.g. nfs01:/export/home, "
+                    "10.0.0.1@o2ib:/lustre, tmpfs")
+MountOptions = _text("mount options", MOUNT_OPTIONS, "comma-separated options without spaces, e.g. rw,hard,vers=4.2")
+SysctlKey = _text("sysctl key", SYSCTL_KEY, "dot-separated words, e.g. net.core.rmem_max")
