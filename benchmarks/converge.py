@@ -34,7 +34,7 @@ from kiln.testbed.testbed import Testbed
 from roles import slurm_config
 from roles.base import account_specs
 from roles.context import render
-from roles.operations import accounts_script
+from roles.slurm_accounting import accounts_script
 from roles.platform import PLATFORMS
 
 HERE = Path(__file__).resolve().parent / "converge"

@@ -14,8 +14,7 @@ Defaults, in one place (each part off while its pin is ""):
 
 from __future__ import annotations
 
-import shlex
-
+from kiln.shell import quote
 from roles.context import NodeContext
 from roles.operations import commands_until, fetched_packages, managed_directory, pinned_packages
 
@@ -40,7 +39,7 @@ def _toolkit(ctx: NodeContext, pin: str) -> None:
     if ctx.platform.uses_apt:
         ctx.watch_path(TOOLKIT_KEYRING)
         commands_until(name="containers: nvidia-container-toolkit repository key", ctx=ctx, marker=TOOLKIT_KEYRING,
-                       commands=[f"curl -fsSL --retry 3 {shlex.quote(url + '/gpgkey')} | gpg --dearmor -o "
+                       commands=[f"curl -fsSL --retry 3 {quote(url + '/gpgkey')} | gpg --dearmor -o "
                                  f"{TOOLKIT_KEYRING}"])
         ctx.put("/etc/apt/sources.list.d/nvidia-container-toolkit.list",
                 f"# Written by kiln\ndeb [signed-by={TOOLKIT_KEYRING}] {url}/deb/$(ARCH) /\n", mode="644",
@@ -71,13 +70,13 @@ def _pyxis(ctx: NodeContext, version: str, slurm: str) -> None:
     marker = f"/usr/local/lib/slurm/.pyxis-{version}"
     ctx.watch_path(marker)
     url = ctx.cluster.setting("pyxis_url").replace("{version}", version)
-    src = f"/usr/local/src/pyxis-{version}"
+    src, log = quote(f"/usr/local/src/pyxis-{version}"), quote(f"/usr/local/src/pyxis-{version}/build.log")
     commands_until(name=f"containers: pyxis {version} built", ctx=ctx, marker=marker, commands=[
-        f"rm -rf {src} && mkdir -p {src} && curl -fsSL --retry 3 {shlex.quote(url)} | tar -xz -C {src} "
+        f"rm -rf {src} && mkdir -p {src} && curl -fsSL --retry 3 {quote(url)} | tar -xz -C {src} "
         "--strip-components=1",
-        f"make -C {src} > {src}/build.log 2>&1 && make -C {src} install prefix=/usr/local >> {src}/build.log 2>&1 "
-        f"|| {{ tail -n 20 {src}/build.log >&2; exit 1; }}",
-        f"test -f {PYXIS} && touch {marker}"])
+        f"make -C {src} > {log} 2>&1 && make -C {src} install prefix=/usr/local >> {log} 2>&1 "
+        f"|| {{ tail -n 20 {log} >&2; exit 1; }}",
+        f"test -f {PYXIS} && touch {quote(marker)}"])
     conf = platform.slurm_conf_dir
     ctx.watch_path(f"{conf}/plugstack.conf.d")
     managed_directory(name="containers: plugstack.conf.d", ctx=ctx, path=f"{conf}/plugstack.conf.d", mode="755",

@@ -15,17 +15,31 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+
+from kiln.inventory.formats import CONTROL
 from kiln.inventory.model import Cluster, Host, Secrets
 from roles.platform import Platform
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
+class RenderError(ValueError):
+    pass
+
+
+def _one_field(value: Any) -> Any:
+    """Every ``{{ value }}`` fills its own field: a value with a line break or other control character
+    would add lines of its own to the file (validation refuses such values; this is the second wall)."""
+    if isinstance(value, str) and CONTROL.search(value):
+        raise RenderError(f"refusing to render {value[:60]!r}: it holds a control character (a line break?)")
+    return value
+
+
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                              autoescape=False)
+                              autoescape=False, finalize=_one_field)
 
 
 def render(template: str, **values: Any) -> str:

@@ -16,8 +16,7 @@ Defaults, in one place:
 
 from __future__ import annotations
 
-import shlex
-
+from kiln.shell import quote
 from roles import nvidia_packages as pkgs
 from roles.context import NodeContext, render
 from roles.nvidia_driver import repositories
@@ -31,13 +30,12 @@ def nccl_conf(ctx: NodeContext) -> str:
 
 
 def build_commands(url: str, version: str, cuda_home: str) -> list[str]:
-    target = f"{TESTS}-{version}"
-    q = shlex.quote
-    return [f"rm -rf {target}.tmp && mkdir -p {target}.tmp && curl -fsSL --retry 3 {q(url)} "
-            f"| tar -xz -C {target}.tmp --strip-components=1",
-            f"make -C {target}.tmp -j$(nproc) CUDA_HOME={cuda_home} NCCL_HOME=/usr > {target}.tmp/build.log 2>&1 "
-            f"|| {{ tail -n 20 {target}.tmp/build.log >&2; exit 1; }}",
-            f"rm -rf {target} && mv {target}.tmp {target} && ln -sfn {target} {TESTS}"]
+    target, tmp, log = (quote(f"{TESTS}-{version}{end}") for end in ("", ".tmp", ".tmp/build.log"))
+    return [f"rm -rf {tmp} && mkdir -p {tmp} && curl -fsSL --retry 3 {quote(url)} "
+            f"| tar -xz -C {tmp} --strip-components=1",
+            f"make -C {tmp} -j$(nproc) {quote('CUDA_HOME=' + cuda_home)} NCCL_HOME=/usr > {log} 2>&1 "
+            f"|| {{ tail -n 20 {log} >&2; exit 1; }}",
+            f"rm -rf {target} && mv {tmp} {target} && ln -sfn {target} {TESTS}"]
 
 
 def install(ctx: NodeContext) -> None:

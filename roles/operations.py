@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import io
-import shlex
 from hashlib import sha1
 
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 from pyinfra.operations import files
 
-from kiln.inventory.schema import Team
-from roles.facts import SlurmAccountingState
+from kiln.shell import quote, quote_all
 from roles.snapshot import NodeSnapshotFact
 
 APT_INSTALL = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "
@@ -41,12 +39,12 @@ def kernel_guard(apt: bool, specs: str, kernel_pin: str) -> str:
     if apt:
         simulate = f"apt-get install -s -q --no-install-recommends --allow-downgrades --allow-change-held-packages {specs}"
         kernels = "sed -n 's/^Inst \\(linux-image-[^ ]*\\).*/\\1/p'"
-        allowed = f" | grep -vx {shlex.quote('linux-image-' + kernel_pin)}" if kernel_pin else ""
+        allowed = f" | grep -vx {quote('linux-image-' + kernel_pin)}" if kernel_pin else ""
         check_exit = "|| { printf '%s\\n' \"$kiln_sim\" | tail -n 5 >&2; exit 1; }"
     else:
         simulate = f"dnf -q install --assumeno --disableplugin=versionlock {specs}"
         kernels = "awk '$1 ~ /^kernel(-core|-modules(-core)?)?$/ {print $1\"-\"$3}'"
-        allowed = f" | grep -vF {shlex.quote(kernel_pin.rsplit('.', 1)[0])}" if kernel_pin else ""
+        allowed = f" | grep -vF {quote(kernel_pin.rsplit('.', 1)[0])}" if kernel_pin else ""
         check_exit = "|| true"
     return (f"kiln_sim=$({simulate} 2>&1) {check_exit}; "
             f"kiln_k=$(printf '%s\\n' \"$kiln_sim\" | {kernels}{allowed} | tr '\\n' ' '); "
@@ -88,20 +86,20 @@ def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str
         (lambda n: f"{n}-{packages[n]}" if packages.get(n) else sources.get(n, n))
     unhold = sorted(set(missing) & held)
     if missing:
-        specs = " ".join(shlex.quote(spec(n)) for n in missing)
+        specs = " ".join(quote(spec(n)) for n in missing)
         if apt:
             yield "apt-get update -q"
         if guard_kernel is not None:
             yield kernel_guard(apt, specs, guard_kernel)
         if unhold:
-            yield ("apt-mark unhold " if apt else "dnf -q versionlock delete ") + " ".join(unhold)
+            yield ("apt-mark unhold " if apt else "dnf -q versionlock delete ") + quote_all(unhold)
         yield f"{APT_INSTALL} {specs}" if apt else f"dnf install -y -q {specs}"
     hold = sorted(n for n in pinned if n not in held or n in unhold)
     if hold:
         if apt:
-            yield "apt-mark hold " + " ".join(hold)
+            yield "apt-mark hold " + quote_all(hold)
         else:
-            yield "dnf -q versionlock add " + " ".join(shlex.quote(spec(n)) for n in hold)
+            yield "dnf -q versionlock add " + " ".join(quote(spec(n)) for n in hold)
 
 
 @operation()
@@ -120,9 +118,9 @@ def managed_file(ctx, path: str, content: bytes, mode: str, user: str, group: st
                                     create_remote_dir=False, force=True)
         return
     if (current.user, current.group) != (user, group):
-        yield f"chown {user}:{group} {shlex.quote(path)}"
+        yield f"chown {quote(user + ':' + group)} {quote(path)}"
     if current.mode != mode.lstrip("0"):
-        yield f"chmod {mode} {shlex.quote(path)}"
+        yield f"chmod {quote(mode)} {quote(path)}"
 
 
 @operation()
@@ -137,15 +135,15 @@ def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_cre
     """
     current = _snapshot(ctx).files.get(path)
     if current is None:
-        yield f"mkdir -p {shlex.quote(path)}"
+        yield f"mkdir -p {quote(path)}"
     elif current.kind != "directory":
         raise OperationError(f"{path} exists and is a {current.kind}, not a directory: move it away")
     elif only_create:
         return
     if current is None or (current.user, current.group) != (user, group):
-        yield f"chown {user}:{group} {shlex.quote(path)}"
+        yield f"chown {quote(user + ':' + group)} {quote(path)}"
     if current is None or current.mode != mode.lstrip("0"):
-        yield f"chmod {mode} {shlex.quote(path)}"
+        yield f"chmod {quote(mode)} {quote(path)}"
 
 
 @operation()
@@ -161,8 +159,8 @@ def line_present(ctx, index: int, path: str, line: str, replace_regex: str | Non
     """
     if index not in _snapshot(ctx).lines:
         if replace_regex:
-            yield f"sed -i -E {shlex.quote('/' + replace_regex.replace('/', chr(92) + '/') + '/d')} {shlex.quote(path)}"
-        yield f"echo {shlex.quote(line)} >> {shlex.quote(path)}"
+            yield f"sed -i -E {quote('/' + replace_regex.replace('/', chr(92) + '/') + '/d')} {quote(path)}"
+        yield f"echo {quote(line)} >> {quote(path)}"
 
 
 @operation()
@@ -192,11 +190,11 @@ def service_running(ctx, unit: str, enabled: bool = True, start=True):
     snap = _snapshot(ctx)
     state = snap.unit(unit)
     if enabled and state.enabled not in ("enabled", "static", "alias", "generated", "enabled-runtime"):
-        yield f"systemctl enable {shlex.quote(unit)}"
+        yield f"systemctl enable {quote(unit)}"
     if callable(start):
         start = start(snap)
     if start and state.active != "active":
-        yield f"systemctl start {shlex.quote(unit)}"
+        yield f"systemctl start {quote(unit)}"
 
 
 @operation()
@@ -220,8 +218,8 @@ def fetched_packages(ctx, urls: dict[str, str], version: str | None = None, mark
     if version is not None and set(names) & snap.held:
         yield ("apt-mark unhold " if apt else "dnf -q versionlock delete ") + " ".join(sorted(set(names) & snap.held))
     for n in names:
-        yield f"curl -fsSL --retry 3 -o {shlex.quote(local[n])} {shlex.quote(urls[n])}"
-    files_ = " ".join(shlex.quote(local[n]) for n in names)
+        yield f"curl -fsSL --retry 3 -o {quote(local[n])} {quote(urls[n])}"
+    files_ = " ".join(quote(local[n]) for n in names)
     yield f"{APT_INSTALL} {files_}" if apt else f"dnf install -y -q {files_}"
     if version is not None:
         yield ("apt-mark hold " if apt else "dnf -q versionlock add ") + " ".join(names)
@@ -252,7 +250,7 @@ def module_loaded(ctx, module: str, requires: str):
     """
     loaded = _snapshot(ctx).modules
     if requires in loaded and module not in loaded:
-        yield f"modprobe {shlex.quote(module)}"
+        yield f"modprobe {quote(module)}"
 
 
 @operation()
@@ -262,7 +260,7 @@ def service_restarted(unit: str):
 
     + unit: e.g. ``munge.service``
     """
-    yield f"systemctl restart {shlex.quote(unit)}"
+    yield f"systemctl restart {quote(unit)}"
 
 
 @operation()
@@ -281,91 +279,29 @@ def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
     for name, gid, system in groups:
         current = snap.groups.get(name)
         if current is None:
-            yield f"groupadd {'-r ' if system else ''}-g {gid} {shlex.quote(name)}"
+            yield f"groupadd {'-r ' if system else ''}-g {quote(gid)} {quote(name)}"
         elif current[0] != gid:
-            yield f"groupmod -g {gid} {shlex.quote(name)}"
+            yield f"groupmod -g {quote(gid)} {quote(name)}"
     for u in users:
-        name = shlex.quote(u["name"])
+        name = quote(u["name"])
         current = snap.users.get(u["name"])
         extra = u.get("groups") or []
         if current is None:
-            yield (f"useradd {'-r ' if u['system'] else ''}-u {u['uid']} -g {shlex.quote(u['group'])}"
-                   f"{' -G ' + ','.join(extra) if extra else ''} -s {u['shell']} -d {shlex.quote(u['home'])} "
+            yield (f"useradd {'-r ' if u['system'] else ''}-u {quote(u['uid'])} -g {quote(u['group'])}"
+                   f"{' -G ' + quote_all(extra, ',') if extra else ''} -s {quote(u['shell'])} -d {quote(u['home'])} "
                    f"{'-m' if u['create_home'] else '-M'} {name}")
             continue
         if current.uid != u["uid"]:
-            yield f"usermod -u {u['uid']} {name}"
+            yield f"usermod -u {quote(u['uid'])} {name}"
         group_gid = snap.groups.get(u["group"], (None,))[0]
         wanted_gid = next((gid for g, gid, _ in groups if g == u["group"]), group_gid)
         if current.gid != wanted_gid:
-            yield f"usermod -g {shlex.quote(u['group'])} {name}"
+            yield f"usermod -g {quote(u['group'])} {name}"
         if current.shell != u["shell"]:
-            yield f"usermod -s {u['shell']} {name}"
+            yield f"usermod -s {quote(u['shell'])} {name}"
         missing = [g for g in extra if u["name"] not in snap.groups.get(g, (0, set()))[1]]
         if missing:
-            yield f"usermod -a -G {','.join(missing)} {name}"
-
-
-def _grp_tres(team: Team) -> str:
-    return f"gres/gpu={team.gpu_limit}" if team.gpu_limit is not None else ""
-
-
-_WAIT_FOR_DBD = ("for i in $(seq 120); do sacctmgr -nP show cluster >/dev/null 2>&1 && break; sleep 1; done; "
-                 "sacctmgr -nP show cluster >/dev/null || { echo 'slurmdbd did not answer in 120 s' >&2; exit 1; }")
-
-
-@operation()
-def slurm_accounts(cluster: str, teams: list[Team]):
-    """
-    Register the cluster in the accounting database and make each team an account with its fair-share
-    shares, GPU limit (``GrpTRES=gres/gpu=N``) and users.
-
-    + cluster: Slurm ClusterName
-    + teams: the inventory's teams
-
-    Users or accounts that are not in the inventory are left alone (removing them could orphan
-    running jobs); kiln reports only what it changes. When slurmdbd is not reachable while the
-    deploy is prepared (a fresh controller), the commands wait for it and check each item first.
-    """
-    state = host.get_fact(SlurmAccountingState, cluster=cluster)
-    if not state.reachable:
-        yield from accounts_script(cluster, teams)
-        return
-    if not state.cluster_registered:
-        yield f"sacctmgr -i add cluster {shlex.quote(cluster)}"
-    for team in teams:
-        name = shlex.quote(team.name)
-        current = state.account(team.name)
-        if current is None:
-            tres = f" GrpTRES={_grp_tres(team)}" if team.gpu_limit is not None else ""
-            yield f"sacctmgr -i add account {name} Cluster={cluster} Fairshare={team.shares}{tres}"
-        elif current.fairshare != str(team.shares) or current.grp_tres != _grp_tres(team):
-            yield (f"sacctmgr -i modify account where name={name} cluster={cluster} set Fairshare={team.shares} "
-                   f"GrpTRES={_grp_tres(team) or 'gres/gpu=-1'}")
-        present = state.users(team.name)
-        for user in team.users:
-            if user.name not in present:
-                yield f"sacctmgr -i add user {shlex.quote(user.name)} Account={name} Cluster={cluster}"
-
-
-def accounts_script(cluster: str, teams: list[Team]) -> list[str]:
-    """Commands that wait for slurmdbd, then add the cluster, accounts and users that are missing and
-    set every account's shares and GPU limit: right on a fresh or a converged database alike."""
-    out = [_WAIT_FOR_DBD,
-           f"sacctmgr -nP show cluster format=cluster | grep -qx {shlex.quote(cluster)} "
-           f"|| sacctmgr -i add cluster {shlex.quote(cluster)}"]
-    for team in teams:
-        name = shlex.quote(team.name)
-        tres = f"GrpTRES={_grp_tres(team)}" if team.gpu_limit is not None else ""
-        out.append(f"sacctmgr -nP show account {name} format=account | grep -qx {name} "
-                   f"|| sacctmgr -i add account {name} Cluster={cluster} Fairshare={team.shares} {tres}".rstrip())
-        out.append(f"sacctmgr -i modify account where name={name} cluster={cluster} set Fairshare={team.shares} "
-                   f"GrpTRES={_grp_tres(team) or 'gres/gpu=-1'} >/dev/null")
-        for user in team.users:
-            uname = shlex.quote(user.name)
-            out.append(f"sacctmgr -nP show assoc cluster={cluster} account={name} user={uname} format=user "
-                       f"| grep -qx {uname} || sacctmgr -i add user {uname} Account={name} Cluster={cluster}")
-    return out
+            yield f"usermod -a -G {quote_all(missing, ',')} {name}"
 
 
 def settled(service: str, seconds: float = 3.0) -> str:

@@ -35,7 +35,8 @@ from pyinfra.operations import server, systemd
 from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
 from roles.operations import (line_present, line_removed, managed_directory, pinned_packages, service_restarted,
-                              service_running, settled, slurm_accounts)
+                              service_running, settled)
+from roles.slurm_accounting import slurm_accounts
 
 CONF = "/etc/slurm"
 PAM_LINE = "account    required     pam_slurm_adopt.so"

@@ -14,10 +14,11 @@ writes). Output parsing is pure (``parse_snapshot``) and tested on recorded outp
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
 from pyinfra.api import FactBase
+
+from kiln.shell import quote
 
 MARK = "@@kiln "
 _VERSIONLOCK = re.compile(r"^(?P<name>[A-Za-z0-9_.+-]+?)-(?:\d+:)?(?P<version>[^-]+-[^-]+)\.\*$")
@@ -72,7 +73,7 @@ class NodeSnapshot:
 
 def snapshot_command(paths: list[str], units: list[str], lines: list[tuple[str, str]],
                      modules: list[str] = ()) -> str:
-    q = shlex.quote
+    q = quote
     parts = [
         f"echo '{MARK}packages'",
         "(dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Version}\\n' 2>/dev/null"

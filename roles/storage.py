@@ -13,10 +13,10 @@ Defaults:
 from __future__ import annotations
 
 import re
-import shlex
 
 from pyinfra.operations import server
 
+from kiln.shell import quote
 from roles.context import NodeContext, when_changed
 from roles.operations import line_present, managed_directory, pinned_packages
 
@@ -49,8 +49,8 @@ def configure(ctx: NodeContext) -> None:
         entry = line_present(name=f"storage: /etc/fstab entry for {m.path}", ctx=ctx, path="/etc/fstab", line=line,
                              index=index, replace_regex=rf"^\S+\s+{path}\s")
         mounted = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} ")
-        server.shell(name=f"storage: mount {m.path}", commands=[f"mount {shlex.quote(m.path)}"],
+        server.shell(name=f"storage: mount {m.path}", commands=[f"mount {quote(m.path)}"],
                      _if=lambda i=mounted: i not in ctx.snapshot.lines)
         server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
-                     commands=[f"mount -o remount {shlex.quote(m.path)}"],
+                     commands=[f"mount -o remount {quote(m.path)}"],
                      _if=lambda i=mounted, e=entry: i in ctx.snapshot.lines and when_changed(e)())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import shlex
 import shutil
 import tempfile
 import time
@@ -20,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from checks.fabric import bandwidth_verdict
 from checks.node import Node, Result
 from checks.suites import run_suites, suite_commands
-from checks.fabric import bandwidth_verdict
 from checks.verdict import Verdict, fail, ok
 from kiln.inventory.expect import node_expectations
 from kiln.inventory.model import Cluster, Host
+from kiln.shell import quote
 
 CHECKS_DIR = Path(__file__).resolve().parents[2] / "checks"
 
@@ -74,7 +74,7 @@ def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
                      f"printf '\\n{MARK}rc {i} %s\\n' $?")
     parts.append(f"echo '{MARK}err'; cd \"$t\" && grep -a -H '' {' '.join(str(i) for i in range(len(commands)))}; "
                  "cd / && rm -rf \"$t\"")
-    out = node.run(f"sh -c {shlex.quote(chr(10).join(parts))}")
+    out = node.run(f"sh -c {quote(chr(10).join(parts))}")
     text, results = out.stdout, {}
     # the last marker line is kiln's own: a command's stdout comes before it, and grep prefixes every
     # stderr line after it with "N:"
@@ -244,8 +244,8 @@ class RemoteCheck:
         writer's (put the token only). The token goes in by one rename, so a reader sees the old or the
         new one, never a file being written; nothing is written under an empty mount point."""
         marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
-        quoted, tmp = shlex.quote(marker), shlex.quote(f"{marker}.{self.token}")
-        guard, put = f"mountpoint -q {shlex.quote(path)}", f"echo {self.token} > {tmp} && mv -f {tmp} {quoted}"
+        quoted, tmp = quote(marker), quote(f"{marker}.{self.token}")
+        guard, put = f"mountpoint -q {quote(path)}", f"echo {self.token} > {tmp} && mv -f {tmp} {quoted}"
         return f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", f"cat {quoted}", f"{guard} && {{ {put}; }}"
 
     def _shared_commands(self, host: Host) -> dict[tuple[str, str], str]:
@@ -327,9 +327,9 @@ class RemoteCheck:
         def measure(pair):
             client, server = pair
             hca = (client.fabric.hcas or ["mlx5_0"])[0]
-            args = f"-d {shlex.quote(hca)} -F --report_gbits -s 8388608 -D 3"
+            args = f"-d {quote(hca)} -F --report_gbits -s 8388608 -D 3"
             self.node(server).run(f"(timeout 30 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
-            out = self.node(client).run(f"timeout 30 ib_write_bw {args} {shlex.quote(server.address)}")
+            out = self.node(client).run(f"timeout 30 ib_write_bw {args} {quote(server.address)}")
             return bandwidth_verdict(out.stdout, threshold, f"{client.name} -> {server.name} via {hca}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(pairs))) as pool:
             for (client, _), verdict in zip(pairs, pool.map(measure, pairs)):

@@ -9,11 +9,13 @@ from __future__ import annotations
 from checks.gpu import XID_HOURS
 from checks.parsers.kernel_log import COMMAND as KERNEL_LOG, log_command
 from kiln.inventory.model import Cluster, Host
+from kiln.shell import command
 from kiln.versions import upstream
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:
-    kernel_log = log_command(cluster.setting("check_kernel_log") or KERNEL_LOG)  # one read for gpu and fabric
+    custom = cluster.setting("check_kernel_log")  # a program and its words, each quoted: never shell text
+    kernel_log = log_command(command(*custom.split(" ")) if custom else KERNEL_LOG)  # one read for gpu and fabric
     rdma = host.fabric.type in ("infiniband", "roce")
     return {
         "node": host.name,

@@ -6,9 +6,8 @@ reboot through Slurm's RebootProgram, list the jobs on nodes, read node states a
 
 from __future__ import annotations
 
-import shlex
-
 from checks.node import Node, Result
+from kiln.shell import command, quote
 from kiln.patch.plan import SlurmNode, parse_nodes
 
 
@@ -30,28 +29,29 @@ class SlurmControl:
         return parse_nodes(self._ok("scontrol show node -o").stdout)
 
     def drain(self, names: list[str], reason: str) -> None:
-        self._ok(f"scontrol update nodename={','.join(names)} state=drain reason={shlex.quote(reason)}")
+        self._ok(command("scontrol", "update", f"nodename={','.join(names)}", "state=drain", f"reason={reason}"))
 
     def set_reason(self, name: str, reason: str) -> None:
         """Keep ``name`` drained, with ``reason`` (the check that failed)."""
-        self._ok(f"scontrol update nodename={name} state=drain reason={shlex.quote(reason[:200])}")
+        self._ok(command("scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason[:200]}"))
 
     def resume(self, name: str) -> None:
-        self._ok(f"scontrol update nodename={name} state=resume")
+        self._ok(command("scontrol", "update", f"nodename={name}", "state=resume"))
 
     def reboot(self, names: list[str], reason: str) -> None:
         """Through Slurm's RebootProgram; a drained node comes back drained, with the reason kept."""
-        self._ok(f"scontrol reboot reason={shlex.quote(reason)} {','.join(names)}")
+        self._ok(command("scontrol", "reboot", f"reason={reason}", ",".join(names)))
 
     def jobs(self, names: list[str]) -> dict[str, list[str]]:
         """Node -> ids of the jobs running (or finishing) on it."""
-        out = self._ok(f"squeue -h -w {','.join(names)} -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED -o '%i %N'")
+        out = self._ok(command("squeue", "-h", "-w", ",".join(names), "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED",
+                               "-o", "%i %N"))
         found: dict[str, list[str]] = {n: [] for n in names}
         expand = {}
         for line in out.stdout.splitlines():
             job, _, nodelist = line.strip().partition(" ")
             if nodelist not in expand:
-                expand[nodelist] = self._ok(f"scontrol show hostnames {shlex.quote(nodelist)}").stdout.split()
+                expand[nodelist] = self._ok(command("scontrol", "show", "hostnames", nodelist)).stdout.split()
             for n in expand[nodelist]:
                 if n in found:
                     found[n].append(job)

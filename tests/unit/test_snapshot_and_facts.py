@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from roles.facts import IsContainer, parse_sacctmgr
+from roles.facts import IsContainer
+from roles.slurm_accounting import parse_sacctmgr
 from roles.snapshot import NodeSnapshot, SnapshotError, parse_snapshot, snapshot_command
 from tests.conftest import REPO
 
