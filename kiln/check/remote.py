@@ -1,7 +1,10 @@
 """Run kiln's check suites on inventory hosts over SSH: pytest drives, testinfra connects.
 
-Every host gets an entry in a generated ssh_config (its address, user, key, the inventory's known_hosts
-with ``StrictHostKeyChecking yes``, a ControlMaster), so an unknown or changed host key is refused.
+Every host is reached with ssh and kiln's own options on its command line (``ssh_options``: strict host
+key checking, the inventory's known_hosts, batch mode, a ControlMaster), which win over any ssh_config;
+the site's ``kiln_ssh_config_file`` is honoured as kiln deploy honours it, for everything else. No
+inventory value is ever written into an ssh_config as text: each is one quoted word of ssh's command
+line. An unknown or changed host key is refused.
 All hosts are checked at once (a thread per host, testinfra's ssh backend), then pytest reports one test
 per host and suite (JUnit with ``--junitxml``). Checks that need several nodes (the same data on every
 node's shared storage, the same kernel, bandwidth between nodes) are settled here from those outputs.
@@ -37,21 +40,45 @@ CHECKS_DIR = Path(__file__).resolve().parents[2] / "checks"
 KEX_FIRST = "^curve25519-sha256,curve25519-sha256@libssh.org"
 
 
-def ssh_config(cluster: Cluster, hosts: list[Host], control_dir: Path) -> str:
-    entries = []
-    for h in hosts:
-        c = h.connection
-        lines = [f"Host {h.name}", f"  HostName {c.get('ssh_hostname', h.name)}",
-                 f"  User {c.get('ssh_user', 'root')}", f"  Port {c.get('ssh_port', 22)}",
-                 "  StrictHostKeyChecking yes", "  BatchMode yes", "  ConnectTimeout 10", "  LogLevel ERROR",
-                 "  ControlMaster auto", f"  ControlPath {control_dir}/%C", "  ControlPersist 15",
-                 f"  KexAlgorithms {KEX_FIRST}"]
-        if c.get("ssh_key"):
-            lines.append(f"  IdentityFile {c['ssh_key']}")
-        if c.get("ssh_known_hosts_file"):
-            lines.append(f"  UserKnownHostsFile {c['ssh_known_hosts_file']}")
-        entries.append("\n".join(lines))
-    return "\n".join(entries) + "\n"
+def ssh_options(host: Host, control_dir: Path) -> list[str]:
+    """kiln's ssh options for ``host``, as ``-o`` words: given on the command line, they win over any
+    ssh_config (ssh takes the first value it reads), so no site file can switch host keys off."""
+    c = host.connection
+    options = ["StrictHostKeyChecking=yes", "BatchMode=yes", "ConnectTimeout=10", "LogLevel=ERROR",
+               "ControlMaster=auto", f"ControlPath={control_dir}/%C", "ControlPersist=15",
+               f"KexAlgorithms={KEX_FIRST}", f"User={c.get('ssh_user', 'root')}", f"Port={c.get('ssh_port', 22)}"]
+    if c.get("ssh_known_hosts_file"):
+        options.append(f"UserKnownHostsFile={c['ssh_known_hosts_file']}")
+    if c.get("ssh_key"):
+        options.append(f"IdentityFile={c['ssh_key']}")
+    return [word for option in options for word in ("-o", option)]
+
+
+def ssh_command(host: Host, control_dir: Path, command: str) -> list[str]:
+    """The whole ssh argv kiln runs for ``command`` on ``host`` (what the backend below builds)."""
+    config = host.connection.get("ssh_config_file") or os.devnull
+    return ["ssh", *ssh_options(host, control_dir), "-F", config, "--",
+            str(host.connection.get("ssh_hostname", host.name)), command]
+
+
+def _ssh_backend():
+    from testinfra.backend.ssh import SshBackend
+
+    class KilnSsh(SshBackend):
+        """testinfra's ssh backend with kiln's argv: every word quoted, the destination after ``--``."""
+
+        def __init__(self, argv: list[str]):
+            self.argv = argv[:-1]  # the command comes per run
+            super().__init__("ssh://node", controlpersist=0)
+
+        def _build_ssh_command(self, command: str) -> tuple[list[str], list[str]]:
+            return ["%s"] * (len(self.argv) + 1), [*self.argv, command]
+
+    return KilnSsh
+
+
+def _KilnSsh(argv: list[str]):  # noqa: N802 - a class made on first use (testinfra loads late)
+    return _ssh_backend()(argv)
 
 
 MARK = "@@kiln-"
@@ -178,11 +205,9 @@ class RemoteCheck:
         (self.tmp / "pid").write_text(f"{os.getpid()}\n")
         _sweep_stale(self.tmp)
         (self.tmp / "cm").mkdir()
-        self.config = self.tmp / "ssh_config"
-        self.config.write_text(ssh_config(cluster, hosts, self.tmp / "cm"))
 
     def close(self) -> None:
-        """Remove the generated ssh_config and control sockets (their masters exit 15 s after last use)."""
+        """Remove the control sockets' directory (their masters exit 15 s after last use)."""
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> "RemoteCheck":
@@ -192,8 +217,7 @@ class RemoteCheck:
         self.close()
 
     def node(self, host: Host) -> Node:
-        import testinfra
-        backend = testinfra.get_host(f"ssh://{host.name}", ssh_config=str(self.config), controlpersist=0)
+        backend = _KilnSsh(ssh_command(host, self.tmp / "cm", ""))
 
         def run(command: str) -> Result:
             try:
