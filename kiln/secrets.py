@@ -2,14 +2,17 @@
 
 They live in ``<kiln_secrets_dir>/<cluster name>/`` (default ``secrets/`` beside the inventory
 directory), the directory 0700 and each file 0600, generated on first use and reused after. kiln
-refuses a secrets directory that git would commit, and never prints a secret: deploy output, diffs
-and logs show ``********`` instead.
+refuses a secrets directory that git would commit, one that is a symbolic link, belongs to another
+user or is writable by others (whoever can write it chooses the cluster's munge key), and reads each
+file without following links. It never prints a secret: deploy output, diffs and logs show
+``********`` instead.
 """
 
 from __future__ import annotations
 
 import os
 import secrets as random
+import stat
 import subprocess
 from pathlib import Path
 
@@ -45,9 +48,33 @@ def _tracked_by_git(path: Path) -> bool:
 
 
 def _write_new(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+def _owned_and_private(path: Path, what: str) -> None:
+    """``path`` is no link, belongs to the user running kiln, and no one else may write it."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise SecretsError(f"{what} {path} is a symbolic link: kiln keeps secrets only in a real directory of "
+                           "the user running it; replace the link with the directory")
+    if info.st_uid != os.geteuid():
+        raise SecretsError(f"{what} {path} belongs to uid {info.st_uid}, not to the user running kiln "
+                           f"(uid {os.geteuid()}): chown it, or run kiln as its owner")
+    if info.st_mode & 0o022:
+        raise SecretsError(f"{what} {path} is writable by others than its owner "
+                           f"(mode {info.st_mode & 0o777:o}): anyone who can write it chooses the cluster's "
+                           f"secrets; chmod go-w {path}, and check its content")
+
+
+def _read_private(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(1 << 20)
 
 
 def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
@@ -57,6 +84,8 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
     if _tracked_by_git(path):
         raise SecretsError(f"secrets directory {path} is inside a git work tree and not ignored: add it to "
                            ".gitignore or set kiln_secrets_dir to a path outside the repository")
+    _owned_and_private(cluster.secrets_dir, "secrets directory")
+    _owned_and_private(path, "secrets directory")
     if not path.exists():
         if not create:
             # A dry run on a new cluster: show the changes with secrets that are never written.
@@ -68,8 +97,10 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
         _write_new(key_file, random.token_bytes(1024))
     if create and not password_file.exists():
         _write_new(password_file, random.token_urlsafe(32).encode())
+    for f in (key_file, password_file):
+        _owned_and_private(f, "secret file")
     try:
-        key, password = key_file.read_bytes(), password_file.read_text().strip()
+        key, password = _read_private(key_file), _read_private(password_file).decode().strip()
     except OSError as e:
         raise SecretsError(f"cannot read the secrets of cluster {cluster.name!r} in {path}: {e.strerror}") from None
     if len(key) < 32:

@@ -97,11 +97,11 @@ class NodeContext:
     def put(self, path: str, content: str | bytes, *, mode: str, user: str = "root", group: str = "root",
             secret: bool = False, name: str | None = None) -> Any:
         """Write ``content`` to ``path`` when content, owner or mode differ; return the operation."""
-        from roles.operations import managed_file
+        from roles.operations import managed_file, secret_file
         data = content.encode() if isinstance(content, str) else content
         self.watch_path(path)
-        op = managed_file(name=name or f"file {path}", ctx=self, path=path, content=data, mode=mode, user=user,
-                          group=group)
+        op = (secret_file if secret else managed_file)(name=name or f"file {path}", ctx=self, path=path, content=data,
+                                                       mode=mode, user=user, group=group)
         self.files.append(ManagedFile(path, data, secret, op, mode, user, group))
         return op
 

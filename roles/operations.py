@@ -6,7 +6,7 @@ import io
 from hashlib import sha1
 
 from pyinfra import host
-from pyinfra.api import OperationError, operation
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.operations import files
 
 from kiln.shell import quote, quote_all
@@ -121,6 +121,41 @@ def managed_file(ctx, path: str, content: bytes, mode: str, user: str, group: st
         yield f"chown {quote(user + ':' + group)} {quote(path)}"
     if current.mode != mode.lstrip("0"):
         yield f"chmod {quote(mode)} {quote(path)}"
+
+
+@operation()
+def secret_file(ctx, path: str, content: bytes, mode: str, user: str, group: str):
+    """
+    A secret file (munge key, slurmdbd.conf) that never exists on the node with a wider mode or
+    another owner than its final ones, not for an instant, and is never staged in /tmp.
+
+    + ctx: the node's NodeContext
+    + path: absolute path on the node; its directory must exist
+    + content: the bytes the file must hold
+    + mode, user, group: the final mode and owner, e.g. ``"400"``, ``"munge"``, ``"munge"``
+
+    The bytes go into ``<path>.kiln-new``, created empty at 0600 root first (an upload into an
+    existing file keeps its mode), which then gets its owner and mode and is renamed over ``path`` in
+    one step. Under ``become`` the upload's hop is a 0600 file in the login user's home directory,
+    made by that user before the upload, not pyinfra's file in /tmp.
+    """
+    current = _snapshot(ctx).files.get(path)
+    if current is not None and current.kind == "regular file" and current.sha1 == sha1(content).hexdigest():
+        if (current.user, current.group) != (user, group):
+            yield f"chown {quote(user + ':' + group)} {quote(path)}"
+        if current.mode != mode.lstrip("0"):
+            yield f"chmod {quote(mode)} {quote(path)}"
+        return
+    stage = f"{path}.kiln-new"
+    yield f"umask 077 && rm -f {quote(stage)} && : > {quote(stage)}"
+    if ctx.node.connection.get("_sudo"):
+        hop = f".kiln-upload-{sha1(path.encode()).hexdigest()[:12]}"
+        yield StringCommand(f"umask 077 && rm -f {quote(hop)} && : > {quote(hop)}", _sudo=False)
+        yield FileUploadCommand(io.BytesIO(content), stage, remote_temp_filename=hop)
+    else:
+        yield FileUploadCommand(io.BytesIO(content), stage)
+    yield (f"chown {quote(user + ':' + group)} {quote(stage)} && chmod {quote(mode)} {quote(stage)} && "
+           f"mv -f {quote(stage)} {quote(path)}")
 
 
 @operation()

@@ -156,14 +156,14 @@ def _database(ctx: NodeContext) -> None:
     service = ctx.platform.mariadb_service
     db = service_running(name="slurm: MariaDB running", ctx=ctx, unit=ctx.watch_unit(service))
     dbd_conf = ctx.marks["dbd_conf"]
-    # The password is read on the node from slurmdbd.conf, so it never appears in a command line.
+    # The password is read on the node from slurmdbd.conf and reaches mysql on its standard input: it is
+    # in no process's argv (sed's holds only the pattern; echo is the shell's own).
     grant = server.shell(
         name="slurm: accounting database and its user (if slurmdbd.conf changed)",
-        commands=["pass=$(sed -n 's/^StoragePass=//p' /etc/slurm/slurmdbd.conf) && mysql -u root -e "
-                  "\"CREATE DATABASE IF NOT EXISTS slurm_acct_db; "
-                  "CREATE USER IF NOT EXISTS 'slurm'@'localhost'; "
-                  "ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$pass'; "
-                  "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;\""],
+        commands=["{ echo \"CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost';\"; "
+                  "sed -n \"s/^StoragePass=\\(.*\\)$/ALTER USER 'slurm'@'localhost' IDENTIFIED BY '\\1';/p\" "
+                  "/etc/slurm/slurmdbd.conf; "
+                  "echo \"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;\"; } | mysql -u root"],
         _if=when_changed(db, *dbd_conf))
     _daemon(ctx, "slurmdbd", dbd_conf + ctx.marks["munge_key"] + [grant])
 

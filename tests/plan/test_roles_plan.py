@@ -95,10 +95,14 @@ def test_rocky_uses_openhpc_epel_and_versionlock(monkeypatch):
 
 def test_controller_gets_database_daemons_and_accounts(monkeypatch):
     plan = dict(plan_host(cluster_for("debian12"), "ctl1", "debian12", fresh("debian12"), monkeypatch))
-    assert plan["slurm: slurmdbd.conf"][0] == "upload /etc/slurm/slurmdbd.conf"
-    assert "chmod 600 /etc/slurm/slurmdbd.conf" in plan["slurm: slurmdbd.conf"]
-    assert "chown slurm:slurm /etc/slurm/slurmdbd.conf" in plan["slurm: slurmdbd.conf"]
-    assert "chmod 400 /etc/munge/munge.key" in plan["slurm: munge key"]
+    # secrets: created empty at 0600 root, filled, given their owner and mode, renamed into place
+    assert plan["slurm: slurmdbd.conf"] == [
+        "umask 077 && rm -f /etc/slurm/slurmdbd.conf.kiln-new && : > /etc/slurm/slurmdbd.conf.kiln-new",
+        "upload /etc/slurm/slurmdbd.conf.kiln-new",
+        "chown slurm:slurm /etc/slurm/slurmdbd.conf.kiln-new && chmod 600 /etc/slurm/slurmdbd.conf.kiln-new && "
+        "mv -f /etc/slurm/slurmdbd.conf.kiln-new /etc/slurm/slurmdbd.conf"]
+    assert plan["slurm: munge key"][-1].endswith("chmod 400 /etc/munge/munge.key.kiln-new && "
+                                                 "mv -f /etc/munge/munge.key.kiln-new /etc/munge/munge.key")
     grant = plan["slurm: accounting database and its user (if slurmdbd.conf changed)"][0]
     assert SECRETS.dbd_password not in grant and "StoragePass" in grant  # read on the node, never sent
     accounts = "\n".join(plan["slurm: accounts, shares, GPU limits and users of the teams"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -54,3 +55,32 @@ def test_masking_and_repr(cluster):
     secrets = load_or_create(cluster)
     assert secrets.dbd_password not in repr(secrets)
     assert secrets.mask(f"StoragePass={secrets.dbd_password}\n") == "StoragePass=********\n"
+
+
+@pytest.mark.parametrize("make_it_unsafe, message", [
+    (lambda d: d.chmod(0o777), "writable by others than its owner .mode 777"),
+    (lambda d: d.chmod(0o770), "writable by others than its owner .mode 770"),
+    (lambda d: (d / "munge.key").chmod(0o666), "writable by others"),
+    (lambda d: os.chown(d, 4242, -1), "belongs to uid 4242"),
+])
+def test_a_secrets_directory_others_can_write_is_refused(cluster, make_it_unsafe, message):
+    load_or_create(cluster)
+    make_it_unsafe(secrets_path(cluster))
+    with pytest.raises(SecretsError, match=message):
+        load_or_create(cluster)
+
+
+def test_secrets_behind_links_are_refused(cluster, tmp_path):
+    load_or_create(cluster)
+    path = secrets_path(cluster)
+    elsewhere = tmp_path / "elsewhere"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    with pytest.raises(SecretsError, match="is a symbolic link"):
+        load_or_create(cluster)
+    path.unlink()
+    elsewhere.rename(path)
+    (path / "munge.key").rename(tmp_path / "key")
+    (path / "munge.key").symlink_to(tmp_path / "key")
+    with pytest.raises(SecretsError, match="is a symbolic link"):
+        load_or_create(cluster)
