@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, load_or_exit
+from kiln.cli.main import echo, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, load_or_exit
 
 
 @click.command()
@@ -27,28 +27,28 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
     names = list(SUITES) if suites is None else [s.strip() for s in suites.split(",") if s.strip()]
     unknown = [s for s in names if s not in SUITES]
     if unknown or not names:
-        click.echo(f"--suite: unknown {', '.join(unknown) or '(none given)'}; kiln has {', '.join(SUITES)}", err=True)
+        echo(f"--suite: unknown {', '.join(unknown) or '(none given)'}; kiln has {', '.join(SUITES)}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     try:
         hosts = [cluster.hosts[n] for n in resolve_limit(cluster, limit)]
     except LimitError as e:
-        click.echo(f"{e}; nothing was checked", err=True)
+        echo(f"{e}; nothing was checked", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
     from kiln.check import report
     from kiln.check.remote import RemoteCheck
-    click.echo(f"checking {len(hosts)} host(s): {', '.join(names)}")
-    with RemoteCheck(cluster, hosts, names, progress=click.echo) as run:
+    echo(f"checking {len(hosts)} host(s): {', '.join(names)}")
+    with RemoteCheck(cluster, hosts, names, progress=echo) as run:
         code = run.run_pytest(str(junit_path) if junit_path else None)
-    click.echo("")
-    click.echo(report.table(run.results, names))
+    echo("")
+    echo(report.table(run.results, names))
     if json_path:
         json_path.write_text(report.as_json(run.results, run.seconds))
     if html_path:
         html_path.write_text(report.as_html(run.results, cluster.name))
     worst = report.summary(run.results)
-    click.echo(f"summary: {sum(w == 'ok' for w in worst.values())} ok, {sum(w == 'warn' for w in worst.values())} "
+    echo(f"summary: {sum(w == 'ok' for w in worst.values())} ok, {sum(w == 'warn' for w in worst.values())} "
                f"warn, {sum(w == 'fail' for w in worst.values())} failed")
     if code not in (0, 1):
-        click.echo(f"pytest exited {code}", err=True)
+        echo(f"pytest exited {code}", err=True)
     sys.exit(EXIT_FAILED if any(w == "fail" for w in worst.values()) else EXIT_OK)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option,
+from kiln.cli.main import (echo, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option,
                            load_or_exit)
 
 
@@ -37,52 +37,52 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
         names = [r.strip() for r in role_list.split(",") if r.strip()]
         unknown = [r for r in names if r not in roles.ORDER]
         if unknown or not names:
-            click.echo(f"--roles: unknown role(s) {', '.join(unknown) or '(none given)'}; kiln has "
+            echo(f"--roles: unknown role(s) {', '.join(unknown) or '(none given)'}; kiln has "
                        f"{', '.join(roles.ORDER)}; nothing was touched", err=True)
             sys.exit(EXIT_BAD_INPUT)
     try:
         hosts = resolve_limit(cluster, limit)
         secrets = load_or_create(cluster, create=not dry_run)
     except (LimitError, SecretsError) as e:
-        click.echo(f"{e}; nothing was touched", err=True)
+        echo(f"{e}; nothing was touched", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
     # After the inventory is loaded: ansible-core probes socket behaviour at import, which a patched
     # socket module reports as an error.
     gevent_patch()
     from kiln.deploy.runner import Deploy
-    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    say = (lambda line: echo(line, err=True)) if as_json else click.echo
     result = Deploy(cluster, secrets, hosts, names, dry_run=dry_run, progress=say).run()
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        echo(json.dumps(result.as_dict(), indent=2))
     else:
         _print_summary(result)
     sys.exit(EXIT_FAILED if result.failed or result.stopped else EXIT_OK)
 
 
 def _print_summary(result) -> None:
-    click.echo("")
+    echo("")
     what = "dry run (nothing changed)" if result.dry_run else "deploy"
-    click.echo(f"{what}: roles {', '.join(result.roles) or '(none)'}, {len(result.hosts)} host(s), "
+    echo(f"{what}: roles {', '.join(result.roles) or '(none)'}, {len(result.hosts)} host(s), "
                f"{result.seconds:.1f} s")
     width = max([len(h.name) for h in result.hosts] + [4])
     for h in result.hosts:
         detail = f"{len(h.changed)} of {h.ops} operations" if h.status in ("changed", "would change") else ""
         if h.failed_op:
             detail = f"at {h.failed_op!r}"
-        click.echo(f"  {h.name:<{width}}  {h.status:<12} {detail}".rstrip())
+        echo(f"  {h.name:<{width}}  {h.status:<12} {detail}".rstrip())
         if result.dry_run:
             for name in h.changed:
-                click.echo(f"      ~ {name}")
+                echo(f"      ~ {name}")
             for diff in h.diffs:
-                click.echo("\n".join("      " + line for line in diff.splitlines()))
+                echo("\n".join("      " + line for line in diff.splitlines()))
         if h.error:
-            click.echo("\n".join("      | " + line for line in h.error.splitlines()))
+            echo("\n".join("      | " + line for line in h.error.splitlines()))
         if h.next_step:
-            click.echo(f"      next: {h.next_step}")
+            echo(f"      next: {h.next_step}")
         for reason in h.reboot_required:
-            click.echo(f"      ! {reason} (kiln patch --reboot needed reboots nodes batch by batch)")
+            echo(f"      ! {reason} (kiln patch --reboot needed reboots nodes batch by batch)")
     if result.stopped:
-        click.echo(f"stopped: {result.stopped}")
+        echo(f"stopped: {result.stopped}")
     counts = result.as_dict()["summary"]
-    click.echo("summary: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    echo("summary: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))

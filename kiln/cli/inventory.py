@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import EXIT_BAD_INPUT, EXIT_OK, default_inventory, inventory_option, json_option
+from kiln.cli.main import echo, EXIT_BAD_INPUT, EXIT_OK, default_inventory, inventory_option, json_option
 from kiln.inventory import validate
 
 
@@ -25,7 +25,7 @@ def validate_cmd(inventory: Path | None, as_json: bool) -> None:
     path = inventory or default_inventory()
     cluster, errors = validate(path)
     if as_json:
-        click.echo(json.dumps({
+        echo(json.dumps({
             "valid": not errors,
             "inventory": str(path),
             "errors": [e.as_dict() for e in errors],
@@ -33,22 +33,22 @@ def validate_cmd(inventory: Path | None, as_json: bool) -> None:
         }, indent=2))
         sys.exit(EXIT_BAD_INPUT if errors else EXIT_OK)
     if errors:
-        click.echo(f"{path}: {len(errors)} error(s); nothing was touched", err=True)
+        echo(f"{path}: {len(errors)} error(s); nothing was touched", err=True)
         for error in errors:
-            click.echo(f"  {error}", err=True)
+            echo(f"  {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     s = cluster.summary()
-    click.echo(f"{path}: valid. cluster {s['cluster']}: {s['hosts']} hosts, {s['gpus_total']} GPUs")
-    click.echo("  groups:     " + ", ".join(f"{g} {n}" for g, n in s["groups"].items()))
+    echo(f"{path}: valid. cluster {s['cluster']}: {s['hosts']} hosts, {s['gpus_total']} GPUs")
+    echo("  groups:     " + ", ".join(f"{g} {n}" for g, n in s["groups"].items()))
     for name, t in s["node_types"].items():
         gpus = f"{t['gpus_per_node']}x {t['gpu_model']}" if t["gpus_per_node"] else "no GPUs"
-        click.echo(f"  node type:  {name}: {t['hosts']} nodes, {gpus}")
-    click.echo("  partitions: " + (", ".join(s["partitions"]) or "(none)"))
-    click.echo("  teams:      " + (", ".join(f"{t} ({sh} shares)" for t, sh in s["teams"].items()) or "(none)"))
-    click.echo("  versions:   " + ", ".join(f"{k}={v}" for k, v in s["versions"].items() if v))
+        echo(f"  node type:  {name}: {t['hosts']} nodes, {gpus}")
+    echo("  partitions: " + (", ".join(s["partitions"]) or "(none)"))
+    echo("  teams:      " + (", ".join(f"{t} ({sh} shares)" for t, sh in s["teams"].items()) or "(none)"))
+    echo("  versions:   " + ", ".join(f"{k}={v}" for k, v in s["versions"].items() if v))
     if s["ignored"]:
         shown = ", ".join(s["ignored"][:10]) + (f" and {len(s['ignored']) - 10} more" if len(s["ignored"]) > 10 else "")
-        click.echo(f"  ignored:    {len(s['ignored'])} host(s) in no kiln group get no roles: {shown}")
+        echo(f"  ignored:    {len(s['ignored'])} host(s) in no kiln group get no roles: {shown}")
 
 
 @inventory.command("show")
@@ -61,13 +61,13 @@ def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> No
     cluster, errors = validate(path)
     if errors:
         for error in errors:
-            click.echo(f"  {error}", err=True)
-        click.echo(f"{path}: invalid; run `kiln inventory validate -i {path}`", err=True)
+            echo(f"  {error}", err=True)
+        echo(f"{path}: invalid; run `kiln inventory validate -i {path}`", err=True)
         sys.exit(EXIT_BAD_INPUT)
     hosts = cluster.hosts
     if host_name is not None:
         if host_name not in hosts:
-            click.echo(f"no host {host_name!r} in {path}", err=True)
+            echo(f"no host {host_name!r} in {path}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         hosts = {host_name: hosts[host_name]}
     data = {
@@ -76,9 +76,9 @@ def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> No
         for name, h in hosts.items()
     }
     if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
+        echo(json.dumps(data, indent=2, default=str))
         return
     for name, d in data.items():
-        click.echo(f"{name}  groups={','.join(d['groups'])}  roles={','.join(d['roles'])}")
+        echo(f"{name}  groups={','.join(d['groups'])}  roles={','.join(d['roles'])}")
         for key, value in d["vars"].items():
-            click.echo(f"    {key}: {json.dumps(value, default=str)}")
+            echo(f"    {key}: {json.dumps(value, default=str)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,20 @@ DEFAULT_INVENTORY = REPO_ROOT / "inventory" / "testbed"
 
 # Exit codes (DESIGN.md): 0 all good, 1 something failed on a node, 2 bad input or usage.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+_HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and escape character but newline and tab written out (``\\x1b``):
+    what a node printed (a failure's tail, a diff, a check's message) never drives the terminal."""
+    return _HIDDEN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """Print a line for a person; node output in it is made visible (``visible``)."""
+    click.echo(visible(str(text)), err=err)
 
 
 def default_inventory() -> Path:
@@ -45,9 +60,9 @@ def load_or_exit(path: Path, untouched: str = "nothing was touched"):
 
     cluster, errors = validate(path)
     if errors:
-        click.echo(f"{path}: {len(errors)} error(s); {untouched}", err=True)
+        echo(f"{path}: {len(errors)} error(s); {untouched}", err=True)
         for error in errors:
-            click.echo(f"  {error}", err=True)
+            echo(f"  {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     return cluster
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option,
+from kiln.cli.main import (echo, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, inventory_option, json_option,
                            load_or_exit)
 
 
@@ -42,10 +42,10 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     cluster = load_or_exit(inventory)
     directory = journals.rollouts_dir(inventory, cluster.name)
     pending = journals.unfinished(directory)
-    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    say = (lambda line: echo(line, err=True)) if as_json else click.echo
 
     def bad(message: str) -> None:
-        click.echo(f"{message}; nothing was touched", err=True)
+        echo(f"{message}; nothing was touched", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
     if resume:
@@ -101,9 +101,9 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
         bad(str(e))
     if dry_run:
         rollout.checker.close()
-        click.echo(report.plan_text(plan, options))
+        echo(report.plan_text(plan, options))
         if as_json:
-            click.echo(json.dumps(plan.as_dict(), indent=2))
+            echo(json.dumps(plan.as_dict(), indent=2))
         sys.exit(EXIT_OK)
     say(report.plan_text(plan, options) + f"\njournal: {journal_path}")
     outcome = rollout.run(plan)
@@ -112,9 +112,9 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     html.write_text(report.html(journals.read(journal_path), cluster.name))
     summary = report.summary(outcome, str(journal_path), str(html))
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        echo(json.dumps(summary, indent=2))
     else:
-        click.echo(report.summary_text(summary))
+        echo(report.summary_text(summary))
     sys.exit(EXIT_FAILED if outcome.stopped or outcome.failed or
              any(r["result"] == "not patched" for r in outcome.results.values()) else EXIT_OK)
 
