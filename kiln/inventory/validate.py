@@ -132,7 +132,8 @@ def _check_type(setting: Setting, value: Any) -> list[tuple[str, str]]:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
+            loc = tuple(p for p in err["loc"]
+                        if not (isinstance(p, str) and (p.startswith(("function-", "literal[")) or p == "[key]")))
             path = _format_loc(setting.name, loc)
             if err["type"] == "extra_forbidden":
                 model_fields = _fields_at(setting.annotation, loc[:-1])

@@ -1,0 +1,194 @@
+"""Hostile and malformed values, as an attacker who controls one value of an inventory (a branch, a
+group_vars file, a host name) would write them: each must be refused before anything connects.
+
+Each case is the small valid inventory (tests/inventories/small) with files replaced, like
+``malformed.py``; ``file``, ``key`` and ``text`` are what the error must name. ``Special`` contents
+make a FIFO, a link or a huge file instead of text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from malformed import CLUSTER, GPU_A, HOSTS, Case
+
+
+@dataclass(frozen=True)
+class Special:
+    kind: str  # "fifo", "link", "size"
+    target: str = ""
+    size: int = 0
+
+
+CPU_B = "kiln_cpus: 16\nkiln_memory_mb: 64000\n"
+VAULTED_CLUSTER_NAME = """kiln_cluster_name: !vault |
+          $ANSIBLE_VAULT;1.1;AES256
+          63303232663133336134383464383061363632653963363463393137626261316638363964333332
+          6434623130636465356333616636623565616162643561340a326238316162323437323436643735
+          66306436613231386634643234363332346337346135306530333631646539343866303432336165
+          3730643832346265650a396135643036633431613065656635383634356563373861633732323462
+          3532
+"""
+VAULT_PASSWORD = "kiln-test-vault"  # the password of the value above; never a real one
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+def cluster(old: str, new: str) -> dict:
+    assert old in CLUSTER, old
+    return {"group_vars/all/cluster.yml": CLUSTER.replace(old, new)}
+
+
+def cpu_b(extra: str) -> dict:
+    return {"group_vars/cpu_b.yml": CPU_B + extra}
+
+
+def gpu_a(old: str, new: str) -> dict:
+    assert old in GPU_A, old
+    return {"group_vars/gpu_a.yml": GPU_A.replace(old, new)}
+
+
+def hosts(old: str, new: str) -> dict:
+    assert old in HOSTS, old
+    return {"hosts.yml": HOSTS.replace(old, new)}
+
+
+C = "group_vars/all/cluster.yml"
+B = "group_vars/cpu_b.yml"
+G = "group_vars/gpu_a.yml"
+HOSTS_FILE = "hosts.yml"
+MOUNT = '  - {path: /home, type: nfs, source: "nfs1:/home", options: "rw,hard"}'
+
+CASES = [
+    # --- values that would run as root on nodes ---
+    Case("team_name_runs_a_command", cluster("name: alpha", 'name: "vision;id>/tmp/x;#"'),
+         C, "kiln_teams[0].name", "not a valid name"),
+    Case("user_name_is_an_option", cluster("{name: ann, uid: 3001}", '{name: "-rf", uid: 3001}'),
+         C, "kiln_teams[0].users[0].name", "not a valid name"),
+    Case("user_name_with_semicolon", cluster("{name: ben, uid: 3002}", '{name: "ben;reboot", uid: 3002}'),
+         C, "kiln_teams[1].users[0].name", "not a valid name"),
+    Case("version_pin_adds_a_path", {"group_vars/all/versions.yml":
+         'kiln_versions:\n  nvidia_driver: "535.261.03"\n  cuda: "11.8.89"\n  nccl: "2.18.5"\n  dcgm: "3.3.9"\n'
+         '  slurm: "22.05.8"\n  pyxis: "0.20.0 /"\n'}, "group_vars/all/versions.yml", "kiln_versions.pyxis",
+         "not a valid version"),
+    Case("version_pin_command_substitution", {"group_vars/all/versions.yml":
+         'kiln_versions:\n  nvidia_driver: "535.261.03$(id)"\n  cuda: "11.8.89"\n  nccl: "2.18.5"\n  dcgm: "3.3.9"\n'
+         '  slurm: "22.05.8"\n'}, "group_vars/all/versions.yml", "kiln_versions.nvidia_driver", "not a valid version"),
+    Case("host_name_runs_a_command", hosts("cpu01: {ansible_host: 10.0.0.31}",
+         '"gpu1;touch /tmp/x": {ansible_host: 10.0.0.31}'), HOSTS_FILE, "cpu_b.hosts.gpu1;touch /tmp/x",
+         "not a valid host name", line=16),
+    Case("host_name_starts_with_dash", hosts("cpu01: {ansible_host: 10.0.0.31}",
+         '"-oProxyCommand=x": {ansible_host: 10.0.0.31}'), HOSTS_FILE, "cpu_b.hosts.-oProxyCommand=x",
+         "not a valid host name", line=16),
+    Case("host_names_differ_only_in_case", hosts("cpu01: {ansible_host: 10.0.0.31}",
+         "cpu01: {ansible_host: 10.0.0.31}\n            CPU01: {ansible_host: 10.0.0.32}"), HOSTS_FILE, "CPU01",
+         "differ only in case", line=17),
+    Case("extra_package_runs_a_command", {"group_vars/all/stack.yml":
+         'kiln_nvidia_driver_extra_packages: ["nvidia-utils; rm -rf /"]\n'}, "group_vars/all/stack.yml",
+         "kiln_nvidia_driver_extra_packages[0]", "not a valid package name", line=1),
+    Case("kernel_log_is_a_shell_script", {"group_vars/all/checks.yml": 'kiln_check_kernel_log: "dmesg; rm -rf /"\n'},
+         "group_vars/all/checks.yml", "kiln_check_kernel_log", "no shell syntax", line=1),
+    Case("kernel_log_pipes_to_a_shell", {"group_vars/all/checks.yml":
+         'kiln_check_kernel_log: "dmesg | sh"\n'}, "group_vars/all/checks.yml", "kiln_check_kernel_log", "no shell"),
+    # --- values that would add lines to rendered files ---
+    Case("max_time_adds_a_slurm_line", cluster("groups: [cpu_b]}", 'groups: [cpu_b], max_time: "1:00:00\\nNodeName=evil"}'),
+         C, "kiln_slurm_partitions[1].max_time", "control character"),
+    Case("max_time_not_a_slurm_time", cluster("groups: [cpu_b]}", 'groups: [cpu_b], max_time: "1 day"}'),
+         C, "kiln_slurm_partitions[1].max_time", "not a valid Slurm time"),
+    Case("partition_name_adds_a_key", cluster("name: cpu,", 'name: "cpu Nodes=ALL",'),
+         C, "kiln_slurm_partitions[1].name", "not a valid name"),
+    Case("sysctl_value_adds_a_line", cpu_b('kiln_sysctls: {vm.swappiness: "1\\nkernel.core_pattern=|/tmp/x"}\n'),
+         B, "kiln_sysctls.vm.swappiness", "control character", line=3),
+    Case("sysctl_core_pattern_pipe", cpu_b('kiln_sysctls: {kernel.core_pattern: "|/tmp/evil %p"}\n'),
+         B, "kiln_sysctls.kernel.core_pattern", "sysctl value", line=3),
+    Case("sysctl_key_with_newline", cpu_b('kiln_sysctls: {"vm.x\\nkernel.y": 1}\n'),
+         B, "kiln_sysctls.vm.x\nkernel.y", "control character"),
+    Case("ntp_server_adds_a_line", {"group_vars/all/time.yml": 'kiln_ntp_servers: ["pool.ntp.org\\nallow all"]\n'},
+         "group_vars/all/time.yml", "kiln_ntp_servers[0]", "control character", line=1),
+    Case("ntp_server_adds_options", {"group_vars/all/time.yml": 'kiln_ntp_servers: ["pool.ntp.org maxpoll 1"]\n'},
+         "group_vars/all/time.yml", "kiln_ntp_servers[0]", "neither an IP address nor a host name"),
+    Case("socket_ifname_adds_a_line", gpu_a("rate_gbps: 200}", 'rate_gbps: 200, socket_ifname: "eth0\\nNCCL_DEBUG=TRACE"}'),
+         G, "kiln_fabric.socket_ifname", "control character"),
+    Case("hca_name_adds_a_variable", gpu_a("rate_gbps: 200}", 'rate_gbps: 200, hcas: ["mlx5_0 NCCL_X=1"]}'),
+         G, "kiln_fabric.hcas[0]", "not a valid name"),
+    Case("gpu_model_adds_a_gres", gpu_a("kiln_gpu_model: a100", 'kiln_gpu_model: "a100 Gres=evil"'),
+         G, "kiln_gpu_model", "not a valid name", line=5),
+    Case("feature_adds_a_weight", gpu_a("kiln_gpu_model: a100", 'kiln_gpu_model: a100\nkiln_features: ["fast Weight=1"]'),
+         G, "kiln_features[0]", "not a valid name", line=6),
+    Case("mount_option_adds_an_fstab_line", cluster(MOUNT, '  - {path: /home, type: nfs, source: "nfs1:/home", '
+         'options: "rw\\n/dev/sda1 / ext4 defaults 0 0"}'), C, "kiln_storage_mounts[0].options", "control character"),
+    Case("mount_option_with_space", cluster(MOUNT, '  - {path: /home, type: nfs, source: "nfs1:/home", '
+         'options: "rw,hard 0 0"}'), C, "kiln_storage_mounts[0].options", "not a valid mount options"),
+    Case("mount_source_with_space", cluster(MOUNT, '  - {path: /home, type: nfs, source: "nfs1:/home /etc"}'),
+         C, "kiln_storage_mounts[0].source", "not a valid mount source"),
+    Case("mount_point_is_root", cluster(MOUNT, '  - {path: /, type: nfs, source: "nfs1:/home"}'),
+         C, "kiln_storage_mounts[0].path", "system directory"),
+    Case("mount_point_in_etc", cluster(MOUNT, '  - {path: /etc/slurm, type: nfs, source: "nfs1:/slurm"}'),
+         C, "kiln_storage_mounts[0].path", "system directory"),
+    Case("mount_point_not_normalised", cluster(MOUNT, '  - {path: /home/../etc, type: nfs, source: "nfs1:/home"}'),
+         C, "kiln_storage_mounts[0].path", "not normalised"),
+    Case("cluster_name_adds_a_line", cluster("kiln_cluster_name: small", 'kiln_cluster_name: "small\\nSlurmUser=root"'),
+         C, "kiln_cluster_name", "control character", line=1),
+    Case("proxy_breaks_out_of_its_quotes", {"group_vars/all/proxy.yml":
+         'kiln_package_proxy: "http://10.0.0.1:3142\\"; Acquire::http::Proxy \\"x"\n'},
+         "group_vars/all/proxy.yml", "kiln_package_proxy", "not an http(s) URL"),
+    Case("url_with_a_quote", {"group_vars/all/proxy.yml": "kiln_nccl_tests_url: \"https://x/a'$(id)'.tgz\"\n"},
+         "group_vars/all/proxy.yml", "kiln_nccl_tests_url", "not an http(s) URL"),
+    Case("topology_switch_adds_a_key", {"group_vars/all/topo.yml": 'kiln_topology: {"s1 Nodes=ALL": [gpu01]}\n'},
+         "group_vars/all/topo.yml", "kiln_topology.s1 Nodes=ALL", "not a valid name"),
+    Case("nul_character_in_a_value", cpu_b('kiln_features: ["a\\0b"]\n'), B, "kiln_features[0]", "control character"),
+    Case("escape_sequence_in_a_value", cpu_b('kiln_features: ["\\e[2Jfast"]\n'), B, "kiln_features[0]",
+         "control character"),
+    # --- values that would reach ssh on the operator's machine ---
+    Case("ansible_host_adds_proxycommand", hosts("{ansible_host: 10.0.0.31}",
+         '{ansible_host: "10.0.0.31\\n  ProxyCommand touch /tmp/x"}'), HOSTS_FILE, "ansible_host",
+         "control character", line=16),
+    Case("ansible_host_is_an_ssh_option", hosts("{ansible_host: 10.0.0.31}", '{ansible_host: "-oProxyCommand=x"}'),
+         HOSTS_FILE, "ansible_host", "neither an IP address nor a host name", line=16),
+    Case("ansible_user_adds_an_option", cluster("ansible_user: root", 'ansible_user: "root -oProxyCommand=x"'),
+         C, "ansible_user", "not a valid user name", line=2),
+    Case("known_hosts_path_with_space", {"group_vars/all/ssh.yml": 'kiln_ssh_known_hosts_file: "/tmp/k h"\n'},
+         "group_vars/all/ssh.yml", "kiln_ssh_known_hosts_file", "path"),
+    Case("ssh_key_path_is_an_option", cluster("ansible_user: root", 'ansible_user: root\nansible_ssh_private_key_file: "-F/x"'),
+         C, "ansible_ssh_private_key_file", "path", line=3),
+    # --- numbers out of range ---
+    Case("cpus_negative", {B: "kiln_cpus: -64\nkiln_memory_mb: 64000\n"}, B, "kiln_cpus", "greater than or equal to 1",
+         line=1),
+    Case("memory_zero", {B: "kiln_cpus: 16\nkiln_memory_mb: 0\n"}, B, "kiln_memory_mb", "greater than or equal to 1",
+         line=2),
+    Case("health_check_interval_negative", {"group_vars/all/hc.yml": "kiln_health_check_interval: -5\n"},
+         "group_vars/all/hc.yml", "kiln_health_check_interval", "greater than or equal to 1", line=1),
+    Case("gpu_count_absurd", gpu_a("kiln_gpu_count: 4", "kiln_gpu_count: 100000"), G, "kiln_gpu_count",
+         "less than or equal to 64"),
+    Case("warn_not_below_fail", cluster(MOUNT, '  - {path: /home, type: nfs, source: "nfs1:/home", warn_percent: 95, '
+         'fail_percent: 90}'), C, "kiln_storage_mounts[0]", "must be below fail_percent"),
+    Case("uid_shared_by_two_users", cluster("{name: ben, uid: 3002}", "{name: ben, uid: 3001}"),
+         C, "kiln_teams[1].users[0].uid", "already the uid of user ann"),
+    Case("team_gid_is_a_users_uid", cluster("shares: 30", "shares: 30\n    gid: 3001"),
+         C, "kiln_teams[1].gid", "is already user ann's"),
+    Case("team_takes_a_system_group", cluster("name: alpha", "name: root"), C, "kiln_teams[0].name", "system group"),
+    # --- what runs on the operator's machine while validating ---
+    Case("lookup_pipe_in_a_kiln_value", cluster("kiln_cluster_name: small",
+         "kiln_cluster_name: \"{{ lookup('pipe', 'touch /tmp/kiln-hostile-lookup') }}\""),
+         C, "kiln_cluster_name", "lookup 'pipe' refused", line=1),
+    Case("lookup_through_another_variable", cluster("kiln_cluster_name: small",
+         "kiln_cluster_name: \"{{ site_name }}\"\nsite_name: \"{{ query('pipe', 'touch /tmp/kiln-hostile-lookup') }}\""),
+         C, "kiln_cluster_name", "lookup 'pipe' refused"),
+    Case("vault_value_without_its_password", cluster("kiln_cluster_name: small\n", VAULTED_CLUSTER_NAME),
+         C, "kiln_cluster_name", "encrypted with Ansible Vault"),
+    # --- inputs that would cost minutes, gigabytes or hang ---
+    Case("host_range_of_900000", hosts("gpu[01:04]", "gpu[000001:900000]"), HOSTS_FILE,
+         "gpu_a.hosts.gpu[000001:900000]", "over 100000 hosts", line=13),
+    Case("host_ranges_that_multiply", hosts("gpu[01:04]", "r[0001:9999]n[001:999]"), HOSTS_FILE,
+         "gpu_a.hosts.r[0001:9999]n[001:999]", "over 100000 hosts", line=13),
+    Case("yaml_alias_bomb", {"group_vars/all/bomb.yml": BILLION_LAUGHS}, "group_vars/all/bomb.yml", "-",
+         "aliases expand to more than"),
+    Case("vars_file_links_to_dev_zero", {"group_vars/all/zero.yml": Special("link", "/dev/zero")},
+         "group_vars/all/zero.yml", "-", "links to a character device"),
+    Case("vars_file_is_a_fifo", {"group_vars/all/pipe.yml": Special("fifo")}, "group_vars/all/pipe.yml", "-",
+         "is a FIFO"),
+    Case("hosts_file_is_a_fifo", {"extra.yml": Special("fifo")}, "extra.yml", "-", "is a FIFO"),
+    Case("vars_file_of_9_megabytes", {"group_vars/all/big.yml": Special("size", size=9 * 1024 * 1024)},
+         "group_vars/all/big.yml", "-", "over kiln's limit"),
+]
