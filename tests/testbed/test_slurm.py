@@ -9,11 +9,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state, kiln, ok, on, submit,
@@ -196,7 +198,8 @@ def test_secrets_have_right_modes_and_never_leak(slurm):
     for text in slurm.outputs:
         for form in forms:
             assert form not in text
-    tracked = subprocess.run(["git", "grep", "-l", "-F", "-e", password]  # -e: a password may start with "-", capture_output=True, text=True, cwd=REPO)
+    # -e: a generated password may start with "-"
+    tracked = subprocess.run(["git", "grep", "-l", "-F", "-e", password], capture_output=True, text=True, cwd=REPO)
     assert tracked.returncode == 1 and tracked.stdout == ""
     assert (secrets.stat().st_mode & 0o777) == 0o700
     assert all((f.stat().st_mode & 0o777) == 0o600 for f in secrets.iterdir())
@@ -245,3 +248,104 @@ def test_plain_pyinfra_runs_the_same_roles(slurm):
     # it converged to exactly what kiln deploy converges to
     rc, data, text = deploy_json(slurm.inventory)
     assert rc == 0 and {h["status"] for h in data["hosts"]} == {"no change"}, text
+
+
+# Polls the secret files (and their staging names) and every process's argv while a deploy runs; what it
+# saw goes to /root/kiln-watch.out. The password to look for is read from a file, never from argv.
+WATCHER = r'''
+import os, time
+paths = ["/etc/munge/munge.key", "/etc/munge/munge.key.kiln-new", "/etc/slurm/slurmdbd.conf",
+         "/etc/slurm/slurmdbd.conf.kiln-new"]
+password = open("/root/kiln-watch.pw", "rb").read().strip()
+seen, argv, me, end = set(), set(), str(os.getpid()), time.time() + 600
+while not os.path.exists("/root/kiln-watch.stop") and time.time() < end:
+    for p in paths:
+        try:
+            s = os.lstat(p)
+            seen.add((p, s.st_mode & 0o7777, s.st_uid, s.st_gid))
+        except FileNotFoundError:
+            pass
+    if password:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and pid != me:
+                try:
+                    if password in open(f"/proc/{pid}/cmdline", "rb").read():
+                        argv.add(pid)
+                except OSError:
+                    pass
+with open("/root/kiln-watch.out", "w") as out:
+    for p, mode, uid, gid in sorted(seen):
+        out.write(f"{p} {mode:o} {uid} {gid}\n")
+    for pid in sorted(argv):
+        out.write(f"ARGV {pid}\n")
+'''
+
+
+def test_secret_files_are_never_wider_on_a_node_during_a_deploy(slurm):
+    """The munge key and slurmdbd.conf are written afresh while a watcher polls their modes (and every
+    process's argv for the database password): never wider than 0600 root or their final mode."""
+    ctl, compute = slurm.controller, slurm.computes[0]
+    password = (slurm.inventory.parent / "secrets" / "kilntest" / "slurmdbd.password").read_text().strip()
+    for node in (ctl, compute):
+        ok(slurm, node, f"rm -f /root/kiln-watch.*; cat > /root/kiln-watch.py <<'EOF'\n{WATCHER}\nEOF")
+        secret = password if node == ctl else ""  # the database password exists on the controller only
+        ok(slurm, node, f"umask 077; printf '%s' {shlex.quote(secret)} > /root/kiln-watch.pw; "
+                        "rm -f /etc/munge/munge.key /etc/slurm/slurmdbd.conf; "
+                        "setsid -f python3 /root/kiln-watch.py >/dev/null 2>&1 < /dev/null")
+    try:
+        rc, data, text = deploy_json(slurm.inventory)
+        slurm.outputs.append(text)
+        assert rc == 0, text
+    finally:
+        for node in (ctl, compute):
+            ok(slurm, node, "touch /root/kiln-watch.stop; for i in $(seq 50); do [ -f /root/kiln-watch.out ] && break; "
+                            "sleep 0.2; done; rm -f /root/kiln-watch.pw")
+    ids = {name: ok(slurm, ctl, f"id -u {name}; id -g {name}").split() for name in ("munge", "slurm")}
+    for node in (ctl, compute):
+        seen = ok(slurm, node, "cat /root/kiln-watch.out").splitlines()
+        assert not [line for line in seen if line.startswith("ARGV")], seen  # no argv held the password
+        modes = [line.split() for line in seen]
+        assert any(p == "/etc/munge/munge.key" for p, *_ in modes), seen  # the watcher saw the key written
+        for path, mode, uid, gid in modes:
+            owner = "munge" if "munge" in path else "slurm"
+            assert int(mode, 8) & 0o077 == 0, f"{node}: {path} seen with mode {mode}"
+            assert [uid, gid] in (["0", "0"], ids[owner]), f"{node}: {path} seen owned by {uid}:{gid}"
+    assert ok(slurm, ctl, "stat -c '%a %U' /etc/slurm/slurmdbd.conf").split() == ["600", "slurm"]
+    wait_for(lambda: on(slurm, ctl, "sinfo -h -N -o '%N %T'").stdout.count("idle") == len(slurm.computes),
+             timeout=90, what="every compute node idle again after munge's restart")
+
+
+def test_a_hostile_but_valid_inventory_converges(slurm, tmp_path):
+    """The oddest values the formats allow (names with . _ -, a Slurm time with days, features, a mount point
+    with @ + = , : ~) deploy cleanly, run a job, and a second deploy changes nothing."""
+    ctl = slurm.controller
+    odd_team = {"name": "_ml.vision-2", "shares": 5, "gid": 24001,
+                "users": [{"name": "a_b.c-d", "uid": 24002}]}
+    teams = yaml.safe_load((slurm.inventory / "group_vars" / "all" / "testbed.yml").read_text())["kiln_teams"]
+    changed = copy_inventory(slurm.inventory, tmp_path / "inv", {
+        "kiln_teams": teams + [odd_team],
+        "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True},
+                                  {"name": "_odd.part-1", "groups": ["testbed_compute"], "max_time": "1-02:03:04"}]})
+    compute_vars = changed / "group_vars" / "testbed_compute.yml"
+    data = yaml.safe_load(compute_vars.read_text())
+    data["kiln_features"] = ["fast.nvme-1_x"]
+    data["kiln_storage_mounts"].append({"path": "/mnt/k@i+l=n,x:y~z", "type": "tmpfs", "source": "tmpfs",
+                                        "options": "rw,size=8m,mode=1777"})
+    compute_vars.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        rc, data, text = deploy_json(changed)
+        slurm.outputs.append(text)
+        assert rc == 0, text
+        rc, data, text = deploy_json(changed)
+        assert rc == 0 and {h["status"] for h in data["hosts"]} == {"no change"}, text
+        node = slurm.computes[0]
+        assert "MaxTime=1-02:03:04" in ok(slurm, ctl, "scontrol show partition _odd.part-1")
+        assert "fast.nvme-1_x" in ok(slurm, ctl, f"scontrol show node {node}")
+        assert ok(slurm, node, "id -nG a_b.c-d").split() == ["a_b.c-d", "_ml.vision-2"]
+        assert ok(slurm, node, "findmnt -n -o FSTYPE '/mnt/k@i+l=n,x:y~z'").strip() == "tmpfs"
+        assert "_ml.vision-2" in ok(slurm, ctl, "sacctmgr -nP show account _ml.vision-2 format=account")
+        out = ok(slurm, ctl, "srun -p _odd.part-1 -N1 -t 1 hostname")
+        assert out.strip() in slurm.computes, out
+    finally:
+        rc, _, text = deploy_json(slurm.inventory)
+        assert rc == 0, text
