@@ -24,6 +24,8 @@ os.environ["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "True"
 os.environ["ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED"] = "True"
 os.environ.setdefault("ANSIBLE_LOCALHOST_WARNING", "False")
 os.environ.setdefault("ANSIBLE_HOST_PATTERN_MISMATCH", "ignore")
+# Group names other tools use (kube-master) are fine for kiln: no warning about them on every run.
+os.environ.setdefault("ANSIBLE_TRANSFORM_INVALID_GROUP_CHARS", "ignore")
 
 # The only variables kiln reads (and so renders); every other variable belongs to another tool and is
 # never rendered, decrypted or reported.
