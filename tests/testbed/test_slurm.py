@@ -325,12 +325,12 @@ def test_a_hostile_but_valid_inventory_converges(slurm, tmp_path):
     changed = copy_inventory(slurm.inventory, tmp_path / "inv", {
         "kiln_teams": teams + [odd_team],
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True},
-                                  {"name": "_odd.part-1", "groups": ["testbed_compute"], "max_time": "1-02:03:04"}]})
+                                  {"name": "_odd.part-1", "groups": ["testbed_compute"], "max_time": "12-03:04:00"}]})
     compute_vars = changed / "group_vars" / "testbed_compute.yml"
     data = yaml.safe_load(compute_vars.read_text())
     data["kiln_features"] = ["fast.nvme-1_x"]
     data["kiln_storage_mounts"].append({"path": "/mnt/k@i+l=n,x:y~z", "type": "tmpfs", "source": "tmpfs",
-                                        "options": "rw,size=8m,mode=1777"})
+                                        "options": "rw,size=8m"})
     compute_vars.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
         rc, data, text = deploy_json(changed)
@@ -339,12 +339,12 @@ def test_a_hostile_but_valid_inventory_converges(slurm, tmp_path):
         rc, data, text = deploy_json(changed)
         assert rc == 0 and {h["status"] for h in data["hosts"]} == {"no change"}, text
         node = slurm.computes[0]
-        assert "MaxTime=1-02:03:04" in ok(slurm, ctl, "scontrol show partition _odd.part-1")
+        assert "MaxTime=12-03:04:00" in ok(slurm, ctl, "scontrol show partition _odd.part-1")
         assert "fast.nvme-1_x" in ok(slurm, ctl, f"scontrol show node {node}")
         assert ok(slurm, node, "id -nG a_b.c-d").split() == ["a_b.c-d", "_ml.vision-2"]
         assert ok(slurm, node, "findmnt -n -o FSTYPE '/mnt/k@i+l=n,x:y~z'").strip() == "tmpfs"
         assert "_ml.vision-2" in ok(slurm, ctl, "sacctmgr -nP show account _ml.vision-2 format=account")
-        out = ok(slurm, ctl, "srun -p _odd.part-1 -N1 -t 1 hostname")
+        out = ok(slurm, ctl, "timeout 90 srun -p _odd.part-1 -N1 -t 1 hostname")
         assert out.strip() in slurm.computes, out
     finally:
         rc, _, text = deploy_json(slurm.inventory)
