@@ -195,3 +195,15 @@ def test_the_pam_systemd_pattern_and_rockys_edit_on_real_lines(tmp_path):
     subprocess.run(["sh", "-c", command.replace(path, str(local))], check=True)
     assert local.read_text() == "session     required      pam_unix.so\n#" + shipped["rocky"]
     assert subprocess.run(["grep", "-qE", PAM_SYSTEMD, str(local)]).returncode == 1
+
+
+def test_under_become_a_secret_goes_through_a_private_file_in_the_login_users_home(monkeypatch):
+    cluster = cluster_for("debian12")
+    host = cluster.hosts["ctl1"]
+    cluster.hosts["ctl1"] = replace(host, connection={**host.connection, "_sudo": True})
+    plan = dict(plan_host(cluster, "ctl1", "debian12", fresh("debian12"), monkeypatch))
+    steps = plan["slurm: munge key"]
+    hop = steps[1].split()[-1]
+    assert steps[1] == f"umask 077 && rm -f {hop} && : > {hop}" and hop.startswith(".kiln-upload-")  # not /tmp
+    assert steps[2] == "upload /etc/munge/munge.key.kiln-new"
+    assert not any("/tmp" in step for step in steps)
