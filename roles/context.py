@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from kiln.inventory.formats import CONTROL
 from kiln.inventory.model import Cluster, Host, Secrets
 from roles.platform import Platform
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(str(files("templates")))  # package data: a source checkout and an installed kiln alike
 
 
 class RenderError(ValueError):

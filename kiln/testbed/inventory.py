@@ -31,7 +31,7 @@ DRIVER_UPGRADE = "535.309.01-0+deb12u1"
 # GPU GRES to be exercised for real; there is no GPU behind them.
 GPUS_PER_NODE = 4
 
-# What the tool simulators on compute nodes report (tests/simulators, installed by `kiln testbed up`).
+# What the tool simulators on compute nodes report (kiln/testbed/simulators, installed by `kiln testbed up`).
 SIM_GPU_MODEL, SIM_NVLINKS, SIM_HCAS, SIM_RATE = "h100", 18, 2, 400
 HEALTH_CHECK_INTERVAL = 10  # seconds; short so tests see a node drain and resume quickly
 
@@ -79,7 +79,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # Nodes get their own writable freezer and devices cgroups, but share the host's cpuset and
         # memory hierarchies read-only: Slurm constrains devices (GPUs) there, not cores or memory.
         "kiln_slurm_constrain_cores_memory": False,
-        # Node checks: the simulated GPUs' kernel messages come from kiln-sim (tests/simulators); nodes
+        # Node checks: the simulated GPUs' kernel messages come from kiln-sim (kiln/testbed/simulators); nodes
         # share the host's clock and its 8 MiB locked-memory limit, so those two are not checked here.
         "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",
         # Debian's non-free driver; nodes are containers (no kernel modules): user space only.

@@ -253,4 +253,6 @@ def _rmdir_tree(path: Path) -> None:
 
 
 def _kiln_path() -> str:
-    return str(Path(__file__).resolve().parents[2])
+    """Where the imported kiln package lives (a checkout or site-packages), for the supervisor's python."""
+    import kiln
+    return str(Path(kiln.__file__).resolve().parent.parent)

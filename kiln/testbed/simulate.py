@@ -1,11 +1,13 @@
-"""The testbed's GPU and fabric tool simulators (tests/simulators): installed as files on compute nodes,
+"""The testbed's GPU and fabric tool simulators (kiln/testbed/simulators): installed as files on compute nodes,
 set up healthy at boot, and broken on purpose with ``kiln testbed inject``. kiln never imports them."""
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
-SIMULATORS = Path(__file__).resolve().parents[2] / "tests" / "simulators"
+# Package data of the testbed feature (never installed on a real cluster, never GPU proof)
+SIMULATORS = Path(str(files("kiln.testbed") / "simulators"))
 TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "kiln-sim", "simstate.py")
 FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-13", "nvlink-down", "ib-port-down",
           "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch")

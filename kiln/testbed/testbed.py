@@ -271,7 +271,7 @@ class Testbed:
 
     def _init_simulators(self, nodes: list[Node]) -> None:
         if not simulate.available():
-            self.progress("tool simulators not found (tests/simulators): GPU checks will see no nvidia-smi")
+            self.progress("tool simulators not found (kiln/testbed/simulators): GPU checks will see no nvidia-smi")
             return
         command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, upstream(TESTBED_VERSIONS["nvidia_driver"]), SIM_NVLINKS,
                                         SIM_HCAS, SIM_RATE)

@@ -1,7 +1,7 @@
 """kiln's node checks on the deployed testbed: `kiln check` over SSH, each injected fault reported with its
 id, and Slurm's HealthCheckProgram draining and resuming nodes.
 
-The GPUs and HCAs here are the simulators of tests/simulators (real formats, no hardware): this proves
+The GPUs and HCAs here are the simulators of kiln/testbed/simulators (real formats, no hardware): this proves
 the checks and the drain logic, never the GPUs. Faults: `kiln testbed inject NODE FAULT`.
 """
 

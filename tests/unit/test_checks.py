@@ -1,6 +1,6 @@
 """Every check passes on a healthy node and FAILS on the fault it targets.
 
-GPU and fabric tools are the simulators under tests/simulators (the real tools' formats, driven by a
+GPU and fabric tools are the simulators under kiln/testbed/simulators (the real tools' formats, driven by a
 state file, with the same faults ``kiln testbed inject`` sets); other commands are answered from a table.
 """
 
@@ -14,9 +14,8 @@ import pytest
 
 from checks.node import Node, Result
 from checks.suites import run_suites
+from kiln.testbed.simulate import SIMULATORS
 from tests.conftest import REPO
-
-SIMULATORS = REPO / "tests" / "simulators"
 EXPECT = {
     "node": "gpu01",
     "gpu": {"count": 4, "model": "h100", "driver": "535.261.03", "nvswitch": True, "rdma": True, "dcgm_level": 1,
