@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.main import echo, EXIT_BAD_INPUT, EXIT_OK, default_inventory, inventory_option, json_option
-from kiln.inventory import validate
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_OK, default_inventory, echo, inventory_option, json_option,
+                             validate_inventory)
 
 
 @click.group()
@@ -23,7 +23,7 @@ def inventory() -> None:
 def validate_cmd(inventory: Path | None, as_json: bool) -> None:
     """Validate the whole inventory: exit 0 and a summary, or exit 2 and every error."""
     path = inventory or default_inventory()
-    cluster, errors = validate(path)
+    cluster, errors = validate_inventory(path)
     if as_json:
         echo(json.dumps({
             "valid": not errors,
@@ -58,7 +58,7 @@ def validate_cmd(inventory: Path | None, as_json: bool) -> None:
 def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> None:
     """Print the resolved variables of every host (or one), after precedence and templating."""
     path = inventory or default_inventory()
-    cluster, errors = validate(path)
+    cluster, errors = validate_inventory(path)
     if errors:
         for error in errors:
             echo(f"  {error}", err=True)

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from kiln.cli.main import DEFAULT_INVENTORY, EXIT_BAD_INPUT, EXIT_FAILED, json_option
+from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, json_option, testbed_inventory
 from kiln.testbed.simulate import FAULTS
 
 name_option = click.option("--name", default="kiln", show_default=True, help="testbed name (up to 8 letters/digits)")
@@ -48,7 +48,7 @@ def up(nodes: int, name: str, as_json: bool) -> None:
 
     tb = _testbed(name)
     try:
-        status = tb.up(nodes, inventory_dir=DEFAULT_INVENTORY if name == "kiln" else DEFAULT_INVENTORY.with_name(f"testbed-{name}"))
+        status = tb.up(nodes, inventory_dir=testbed_inventory(name))
     except TestbedError as exc:
         _fail(exc)
     _print_status(status, as_json)
@@ -98,7 +98,7 @@ def down(name: str, wipe: bool) -> None:
 
     tb = _testbed(name)
     try:
-        tb.down(wipe=wipe, inventory_dir=DEFAULT_INVENTORY if name == "kiln" else DEFAULT_INVENTORY.with_name(f"testbed-{name}"))
+        tb.down(wipe=wipe, inventory_dir=testbed_inventory(name))
     except TestbedError as exc:
         _fail(exc)
     click.echo(f"testbed {name} is down" + (" and its caches wiped" if wipe else ""), err=True)

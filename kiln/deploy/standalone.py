@@ -8,7 +8,6 @@ module gives operators who drive pyinfra themselves the same roles, from the sam
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,18 +16,18 @@ from pyinfra.operations import server
 
 import roles
 from kiln.inventory import load_cluster
+from kiln.inventory.location import default_inventory
 from kiln.inventory.model import Cluster, Secrets
 from kiln.secrets import load_or_create
 from roles.context import NodeContext, changed_any
 from roles.facts import IsContainer
 from roles.platform import platform_for
 
-REPO = Path(__file__).resolve().parents[2]
 _contexts: dict[str, NodeContext] = {}
 
 
 def inventory_path() -> Path:
-    return Path(os.environ.get("KILN_INVENTORY") or REPO / "inventory" / "testbed")
+    return default_inventory()
 
 
 @lru_cache(maxsize=1)

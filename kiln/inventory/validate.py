@@ -55,16 +55,19 @@ class _Collector:
         return list(self._seen.values())
 
 
-def load_cluster(root: Path | str) -> model.Cluster:
+def load_cluster(root: Path | str, vault_password_file: str | None = None) -> model.Cluster:
     """The validated cluster, or ``InventoryInvalid`` carrying every error."""
-    cluster, errors = validate(root)
+    cluster, errors = validate(root, vault_password_file)
     if errors or cluster is None:
         raise InventoryInvalid(str(root), errors)
     return cluster
 
 
-def validate(root: Path | str) -> tuple[model.Cluster | None, list[InventoryError]]:
-    raw = load_raw(root)
+def validate(root: Path | str, vault_password_file: str | None = None
+             ) -> tuple[model.Cluster | None, list[InventoryError]]:
+    """The cluster and no errors, or None and every error. ``vault_password_file``: as Ansible's option
+    (default: ANSIBLE_VAULT_PASSWORD_FILE)."""
+    raw = load_raw(root, vault_password_file)
     out = _Collector()
     out.extend(raw.errors)
     if raw.errors:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from kiln.cli.main import echo, visible
+from kiln.cli.common import echo, visible
 
 
 def test_escape_sequences_and_carriage_returns_are_written_out():
