@@ -1,7 +1,8 @@
 """GPU suite: count, model, driver pin, persistence, ECC, retired pages, remapped rows, PCIe link,
 throttling, NVLink, fatal Xids, fabric manager, nvidia_peermem, DCGM diagnostic.
 
-Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_level, kernel_log, xid_hours.
+Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_level, kernel_log, and optionally xid_hours
+(default ``XID_HOURS``).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from checks.suites import run_suites
 def expectations(args: argparse.Namespace) -> dict:
     return {"node": os.uname().nodename.split(".")[0],
             "gpu": {"count": args.gpus, "model": args.model, "driver": args.driver or "", "nvswitch": args.nvswitch,
-                    "rdma": args.rdma, "dcgm_level": args.dcgm_level, "kernel_log": args.kernel_log, "xid_hours": gpu.XID_HOURS,
+                    "rdma": args.rdma, "dcgm_level": args.dcgm_level, "kernel_log": args.kernel_log,
                     "burn_seconds": args.burn, "bf16_tflops": args.bf16_tflops, "burn_min_percent": 70,
                     "nccl_busbw_gbps": args.nccl_busbw}}
 

@@ -4,7 +4,7 @@ Defaults:
 
 + the ``checks`` package (pure Python, standard library only) copied to /usr/local/lib/kiln/checks/,
   the runner as /usr/local/sbin/kiln-node-check (the node's own python3 >= 3.9, no kiln install).
-+ /etc/kiln/node-checks.json: what the inventory says this node must have (kiln/inventory/expect.py),
++ /etc/kiln/node-checks.json: what the inventory says this node must have (kiln/check/expectations.py),
   the same expectations ``kiln check`` uses remotely.
 + slurm.conf runs it every ``kiln_health_check_interval`` seconds (``kiln_slurm_health_check``); a fail
   drains the node with reason ``kiln: <ID> <message>``, a pass resumes only nodes kiln drained.
@@ -19,13 +19,14 @@ Defaults:
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
-from kiln.inventory.expect import node_expectations
+from kiln.check.expectations import node_expectations
 from roles.context import NodeContext
 from roles.operations import managed_directory
 
-CHECKS = Path(__file__).resolve().parent.parent / "checks"
+CHECKS = Path(str(files("checks")))  # the node-side check files, wherever kiln is installed
 LIB = "/usr/local/lib/kiln"
 RUNNER = """#!/usr/bin/python3
 # kiln's node-local checks (written by kiln's health role); see /usr/local/lib/kiln/checks/node_local.py

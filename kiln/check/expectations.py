@@ -6,8 +6,7 @@ role for the node-local runner, so both runners check the same expectations.
 
 from __future__ import annotations
 
-from checks.gpu import XID_HOURS
-from checks.parsers.kernel_log import COMMAND as KERNEL_LOG, log_command
+from checks.parsers.kernel_log import log_command
 from kiln.inventory.model import Cluster, Host
 from kiln.shell import command
 from kiln.versions import upstream
@@ -15,13 +14,14 @@ from kiln.versions import upstream
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:
     custom = cluster.setting("check_kernel_log")  # a program and its words, each quoted: never shell text
-    kernel_log = log_command(command(*custom.split(" ")) if custom else KERNEL_LOG)  # one read for gpu and fabric
+    # one read for gpu and fabric; "" leaves the suites their own default (checks.parsers.kernel_log)
+    kernel_log = log_command(command(*custom.split(" "))) if custom else ""
     rdma = host.fabric.type in ("infiniband", "roce")
     return {
         "node": host.name,
         "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": upstream(cluster.versions.get("nvidia_driver") or ""),
                 "nvswitch": host.nvswitch, "rdma": rdma, "dcgm_level": cluster.setting("check_dcgm_level"),
-                "kernel_log": kernel_log, "xid_hours": XID_HOURS,
+                "kernel_log": kernel_log,
                 "burn_seconds": cluster.setting("check_gpu_burn_seconds"), "bf16_tflops": host.setting("gpu_bf16_tflops"),
                 "burn_min_percent": cluster.setting("check_gpu_burn_min_percent"),
                 "nccl_busbw_gbps": cluster.setting("check_nccl_busbw_gbps")},

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,11 @@ from checks.fabric import bandwidth_verdict
 from checks.node import Node, Result
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
-from kiln.inventory.expect import node_expectations
+from kiln.check.expectations import node_expectations
 from kiln.inventory.model import Cluster, Host
 from kiln.shell import quote
 
-CHECKS_DIR = Path(__file__).resolve().parents[2] / "checks"
+CHECKS_DIR = Path(str(files("checks")))
 
 
 # Key exchange tried first (the rest of OpenSSH's defaults stay allowed after it, so FIPS-only nodes still
