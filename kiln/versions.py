@@ -41,9 +41,7 @@ PINS: dict[str, Pin] = {
         Pin("enroot", "", "containers", "enroot release, e.g. 3.5.0 (containers in Slurm jobs); \"\": none", True),
         Pin("pyxis", "", "containers", "pyxis release, e.g. 0.20.0 (srun --container-image); \"\": none", True),
         Pin("slurm", None, "slurm", "Slurm packages, e.g. 22.05.8-4+deb12u3 on Debian 12"),
-        Pin("ofed", "inbox", "rdma", "RDMA stack: 'inbox' (the distribution's rdma-core) or a DOCA-OFED release"),
         Pin("kernel", "", "base", "running kernel every node must have, e.g. 6.1.0-28-amd64; empty: not enforced"),
-        Pin("image_base", "debian12", "image", "base OS of built node images"),
     )
 }
 

@@ -68,8 +68,6 @@ class Host:
             roles.add("containers")  # srun needs pyxis where jobs are submitted
         if self.nvswitch:
             roles.add("fabricmanager")
-        if self.fabric.type in ("infiniband", "roce"):
-            roles.add("rdma")
         return roles
 
 

@@ -122,6 +122,15 @@ def test_example_inventory_is_valid_and_production_shaped():
     assert cluster.hosts["l40s03"].fabric.type == "roce"
     assert {m.type for m in hgx.storage_mounts} == {"nfs", "lustre"}
     assert {t.name: t.shares for t in cluster.teams} == {"vision": 60, "language": 40}
-    assert "fabricmanager" in hgx.roles and "rdma" in hgx.roles
-    for pin in ("nvidia_driver", "cuda", "nccl", "dcgm", "slurm", "ofed", "fabricmanager", "image_base"):
+    assert "fabricmanager" in hgx.roles
+    for pin in ("nvidia_driver", "cuda", "nccl", "dcgm", "slurm", "fabricmanager"):
         assert cluster.versions[pin]
+
+
+def test_hosts_get_only_roles_that_exist_and_every_pin_belongs_to_one():
+    import roles
+    from kiln.versions import PINS
+
+    cluster = load_cluster(REPO / "inventory" / "example")
+    assert set().union(*(h.roles for h in cluster.hosts.values())) <= set(roles.ORDER)
+    assert {pin.role for pin in PINS.values()} <= set(roles.ORDER)
