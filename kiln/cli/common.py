@@ -14,7 +14,7 @@ from kiln.inventory.location import default_inventory, testbed_inventory
 __all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "default_inventory", "testbed_inventory", "echo", "visible",
            "inventory_option", "json_option", "load_or_exit", "validate_inventory"]
 
-# Exit codes (DESIGN.md): 0 all good, 1 something failed on a node, 2 bad input or usage.
+# Exit codes (README, Exit codes): 0 all good, 1 something failed on a node, 2 bad input or usage.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 

@@ -82,3 +82,20 @@ def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> No
         echo(f"{name}  groups={','.join(d['groups'])}  roles={','.join(d['roles'])}")
         for key, value in d["vars"].items():
             echo(f"    {key}: {json.dumps(value, default=str)}")
+
+
+@inventory.command("settings")
+@click.option("--markdown", is_flag=True, help="print the reference as Markdown (docs/settings.md is this output)")
+@json_option
+def settings_cmd(markdown: bool, as_json: bool) -> None:
+    """Every kiln setting and version pin: type, default, scope and meaning (from the schema itself)."""
+    from kiln.inventory import reference
+
+    if as_json:
+        click.echo(json.dumps({"settings": reference.settings(), "fields": reference.fields(),
+                               "pins": reference.pins()}, indent=2, default=str))
+    elif markdown:
+        click.echo(reference.markdown(), nl=False)
+    else:
+        click.echo(reference.text())
+

@@ -1,4 +1,4 @@
-"""Which way the imports run (DESIGN.md): read from the source with ``ast``, every import counted,
+"""Which way the imports run (the design's rules): read from the source with ``ast``, every import counted,
 also those inside functions."""
 
 from __future__ import annotations

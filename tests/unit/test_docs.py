@@ -1,0 +1,31 @@
+"""The docs stay honest: the settings reference is the schema's own output, and every repository path
+the README names exists."""
+
+from __future__ import annotations
+
+import re
+
+from kiln.inventory import reference
+from kiln.inventory.schema import SETTINGS
+from kiln.versions import PINS
+from tests.conftest import REPO
+
+# Paths the README names that kiln makes at run time (ignored by git), not files of the repository
+MADE_AT_RUN_TIME = ("inventory/testbed", "inventory/<your-cluster>", "secrets/", "check.html", ".kiln")
+
+
+def test_the_settings_reference_is_complete_and_generated():
+    text = (REPO / "docs" / "settings.md").read_text()
+    assert text == reference.markdown(), "regenerate: kiln inventory settings --markdown > docs/settings.md"
+    for name in list(SETTINGS) + [f"`{p}`" for p in PINS]:
+        assert name in text
+
+
+def test_every_path_the_readme_names_exists():
+    readme = (REPO / "README.md").read_text()
+    named = set(re.findall(r"`((?:inventory|deploy|roles|templates|checks|kiln|tests|benchmarks|docs)/[^`\s]*)`",
+                           readme))
+    assert named, "the README names no paths?"
+    missing = [p for p in sorted(named) if not p.startswith(MADE_AT_RUN_TIME)
+               and not (REPO / p.split("::")[0].rstrip("/")).exists()]
+    assert not missing, f"README names paths that do not exist: {missing}"
