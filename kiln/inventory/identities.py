@@ -17,14 +17,6 @@ SYSTEM_GROUPS = frozenset({"root", "daemon", "bin", "sys", "adm", "tty", "disk",
                            "systemd-journal", "ssh", "sshd", "docker", "mysql", "munge", "slurm"})
 
 
-def origin(raw: RawInventory, key: str) -> tuple[str, int | None]:
-    """Where a cluster-wide setting was set (its file and line)."""
-    for host in raw.hosts.values():
-        if key in host.origins:
-            return host.origins[key]
-    return raw.files.sources[0] if raw.files.sources else ".", None
-
-
 def check_host_names(raw: RawInventory, add: Any) -> None:
     """Host names differ case-insensitively (gpu01 and GPU01 are one machine to DNS and to Slurm)."""
     by_folded: dict[str, list[str]] = defaultdict(list)
@@ -40,7 +32,7 @@ def check_host_names(raw: RawInventory, add: Any) -> None:
 
 def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     """Every uid and every gid names one account or group; no team or user takes a system group's name."""
-    file, line = origin(raw, "kiln_teams")
+    file, line = raw.origin("kiln_teams")
     uids: dict[int, str] = {}
     gids: dict[int, str] = {}
     group_names: dict[str, str] = {}

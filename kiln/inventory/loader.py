@@ -62,6 +62,17 @@ class RawInventory:
     group_inline_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[InventoryError] = field(default_factory=list)
 
+    def origin(self, key: str, host: str | None = None, default: str | None = None) -> tuple[str, int | None]:
+        """The file and line that set ``key``: for ``host`` (else its hosts file), or, for a cluster-wide
+        setting, wherever a host got it from (else ``default``, else the first hosts file)."""
+        if host is not None:
+            raw = self.hosts[host]
+            return raw.origins.get(key, (raw.source, self.files.host_line.get(host)))
+        for raw in self.hosts.values():
+            if key in raw.origins:
+                return raw.origins[key]
+        return default or (self.files.sources[0] if self.files.sources else "."), None
+
 
 def plain(value: Any) -> Any:
     """Ansible's tagged values as plain Python types (str, int, float, bool, None, list, dict)."""

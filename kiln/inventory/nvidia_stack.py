@@ -30,29 +30,24 @@ def check(raw, hosts: dict[str, model.Host], values: dict[str, Any], pins: dict[
     if not gpu_hosts:
         return
     source = values.get("kiln_nvidia_source", SETTINGS["kiln_nvidia_source"].default)
-    settings_file = _origin(raw, "kiln_nvidia_source")
-    pins_file = _origin(raw, "kiln_versions")
+    settings_file, settings_line = raw.origin("kiln_nvidia_source", default="group_vars/all/cluster.yml")
+    pins_file, pins_line = raw.origin("kiln_versions", default="group_vars/all/versions.yml")
+    add_setting = lambda key, message: out.add(settings_file, key, message, settings_line)  # noqa: E731
+    add_pin = lambda key, message: out.add(pins_file, key, message, pins_line)  # noqa: E731
     wrong_os = sorted({h.os for h in gpu_hosts if h.os not in SOURCE_OS[source]})
     if wrong_os:
-        out.add(settings_file, "kiln_nvidia_source", f"source {source!r} has no packages for {', '.join(wrong_os)} "
+        add_setting("kiln_nvidia_source", f"source {source!r} has no packages for {', '.join(wrong_os)} "
                 f"(GPU nodes run it): use cuda (NVIDIA's repository), which serves every supported OS")
     for pin in UNAVAILABLE[source]:
         if pins.get(pin):
-            out.add(pins_file, f"kiln_versions.{pin}", f"{pin} {pins[pin]!r} is not packaged in the {source} "
+            add_pin(f"kiln_versions.{pin}", f"{pin} {pins[pin]!r} is not packaged in the {source} "
                     "archive: set it to \"\" (leave it out) or use kiln_nvidia_source: cuda")
     if source == "cuda" and pins.get("nccl") and not pins.get("cuda"):
-        out.add(pins_file, "kiln_versions.nccl", "NVIDIA's NCCL packages are built per CUDA version "
+        add_pin("kiln_versions.nccl", "NVIDIA's NCCL packages are built per CUDA version "
                 "(2.21.5-1+cuda12.4): set the cuda pin too")
     fabric = pins.get("fabricmanager")
     if fabric and any(h.nvswitch for h in gpu_hosts) and upstream(fabric) != upstream(pins["nvidia_driver"]):
-        out.add(pins_file, "kiln_versions.fabricmanager", f"fabric manager {fabric} must have the driver's version "
+        add_pin("kiln_versions.fabricmanager", f"fabric manager {fabric} must have the driver's version "
                 f"{upstream(pins['nvidia_driver'])} (NVIDIA refuses to start a mismatched one)")
     if pins.get("pyxis") and not pins.get("enroot"):
-        out.add(pins_file, "kiln_versions.pyxis", "pyxis runs containers with enroot: set the enroot pin too")
-
-
-def _origin(raw, key: str, host: str | None = None) -> str:
-    for name, h in raw.hosts.items():
-        if (host is None or name == host) and key in h.origins:
-            return h.origins[key][0]
-    return "group_vars/all/versions.yml" if key == "kiln_versions" else "group_vars/all/cluster.yml"
+        add_pin("kiln_versions.pyxis", "pyxis runs containers with enroot: set the enroot pin too")

@@ -6,7 +6,6 @@ fixes an inventory in one pass. Nothing here opens a connection or imports pyinf
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -14,14 +13,23 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from kiln.inventory import model
+from kiln.inventory import cluster_checks, identities, model, nvidia_stack
 from kiln.inventory.errors import InventoryError, InventoryInvalid
-from kiln.inventory.loader import RawHost, RawInventory, load_raw
-from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SERVICE_ACCOUNTS, SETTINGS,
-                                   SUPPORTED_OS, Fabric, Setting)
-from kiln.inventory import identities, nvidia_stack
 from kiln.inventory.formats import CONTROL
+from kiln.inventory.loader import RawHost, RawInventory, load_raw
+from kiln.inventory.schema import (
+    CLUSTER_NAME,
+    CONNECTION_VARS,
+    PREFIX,
+    SERVICE_ACCOUNTS,
+    SETTINGS,
+    SUPPORTED_OS,
+    Fabric,
+    Setting,
+)
+from kiln.inventory.suggest import suggest
 from kiln.versions import PINS, required_pins
+
 
 def _adapter(annotation: Any) -> TypeAdapter:
     # Models carry their own (strict) config; plain types get strict checking here, so "8" is no int.
@@ -30,11 +38,6 @@ def _adapter(annotation: Any) -> TypeAdapter:
 
 _ADAPTERS: dict[str, TypeAdapter] = {s.name: _adapter(s.annotation) for s in SETTINGS.values()}
 _NODE_FACTS = ("kiln_cpus", "kiln_memory_mb", "kiln_gpu_count", "kiln_gpu_model", "kiln_nvswitch", "kiln_fabric")
-
-
-def suggest(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class _Collector:
@@ -81,12 +84,16 @@ def validate(root: Path | str, vault_password_file: str | None = None
     hosts = {name: _build_host(raw.hosts[name], settings[name], out) for name in managed}
     node_types = _node_types(raw, hosts, out)
     hosts = {n: _with_node_type(h, node_types) for n, h in hosts.items()}
-    _check_groups(raw, cluster_values, out)
-    _check_compute(raw, hosts, out)
-    _check_addresses(raw, hosts, out)
-    _check_partitions_teams(raw, cluster_values, out)
+    cluster_checks.check_groups(raw, cluster_values, out.add)
+    cluster_checks.check_compute(raw, hosts, out.add)
+    cluster_checks.check_addresses(raw, hosts, out.add)
+    cluster_checks.check_partitions(raw, cluster_values, out.add)
+    cluster_checks.check_teams(raw, cluster_values, out.add)
+    cluster_checks.check_topology(raw, cluster_values, out.add)
+    cluster_checks.check_service_accounts(raw, cluster_values, out.add)
+    cluster_checks.check_cluster_name(raw, cluster_values, out.add)
     identities.check_ids(raw, cluster_values, out.add)
-    versions = _check_versions(raw, hosts, cluster_values, out)
+    versions = cluster_checks.check_versions(raw, hosts, cluster_values, out.add)
     if not out.errors:
         nvidia_stack.check(raw, hosts, cluster_values, versions, out)
     if out.errors:
@@ -182,7 +189,7 @@ def _host_settings(raw: RawInventory, host: RawHost, out: _Collector) -> dict[st
     for key, value in host.vars.items():
         if not key.startswith(PREFIX):
             continue
-        file, line = host.origins.get(key, (host.source, None))
+        file, line = raw.origin(key, host.name)
         setting = SETTINGS.get(key)
         if setting is None:
             out.add(file, key, f"unknown kiln setting{suggest(key, SETTINGS)}; kiln's settings are "
@@ -234,7 +241,7 @@ def _connection(host: RawHost, out: _Collector) -> dict[str, Any]:
     for var, (key, kind) in CONNECTION_VARS.items():
         if var not in host.vars:
             continue
-        value, (file, line) = host.vars[var], host.origins.get(var, (host.source, None))
+        value, (file, line) = host.vars[var], host.origins.get(var, (host.source, None))  # this host's own
         if kind is int:
             if isinstance(value, bool) or not str(value).isdigit() or not 0 < int(value) < 65536:
                 out.add(file, var, f"must be a TCP port number, got {value!r}", line)
@@ -313,131 +320,3 @@ def _with_node_type(host: model.Host, types: dict[str, list[str]]) -> model.Host
         if host.name in members:
             return replace(host, node_type=name)
     return host
-
-
-def _hint_file(raw: RawInventory, group: str | None) -> str:
-    if group and raw.files.group_vars.get(group):
-        return sorted(raw.files.group_vars[group])[0]
-    return f"group_vars/{group}.yml" if group else "group_vars/all/"
-
-
-def _check_groups(raw: RawInventory, values: dict[str, Any], out: _Collector) -> None:
-    source = raw.files.sources[0]
-    controllers = raw.groups.get(model.CONTROLLER, [])
-    if not controllers:
-        out.add(source, model.CONTROLLER, "the slurm_controller group is missing or empty: put the "
-                "Slurm controller host in it")
-    elif len(controllers) > 1 and not values.get("kiln_slurm_ha", False):
-        out.add(source, model.CONTROLLER, f"{len(controllers)} hosts in slurm_controller "
-                f"({', '.join(controllers)}) but kiln_slurm_ha is not true: set kiln_slurm_ha: true in "
-                "group_vars/all/ to run backup controllers, or keep one host")
-    if not raw.groups.get(model.COMPUTE):
-        out.add(source, model.COMPUTE, "the compute group is missing or empty: put the compute nodes "
-                "(or node-type groups such as gpu_h100) under it")
-
-
-def _check_compute(raw: RawInventory, hosts: dict[str, model.Host], out: _Collector) -> None:
-    missing: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for host in hosts.values():
-        if host.is_compute:
-            for key, value in (("kiln_cpus", host.cpus), ("kiln_memory_mb", host.memory_mb)):
-                if value is None and key not in raw.hosts[host.name].vars:
-                    missing[(host.node_type or model.COMPUTE, key)].append(host.name)
-        if host.gpu_count and not host.gpu_model and "kiln_gpu_model" not in raw.hosts[host.name].vars:
-            missing[(host.node_type or (host.groups[0] if host.groups else None), "kiln_gpu_model")].append(host.name)
-        if host.fabric.type in ("infiniband", "roce") and host.fabric.hca_count == 0:
-            file, line = raw.hosts[host.name].origins.get("kiln_fabric", (raw.hosts[host.name].source, None))
-            out.add(file, "kiln_fabric.hca_count", f"fabric type {host.fabric.type} needs hca_count > 0", line)
-        paths = [m.path for m in host.storage_mounts]
-        for dup in sorted({p for p in paths if paths.count(p) > 1}):
-            file, line = raw.hosts[host.name].origins.get("kiln_storage_mounts", (raw.hosts[host.name].source, None))
-            out.add(file, "kiln_storage_mounts", f"mount point {dup} is listed twice", line)
-    for (group, key), names in missing.items():
-        what = {"kiln_cpus": "CPU count", "kiln_memory_mb": "memory (MiB)",
-                "kiln_gpu_model": "GPU model (kiln_gpu_count is set)"}[key]
-        sample = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        out.add(_hint_file(raw, group), key, f"{len(names)} host(s) of {group} ({sample}) have no {what}: "
-                f"set {key} for the group")
-
-
-def _check_addresses(raw: RawInventory, hosts: dict[str, model.Host], out: _Collector) -> None:
-    by_address: dict[str, list[str]] = defaultdict(list)
-    for host in hosts.values():
-        by_address[host.address].append(host.name)
-    for address, names in by_address.items():
-        if len(names) > 1:
-            file, line = raw.hosts[names[1]].origins.get("ansible_host", (raw.hosts[names[1]].source, None))
-            out.add(file, "ansible_host", f"address {address} is used by {len(names)} hosts "
-                    f"({', '.join(names[:4])}): give each host its own address", line)
-
-
-def _check_partitions_teams(raw: RawInventory, values: dict[str, Any], out: _Collector) -> None:
-    file_of = lambda key: next((h.origins[key] for h in raw.hosts.values() if key in h.origins),  # noqa: E731
-                               (raw.files.sources[0], None))
-    parts = values.get("kiln_slurm_partitions", [])
-    file, line = file_of("kiln_slurm_partitions")
-    names = [p.name for p in parts]
-    for i, part in enumerate(parts):
-        for group in part.groups:
-            if group not in raw.groups:
-                out.add(file, f"kiln_slurm_partitions[{i}].groups", f"partition {part.name!r} names group "
-                        f"{group!r}, which is not in the inventory{suggest(group, raw.groups)}", line)
-        if names.count(part.name) > 1:
-            out.add(file, f"kiln_slurm_partitions[{i}].name", f"partition {part.name!r} is defined twice", line)
-    if sum(p.default for p in parts) > 1:
-        out.add(file, "kiln_slurm_partitions", "more than one partition has default: true", line)
-    teams = values.get("kiln_teams", [])
-    file, line = file_of("kiln_teams")
-    uids: dict[str, int] = {}
-    for i, team in enumerate(teams):
-        if [t.name for t in teams].count(team.name) > 1:
-            out.add(file, f"kiln_teams[{i}].name", f"team {team.name!r} is defined twice", line)
-        for j, user in enumerate(team.users):
-            if uids.setdefault(user.name, user.uid) != user.uid:
-                out.add(file, f"kiln_teams[{i}].users[{j}].uid", f"user {user.name!r} has uid {user.uid} "
-                        f"here and {uids[user.name]} in another team", line)
-    topo = values.get("kiln_topology", {})
-    file, line = file_of("kiln_topology")
-    for switch, members in topo.items():
-        for member in members:
-            if member not in raw.hosts and member not in topo:
-                out.add(file, f"kiln_topology.{switch}", f"{member!r} is neither a host nor a switch", line)
-    file, line = file_of("kiln_service_uids")
-    for account, uid in values.get("kiln_service_uids", {}).items():
-        if account not in SERVICE_ACCOUNTS:
-            out.add(file, f"kiln_service_uids.{account}", f"unknown service account {account!r}: kiln "
-                    f"manages {', '.join(SERVICE_ACCOUNTS)}{suggest(account, SERVICE_ACCOUNTS)}", line)
-        elif not 100 <= uid <= 999:
-            out.add(file, f"kiln_service_uids.{account}", f"uid {uid} is outside the system range 100-999 "
-                    "that distribution packages accept for service accounts", line)
-    name = values.get("kiln_cluster_name", SETTINGS["kiln_cluster_name"].default)
-    if not CLUSTER_NAME.match(name):
-        file, line = file_of("kiln_cluster_name")
-        out.add(file, "kiln_cluster_name", f"cluster name {name!r} must be lower case letters, digits and "
-                "'-' (Slurm ClusterName)", line)
-
-
-def _check_versions(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any],
-                    out: _Collector) -> dict[str, str]:
-    if "kiln_versions" not in values and any("kiln_versions" in h.vars for h in raw.hosts.values()):
-        return {}  # the pins themselves are malformed and already reported
-    pins = values.get("kiln_versions", {})
-    origin = next((h.origins["kiln_versions"] for h in raw.hosts.values() if "kiln_versions" in h.origins),
-                  ("group_vars/all/versions.yml", None))
-    for key in pins:
-        if key not in PINS:
-            out.add(origin[0], f"kiln_versions.{key}", f"unknown version pin{suggest(key, PINS)}; pins are "
-                    "listed in kiln/versions.py", origin[1])
-    roles_hosts: dict[str, list[str]] = defaultdict(list)
-    for host in hosts.values():
-        for role in host.roles:
-            roles_hosts[role].append(host.name)
-    for pin in required_pins(set(roles_hosts)):
-        if pin not in pins or (not pins[pin] and not PINS[pin].optional):
-            users = roles_hosts[PINS[pin].role]
-            out.add(origin[0], f"kiln_versions.{pin}", f"no pin for {pin}, which role {PINS[pin].role} needs "
-                    f"on {len(users)} host(s) ({', '.join(users[:3])}): add it to group_vars/all/versions.yml",
-                    origin[1])
-    resolved = {name: pin.default for name, pin in PINS.items() if pin.default is not None}
-    resolved.update({k: v for k, v in pins.items() if k in PINS})
-    return resolved

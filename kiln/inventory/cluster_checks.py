@@ -1,0 +1,151 @@
+"""Checks of the inventory as a whole, once every host's settings are typed: the kiln groups, compute
+nodes' facts, addresses, partitions, teams, topology, service accounts, the cluster name and the pins.
+Each adds errors through ``add(file, key, message, line)``, located with ``RawInventory.origin``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kiln.inventory import model
+from kiln.inventory.loader import RawInventory
+from kiln.inventory.schema import CLUSTER_NAME, SERVICE_ACCOUNTS, SETTINGS
+from kiln.inventory.suggest import suggest
+from kiln.versions import PINS, required_pins
+
+
+def hint_file(raw: RawInventory, group: str | None) -> str:
+    if group and raw.files.group_vars.get(group):
+        return sorted(raw.files.group_vars[group])[0]
+    return f"group_vars/{group}.yml" if group else "group_vars/all/"
+
+
+def check_groups(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    source = raw.files.sources[0]
+    controllers = raw.groups.get(model.CONTROLLER, [])
+    if not controllers:
+        add(source, model.CONTROLLER, "the slurm_controller group is missing or empty: put the "
+                "Slurm controller host in it")
+    elif len(controllers) > 1 and not values.get("kiln_slurm_ha", False):
+        add(source, model.CONTROLLER, f"{len(controllers)} hosts in slurm_controller "
+                f"({', '.join(controllers)}) but kiln_slurm_ha is not true: set kiln_slurm_ha: true in "
+                "group_vars/all/ to run backup controllers, or keep one host")
+    if not raw.groups.get(model.COMPUTE):
+        add(source, model.COMPUTE, "the compute group is missing or empty: put the compute nodes "
+                "(or node-type groups such as gpu_h100) under it")
+
+
+def check_compute(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
+    missing: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for host in hosts.values():
+        if host.is_compute:
+            for key, value in (("kiln_cpus", host.cpus), ("kiln_memory_mb", host.memory_mb)):
+                if value is None and key not in raw.hosts[host.name].vars:
+                    missing[(host.node_type or model.COMPUTE, key)].append(host.name)
+        if host.gpu_count and not host.gpu_model and "kiln_gpu_model" not in raw.hosts[host.name].vars:
+            missing[(host.node_type or (host.groups[0] if host.groups else None), "kiln_gpu_model")].append(host.name)
+        if host.fabric.type in ("infiniband", "roce") and host.fabric.hca_count == 0:
+            file, line = raw.origin("kiln_fabric", host.name)
+            add(file, "kiln_fabric.hca_count", f"fabric type {host.fabric.type} needs hca_count > 0", line)
+        paths = [m.path for m in host.storage_mounts]
+        for dup in sorted({p for p in paths if paths.count(p) > 1}):
+            file, line = raw.origin("kiln_storage_mounts", host.name)
+            add(file, "kiln_storage_mounts", f"mount point {dup} is listed twice", line)
+    for (group, key), names in missing.items():
+        what = {"kiln_cpus": "CPU count", "kiln_memory_mb": "memory (MiB)",
+                "kiln_gpu_model": "GPU model (kiln_gpu_count is set)"}[key]
+        sample = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        add(hint_file(raw, group), key, f"{len(names)} host(s) of {group} ({sample}) have no {what}: "
+                f"set {key} for the group")
+
+
+def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
+    by_address: dict[str, list[str]] = defaultdict(list)
+    for host in hosts.values():
+        by_address[host.address].append(host.name)
+    for address, names in by_address.items():
+        if len(names) > 1:
+            file, line = raw.origin("ansible_host", names[1])
+            add(file, "ansible_host", f"address {address} is used by {len(names)} hosts "
+                    f"({', '.join(names[:4])}): give each host its own address", line)
+
+
+def check_partitions(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    parts = values.get("kiln_slurm_partitions", [])
+    file, line = raw.origin("kiln_slurm_partitions")
+    names = [p.name for p in parts]
+    for i, part in enumerate(parts):
+        for group in part.groups:
+            if group not in raw.groups:
+                add(file, f"kiln_slurm_partitions[{i}].groups", f"partition {part.name!r} names group "
+                    f"{group!r}, which is not in the inventory{suggest(group, raw.groups)}", line)
+        if names.count(part.name) > 1:
+            add(file, f"kiln_slurm_partitions[{i}].name", f"partition {part.name!r} is defined twice", line)
+    if sum(p.default for p in parts) > 1:
+        add(file, "kiln_slurm_partitions", "more than one partition has default: true", line)
+
+
+def check_teams(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    teams = values.get("kiln_teams", [])
+    file, line = raw.origin("kiln_teams")
+    uids: dict[str, int] = {}
+    for i, team in enumerate(teams):
+        if [t.name for t in teams].count(team.name) > 1:
+            add(file, f"kiln_teams[{i}].name", f"team {team.name!r} is defined twice", line)
+        for j, user in enumerate(team.users):
+            if uids.setdefault(user.name, user.uid) != user.uid:
+                add(file, f"kiln_teams[{i}].users[{j}].uid", f"user {user.name!r} has uid {user.uid} "
+                    f"here and {uids[user.name]} in another team", line)
+
+
+def check_topology(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    topo = values.get("kiln_topology", {})
+    file, line = raw.origin("kiln_topology")
+    for switch, members in topo.items():
+        for member in members:
+            if member not in raw.hosts and member not in topo:
+                add(file, f"kiln_topology.{switch}", f"{member!r} is neither a host nor a switch", line)
+
+
+def check_service_accounts(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    file, line = raw.origin("kiln_service_uids")
+    for account, uid in values.get("kiln_service_uids", {}).items():
+        if account not in SERVICE_ACCOUNTS:
+            add(file, f"kiln_service_uids.{account}", f"unknown service account {account!r}: kiln "
+                f"manages {', '.join(SERVICE_ACCOUNTS)}{suggest(account, SERVICE_ACCOUNTS)}", line)
+        elif not 100 <= uid <= 999:
+            add(file, f"kiln_service_uids.{account}", f"uid {uid} is outside the system range 100-999 "
+                "that distribution packages accept for service accounts", line)
+
+
+def check_cluster_name(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    name = values.get("kiln_cluster_name", SETTINGS["kiln_cluster_name"].default)
+    if not CLUSTER_NAME.match(name):
+        file, line = raw.origin("kiln_cluster_name")
+        add(file, "kiln_cluster_name", f"cluster name {name!r} must be lower case letters, digits and "
+            "'-' (Slurm ClusterName)", line)
+
+
+def check_versions(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any],
+                    add: Any) -> dict[str, str]:
+    if "kiln_versions" not in values and any("kiln_versions" in h.vars for h in raw.hosts.values()):
+        return {}  # the pins themselves are malformed and already reported
+    pins = values.get("kiln_versions", {})
+    origin = raw.origin("kiln_versions", default="group_vars/all/versions.yml")
+    for key in pins:
+        if key not in PINS:
+            add(origin[0], f"kiln_versions.{key}", f"unknown version pin{suggest(key, PINS)}; pins are "
+                    "listed in kiln/versions.py", origin[1])
+    roles_hosts: dict[str, list[str]] = defaultdict(list)
+    for host in hosts.values():
+        for role in host.roles:
+            roles_hosts[role].append(host.name)
+    for pin in required_pins(set(roles_hosts)):
+        if pin not in pins or (not pins[pin] and not PINS[pin].optional):
+            users = roles_hosts[PINS[pin].role]
+            add(origin[0], f"kiln_versions.{pin}", f"no pin for {pin}, which role {PINS[pin].role} needs "
+                    f"on {len(users)} host(s) ({', '.join(users[:3])}): add it to group_vars/all/versions.yml",
+                    origin[1])
+    resolved = {name: pin.default for name, pin in PINS.items() if pin.default is not None}
+    resolved.update({k: v for k, v in pins.items() if k in PINS})
+    return resolved
