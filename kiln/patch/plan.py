@@ -117,6 +117,32 @@ def make_plan(service: list[str], compute: list[str], all_compute: list[str], sl
     return plan
 
 
+def next_batch(queue: list[str], slurm: dict[str, SlurmNode], all_compute: list[str], max_unavailable: int,
+               size: int, held: set[str]) -> list[str]:
+    """The next compute batch, in plan order. Nodes this rollout drained already (``held``: its journal
+    says so, and Slurm still shows kiln's drain; a resumed rollout) come first and need no room; a node
+    already out of service for another reason takes no room either; the others join while ``room``
+    allows, up to ``size``. Empty: no node may leave service now."""
+    left = room(slurm, all_compute, max_unavailable)
+    batch = [n for n in queue if n in held and slurm.get(n) and slurm[n].drained_by_kiln]
+    for n in queue:
+        if len(batch) >= size:
+            break
+        if n in batch:
+            continue
+        if slurm.get(n) and not slurm[n].in_service:
+            batch.append(n)
+        elif left > 0:
+            batch.append(n)
+            left -= 1
+    return batch
+
+
+def budget_spent(failed: list[str], budget: int) -> bool:
+    """Whether the failed nodes use up the rollout's failure budget (it stops then)."""
+    return len(failed) >= budget
+
+
 def room(slurm: dict[str, SlurmNode], all_compute: list[str], max_unavailable: int) -> int:
     """How many more compute nodes may leave service now without fewer than N - max_unavailable in service."""
     in_service = sum(1 for n in all_compute if n in slurm and slurm[n].in_service)

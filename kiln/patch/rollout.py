@@ -61,14 +61,34 @@ class Outcome:
         return [n for n, r in self.results.items() if r["result"] == "failed"]
 
 
+def deploy_roles(cluster: Cluster, secrets: Secrets, names: list[str], role_names: list[str]) -> list:
+    """Apply ``role_names`` on ``names`` with kiln deploy; one result per host (status, changed,
+    failed_op, error, reboot_required)."""
+    from kiln.deploy.runner import Deploy
+    return Deploy(cluster, secrets, names, role_names).run().hosts
+
+
+def check_nodes(cluster: Cluster, names: list[str]) -> dict[str, list[Verdict]]:
+    """Node -> its verdicts, from kiln check's suites over SSH."""
+    with RemoteCheck(cluster, [cluster.hosts[n] for n in names], SUITES) as checker:
+        checker.collect()
+    return checker.results
+
+
 class Rollout:
+    """The rollout loop. Its collaborators are injected (defaults: the real ones): ``slurm`` (what
+    SlurmControl offers), ``checker`` (gives a Node for a host, for service-node reboots), ``apply``
+    (``deploy_roles``) and ``check`` (``check_nodes``), so resume and the failure budget are tested
+    without a cluster."""
+
     def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
-                 progress: Callable[[str], None] = print):
+                 progress: Callable[[str], None] = print, *, slurm=None, checker=None,
+                 apply: Callable = deploy_roles, check: Callable = check_nodes):
         self.cluster, self.secrets, self.journal, self.options = cluster, secrets, journal, options
         self.progress = progress
-        controller = cluster.controllers[0]
-        self.checker = RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
-        self.slurm = SlurmControl(self.checker.node(controller))
+        self.checker = checker or RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
+        self.slurm = slurm or SlurmControl(self.checker.node(cluster.controllers[0]))
+        self.apply, self.check = apply, check
         self.compute = [h.name for h in cluster.compute]
         self.started = time.monotonic()
         self.rollout_id = ""
@@ -157,21 +177,9 @@ class Rollout:
             # A node just back in service can be briefly NOT_RESPONDING: wait a little for room.
             self._until(lambda: self._room(plan, queue) > 0, ROOM_WAIT)
             slurm = self.slurm.nodes()
-            ours = [n for n in queue if slurm.get(n) and slurm[n].drained_by_kiln and self.journal.done(n, "drain")]
-            room = planning.room(slurm, self.compute, plan.max_unavailable)
             size = sizes[index] if index < len(sizes) else plan.max_unavailable
-            # In plan order; a node already out of service (drained by kiln's health check) takes no room.
-            batch = list(ours)
-            for n in queue:
-                if len(batch) >= size:
-                    break
-                if n in batch:
-                    continue
-                if slurm.get(n) and not slurm[n].in_service:
-                    batch.append(n)
-                elif room > 0:
-                    batch.append(n)
-                    room -= 1
+            held = {n for n in queue if self.journal.done(n, "drain")}
+            batch = planning.next_batch(queue, slurm, self.compute, plan.max_unavailable, size, held)
             if not batch:
                 in_service = sum(1 for n in self.compute if n in slurm and slurm[n].in_service)
                 outcome.stopped = (f"only {in_service} of {len(self.compute)} compute nodes are in service; "
@@ -194,7 +202,7 @@ class Rollout:
 
     def _budget_spent(self, outcome: Outcome) -> bool:
         failed = outcome.failed
-        if len(failed) >= self.options.failure_budget:
+        if planning.budget_spent(failed, self.options.failure_budget):
             outcome.stopped = (f"failure budget spent: {len(failed)} node(s) failed ({', '.join(failed)}), "
                                f"budget {self.options.failure_budget}; they stay drained with a kiln: reason")
             self.say(f"stopped: {outcome.stopped}")
@@ -262,15 +270,13 @@ class Rollout:
         return batch
 
     def _apply(self, batch: list[str], outcome: Outcome) -> tuple[list[str], set[str]]:
-        from kiln.deploy.runner import Deploy
         todo = [n for n in batch if not self.journal.done(n, "apply")]
         reboot = {n for n in batch if (self.journal.done(n, "apply") or {}).get("reboot_required")}
         if todo:
             for n in todo:
                 self.begin(n, "apply", roles=self.options.roles)
             self.say(f"applying {', '.join(self.options.roles)} on {', '.join(todo)}")
-            result = Deploy(self.cluster, self.secrets, todo, self.options.apply_roles).run()
-            for h in result.hosts:
+            for h in self.apply(self.cluster, self.secrets, todo, self.options.apply_roles):
                 if h.status in ("changed", "no change"):
                     self.done(h.name, "apply", changed=len(h.changed), reboot_required=h.reboot_required)
                     if h.reboot_required:
@@ -322,13 +328,11 @@ class Rollout:
     def _check_and_resume(self, batch: list[str], outcome: Outcome) -> None:
         if not batch:
             return
-        hosts = [self.cluster.hosts[n] for n in batch]
         for n in batch:
             self.begin(n, "check")
-        with RemoteCheck(self.cluster, hosts, SUITES) as checker:
-            checker.collect()
+        results = self.check(self.cluster, batch)
         for n in batch:
-            failed: list[Verdict] = [v for v in checker.results.get(n, []) if v.failed]
+            failed: list[Verdict] = [v for v in results.get(n, []) if v.failed]
             self.done(n, "check", failed=[v.id for v in failed])
             if failed:
                 first = failed[0]
@@ -360,11 +364,10 @@ class Rollout:
 
     # --- service nodes: one at a time, never drained ---
     def _service_node(self, name: str, outcome: Outcome) -> None:
-        from kiln.deploy.runner import Deploy
         self.say(f"{name}: applying {', '.join(self.options.roles)} (service node, not drained)")
         if not self.journal.done(name, "apply"):
             self.begin(name, "apply", roles=self.options.roles)
-            (h,) = Deploy(self.cluster, self.secrets, [name], self.options.apply_roles).run().hosts
+            (h,) = self.apply(self.cluster, self.secrets, [name], self.options.apply_roles)
             if h.status not in ("changed", "no change"):
                 self.finish(name, "failed", f"{h.status} at {h.failed_op!r}", outcome)
                 return
@@ -384,9 +387,7 @@ class Rollout:
                     return
                 time.sleep(POLL)
             self.done(name, "reboot")
-        with RemoteCheck(self.cluster, [self.cluster.hosts[name]], SUITES) as checker:
-            checker.collect()
-        failed = [v for v in checker.results.get(name, []) if v.failed]
+        failed = [v for v in self.check(self.cluster, [name]).get(name, []) if v.failed]
         self.done(name, "check", failed=[v.id for v in failed])
         if failed:
             self.finish(name, "failed", f"{failed[0].id}: {failed[0].message}", outcome)

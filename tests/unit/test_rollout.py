@@ -1,0 +1,167 @@
+"""The rollout loop without a cluster: a fake Slurm, a fake apply and a fake check are injected. Batch
+choice (room, nodes already out, a resumed rollout's drained nodes), the failure budget, and resume
+after a crash (nothing done twice)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from checks.verdict import Verdict
+from kiln.inventory import load_cluster
+from kiln.inventory.model import Secrets
+from kiln.patch import journal as journals
+from kiln.patch import rollout as rollout_module
+from kiln.patch.plan import SlurmNode, next_batch
+from kiln.patch.rollout import Options, Rollout
+from tests.conftest import INVENTORIES
+
+COMPUTE = ["n1", "n2", "n3", "n4"]
+
+
+def nodes(**states) -> dict[str, SlurmNode]:
+    """n1..n4 IDLE unless given, e.g. nodes(n2="DOWN*", n3=("IDLE+DRAIN", "kiln: patch x"))."""
+    out = {}
+    for n in COMPUTE:
+        state = states.get(n, "IDLE")
+        state, reason = state if isinstance(state, tuple) else (state, "")
+        out[n] = SlurmNode(n, state, reason)
+    return out
+
+
+@pytest.mark.parametrize("slurm, held, size, limit, expected", [
+    (nodes(), set(), 1, 1, ["n1"]),                                      # room for one
+    (nodes(), set(), 2, 2, ["n1", "n2"]),                                # two may leave
+    (nodes(n4="DOWN*"), set(), 1, 1, []),                                # n4 is out already: no room left
+    (nodes(n2=("IDLE+DRAIN", "kiln: GPU_XID_FATAL")), set(), 2, 1, ["n2"]),  # out already: takes no room
+    (nodes(n1=("IDLE+DRAIN", "kiln: patch r1")), {"n1"}, 1, 1, ["n1"]),  # resumed: its own drained node first
+    (nodes(n1=("IDLE+DRAIN", "kiln: patch r1"), n4="DOWN*"), {"n1"}, 2, 1, ["n1"]),  # held needs no room
+    (nodes(), set(), 3, 4, ["n1", "n2", "n3"]),                          # never more than the batch size
+])
+def test_next_batch(slurm, held, size, limit, expected):
+    assert next_batch(["n1", "n2", "n3"], slurm, COMPUTE, limit, size, held) == expected
+
+
+class FakeSlurm:
+    def __init__(self, names: list[str]):
+        self.state = {n: ["IDLE", ""] for n in names}
+        self.calls: list[tuple] = []
+
+    def nodes(self) -> dict[str, SlurmNode]:
+        return {n: SlurmNode(n, s, r, "1") for n, (s, r) in self.state.items()}
+
+    def drain(self, names, reason):
+        self.calls.append(("drain", tuple(names)))
+        for n in names:
+            self.state[n] = ["IDLE+DRAIN", reason]
+
+    def set_reason(self, name, reason):
+        self.state[name][1] = reason
+
+    def resume(self, name):
+        self.calls.append(("resume", name))
+        self.state[name] = ["IDLE", ""]
+
+    def reboot(self, names, reason):
+        raise AssertionError("no reboot was asked for")
+
+    def jobs(self, names):
+        return {n: [] for n in names}
+
+
+class Recorder:
+    def __init__(self, failing: set[str] = frozenset(), crash_after: int | None = None):
+        self.applied: list[str] = []
+        self.failing, self.crash_after = failing, crash_after
+
+    def apply(self, cluster, secrets, names, role_names):
+        if self.crash_after is not None and len(self.applied) >= self.crash_after:
+            raise KeyboardInterrupt("the operator's machine died")
+        self.applied += names
+        return [SimpleNamespace(name=n, status="failed" if n in self.failing else "changed", changed=["x"],
+                                failed_op="slurm: packages" if n in self.failing else None, error="E: broken",
+                                reboot_required=False) for n in names]
+
+    def check(self, cluster, names):
+        return {n: [Verdict("SLURM_NODE", "ok", "in service")] for n in names}
+
+
+@pytest.fixture
+def cluster():
+    return load_cluster(INVENTORIES / "small")
+
+
+def make(cluster, tmp_path, recorder, slurm, records=None, **options):
+    journal = journals.Journal(tmp_path / "rollout.jsonl", records)
+    opts = Options(roles=["slurm"], reboot="never", **options)
+    checker = SimpleNamespace(close=lambda: None, node=lambda host: None)
+    return Rollout(cluster, Secrets(b"k" * 32, "p"), journal, opts, progress=lambda line: None, slurm=slurm,
+                   checker=checker, apply=recorder.apply, check=recorder.check), journal
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch):
+    monkeypatch.setattr(rollout_module, "POLL", 0.01)
+    monkeypatch.setattr(rollout_module, "SETTLE_WAIT", 0.0)
+
+
+def compute_of(cluster) -> list[str]:
+    return [h.name for h in cluster.compute]
+
+
+def test_every_node_is_patched_batch_by_batch_and_resumed(cluster, tmp_path):
+    slurm, recorder = FakeSlurm([*compute_of(cluster)]), Recorder()
+    rollout, _ = make(cluster, tmp_path, recorder, slurm)
+    outcome = rollout.run(rollout.start(compute_of(cluster)))
+    assert outcome.stopped is None
+    assert {n: r["result"] for n, r in outcome.results.items()} == {n: "patched" for n in compute_of(cluster)}
+    assert [c for c in slurm.calls if c[0] == "drain"] == [("drain", (n,)) for n in compute_of(cluster)]
+    assert all(s == "IDLE" for s, _ in slurm.state.values())
+
+
+def test_the_failure_budget_stops_the_rollout_and_the_failed_node_stays_drained(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm, recorder = FakeSlurm(names), Recorder(failing={names[1]})
+    rollout, journal = make(cluster, tmp_path, recorder, slurm, failure_budget=1)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.failed == [names[1]] and "failure budget spent" in outcome.stopped
+    assert slurm.state[names[1]] == ["IDLE+DRAIN", "kiln: PATCH_FAILED slurm: packages"]
+    assert recorder.applied == names[:2]  # nothing after the budget was spent
+    assert journal.records[-1]["event"] == "end" and journal.records[-1]["result"] == "stopped"
+
+
+def test_a_resumed_rollout_does_nothing_twice(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm, crashing = FakeSlurm(names), Recorder(crash_after=1)
+    rollout, journal = make(cluster, tmp_path, crashing, slurm)
+    plan = rollout.start(names)
+    with pytest.raises(KeyboardInterrupt):
+        rollout.run(plan)  # dies while applying the second batch: that node is drained, not patched
+    journal.close()
+    drained_before = [c for c in slurm.calls if c[0] == "drain"]
+    assert drained_before == [("drain", (names[0],)), ("drain", (names[1],))]
+    again = Recorder()
+    rollout, journal = make(cluster, tmp_path, again, slurm, records=journals.read(tmp_path / "rollout.jsonl"))
+    from kiln.patch.plan import Plan
+    outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
+    assert outcome.stopped is None and set(outcome.results) == set(names)
+    assert again.applied == names[1:]  # the first node's apply was done: not again
+    assert [c for c in slurm.calls if c[0] == "drain"][2:] == [("drain", (n,)) for n in names[2:]]  # names[1] kept
+    assert all(r["result"] == "patched" for r in outcome.results.values())
+
+
+def test_no_room_stops_the_rollout_with_the_nodes_out_of_service_named(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm, recorder = FakeSlurm(names), Recorder()
+    rollout, _ = make(cluster, tmp_path, recorder, slurm)
+    plan = rollout.start(names[:-1])
+    slurm.state[names[-1]] = ["IDLE+DRAIN", "disk replaced by a person"]  # not in the rollout: takes the one slot
+    monkey_room = rollout_module.ROOM_WAIT
+    rollout_module.ROOM_WAIT = 0.05
+    try:
+        outcome = rollout.run(plan)
+    finally:
+        rollout_module.ROOM_WAIT = monkey_room
+    assert "allows no more to leave" in outcome.stopped and names[-1] in outcome.stopped
+    assert recorder.applied == []
