@@ -9,16 +9,8 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.common import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILED,
-    EXIT_OK,
-    default_inventory,
-    echo,
-    inventory_option,
-    json_option,
-    load_or_exit,
-)
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option,
+                             json_option, load_or_exit)
 
 
 @click.command()

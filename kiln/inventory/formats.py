@@ -104,15 +104,6 @@ def check_address(value: str) -> str:
         raise ValueError(f"{value!r} is neither an IP address nor a host name (RFC 1123)") from None
 
 
-def check_user(value: str) -> str:
-    """A login name (ansible_user): the POSIX portable user-name set."""
-    control_free(value)
-    if not POSIX_NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid user name: a letter or '_' first, then letters, digits, '_', "
-                         "'.', '-' (at most 32)")
-    return value
-
-
 def check_mount_point(value: str) -> str:
     control_free(value)
     if not value.startswith("/"):
@@ -171,6 +162,10 @@ def check_sysctl_value(value: Any) -> Any:
                              "spaces between words")
     return value
 
+
+# A login name (ansible_user): the POSIX portable user-name set
+check_user = _matching("user name", POSIX_NAME, "a letter or '_' first, then letters, digits, '_', '.', '-' "
+                       "(at most 32)")
 
 HostName = Annotated[str, AfterValidator(check_hostname)]
 Address = Annotated[str, AfterValidator(check_address)]

@@ -17,16 +17,8 @@ from kiln.inventory import cluster_checks, identities, model, nvidia_stack
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.formats import CONTROL
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
-from kiln.inventory.schema import (
-    CLUSTER_NAME,
-    CONNECTION_VARS,
-    PREFIX,
-    SERVICE_ACCOUNTS,
-    SETTINGS,
-    SUPPORTED_OS,
-    Fabric,
-    Setting,
-)
+from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SERVICE_ACCOUNTS, SETTINGS, SUPPORTED_OS,
+                                   Fabric, Setting)
 from kiln.inventory.suggest import suggest
 from kiln.versions import PINS, required_pins
 
