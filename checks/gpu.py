@@ -30,6 +30,10 @@ def query_command(events: str) -> str:
 REMAPPED_ROWS = ("nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure "
                  "--format=csv,noheader,nounits")
 NVLINK_STATUS = "nvidia-smi nvlink -s"
+# NVLinks per GPU of each SXM/OAM model (what ``nvidia-smi nvlink -s`` lists when all is well); PCIe
+# models have none. The inventory's kiln_gpu_nvlinks overrides it (NVL bridges, other boards).
+NVLINKS_PER_MODEL = {"v100": 6, "a100": 12, "a800": 8, "h100": 18, "h200": 18, "h800": 8, "h20": 18, "b100": 18,
+                     "b200": 18, "b300": 18, "gb200": 18, "gb300": 18}
 PEERMEM = "test -d /sys/module/nvidia_peermem"
 FABRIC_MANAGER = "nvidia-fabricmanager"
 
@@ -135,7 +139,16 @@ def check_remapped_rows(node: Node) -> list[Verdict]:
     return verdicts or [ok("GPU_REMAPPED_ROWS", "no remapping pending or failed")]
 
 
-def check_nvlink(node: Node) -> list[Verdict]:
+def expected_nvlinks(gpu: dict) -> int | None:
+    """NVLinks each GPU must list: the inventory's ``nvlinks``, else the model's count; None: unknown."""
+    if gpu.get("nvlinks") is not None:
+        return int(gpu["nvlinks"])
+    return NVLINKS_PER_MODEL.get(str(gpu.get("model") or "").lower())
+
+
+def check_nvlink(node: Node, expected: int | None = None) -> list[Verdict]:
+    """Every NVLink active, and each listed GPU with ``expected`` links (a GPU missing altogether is
+    GPU_COUNT's)."""
     out = node.run(NVLINK_STATUS)
     if out.rc != 0:
         return [fail("GPU_NVLINK", f"nvidia-smi nvlink -s exited {out.rc}: {explain_exit(out.rc)}")]
@@ -143,15 +156,22 @@ def check_nvlink(node: Node) -> list[Verdict]:
         gpus = parse_nvlink_status(out.stdout)
     except CheckError as e:
         return [fail("GPU_NVLINK_UNREADABLE", str(e))]
-    bad = []
+    bad, short = [], []
     for index, g in sorted(gpus.items()):
         if g["all_inactive"]:
             bad.append(f"gpu{index}: all links inactive")
         down = [str(n) for n, speed in sorted(g["links"].items()) if speed is None]
         if down:
             bad.append(f"gpu{index}: link {','.join(down)} inactive")
-    return [fail("GPU_NVLINK_INACTIVE", "; ".join(bad) + ": check fabric manager, reset the GPUs")] if bad \
+        if expected and not g["all_inactive"] and len(g["links"]) != expected:
+            short.append(f"gpu{index} lists {len(g['links'])}")
+    verdicts = [fail("GPU_NVLINK_INACTIVE", "; ".join(bad) + ": check fabric manager, reset the GPUs")] if bad \
         else [ok("GPU_NVLINK_INACTIVE", "all NVLinks active")]
+    if expected:
+        verdicts.append(fail("GPU_NVLINK_COUNT", f"{'; '.join(short)} NVLinks, each GPU should have {expected}: "
+                             "reset the GPUs; if a link stays missing, service the baseboard") if short
+                        else ok("GPU_NVLINK_COUNT", f"{expected} NVLinks per GPU"))
+    return verdicts
 
 
 def check_xids(node: Node, command: str, hours: float = XID_HOURS) -> list[Verdict]:
@@ -198,8 +218,10 @@ def commands(expect: dict) -> list[str]:
     if not gpu.get("count"):
         return []
     out = [query_command(EVENTS_NEW), REMAPPED_ROWS]
+    if gpu.get("nvswitch") or expected_nvlinks(gpu):
+        out.append(NVLINK_STATUS)
     if gpu.get("nvswitch"):
-        out += [NVLINK_STATUS, service_command(FABRIC_MANAGER)]
+        out.append(service_command(FABRIC_MANAGER))
     out.append(gpu.get("kernel_log") or DEFAULT_COMMAND)
     if gpu.get("rdma"):
         out.append(PEERMEM)
@@ -217,8 +239,9 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         return [error]
     verdicts = ([error] if error else []) + check_table(rows, gpu)
     verdicts += check_remapped_rows(node)
+    if gpu.get("nvswitch") or expected_nvlinks(gpu):
+        verdicts += check_nvlink(node, expected_nvlinks(gpu))
     if gpu.get("nvswitch"):
-        verdicts += check_nvlink(node)
         verdicts.append(check_service(node, "GPU_FABRIC_MANAGER", FABRIC_MANAGER,
                                       "start it (systemctl start nvidia-fabricmanager); GPUs cannot talk over NVSwitch"))
     verdicts += check_xids(node, gpu.get("kernel_log") or DEFAULT_COMMAND, gpu.get("xid_hours", XID_HOURS))

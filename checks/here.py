@@ -30,7 +30,7 @@ from checks.suites import run_suites
 
 def expectations(args: argparse.Namespace) -> dict:
     return {"node": os.uname().nodename.split(".")[0],
-            "gpu": {"count": args.gpus, "model": args.model, "driver": args.driver or "", "nvswitch": args.nvswitch,
+            "gpu": {"count": args.gpus, "model": args.model, "driver": args.driver or "", "nvswitch": args.nvswitch, "nvlinks": args.nvlinks,
                     "rdma": args.rdma, "dcgm_level": args.dcgm_level, "kernel_log": args.kernel_log,
                     "burn_seconds": args.burn, "bf16_tflops": args.bf16_tflops, "burn_min_percent": 70,
                     "nccl_busbw_gbps": args.nccl_busbw}}
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", required=True, help="part of the GPU name every GPU should have (h100, a100, ...)")
     ap.add_argument("--driver", default="", help="the driver version nvidia-smi should report")
     ap.add_argument("--nvswitch", action="store_true", help="NVSwitch machine: NVLinks and fabric manager")
+    ap.add_argument("--nvlinks", type=int, default=None, help="NVLinks each GPU should list (default: the "
+                    "model's count, e.g. 18 for h100/h200; 0: no NVLink check)")
     ap.add_argument("--rdma", action="store_true", help="RDMA fabric: nvidia_peermem should be loaded")
     ap.add_argument("--dcgm-level", type=int, default=0, help="dcgmi diag level to run (0: none)")
     ap.add_argument("--burn", type=int, default=0, help="seconds of bf16 GEMM per GPU (needs PyTorch; 0: none)")

@@ -74,6 +74,9 @@ def number(value: str | None) -> float | None:
     return float(match.group(0))
 
 
+_ALL_INACTIVE = re.compile(r"all links are inactive", re.IGNORECASE)
+
+
 def parse_nvlink_status(text: str) -> dict[int, dict]:
     """``nvidia-smi nvlink -s``: gpu index -> {"name", "links": {n: GB/s or None if inactive},
     "all_inactive": bool}."""
@@ -89,7 +92,7 @@ def parse_nvlink_status(text: str) -> dict[int, dict]:
             if line.strip():
                 raise CheckError(f"nvlink status line outside a GPU: {line[:80]!r}")
             continue
-        if "all links are inactive" in line:
+        if _ALL_INACTIVE.search(line):  # drivers spell it "inactive", "inActive"; some write "Nvlink"
             current["all_inactive"] = True
             continue
         link = re.match(r"^\s+Link (\d+): (.*)$", line)

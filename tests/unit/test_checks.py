@@ -345,3 +345,32 @@ def test_checks_run_on_python_3_9():
     import ast
     for path in (REPO / "checks").rglob("*.py"):
         ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
+
+
+NVLINK_DIR = REPO / "tests" / "recorded" / "captured" / "nvidia-smi-nvlink-status"
+
+
+@pytest.mark.parametrize("capture, model, failing", [
+    ("gpuexp-linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.nvlink-s", "h100", []),
+    ("azhc-good_nvlink_status.txt", "a100", []),
+    ("kiln-made-b200-all-inactive-mixed-case.txt", "b200", ["GPU_NVLINK_INACTIVE"]),
+    ("azhc-bad_nvlink_status.txt", "a100", ["GPU_NVLINK_INACTIVE"]),
+    ("kiln-made-h100-twelve-links.txt", "h100", ["GPU_NVLINK_COUNT"]),
+    ("kiln-made-h100-gpu-without-links.txt", "h100", ["GPU_NVLINK_COUNT"]),
+])
+def test_nvlink_status_and_count_on_recorded_outputs(capture, model, failing):
+    from checks.gpu import check_nvlink, expected_nvlinks
+    text = (NVLINK_DIR / capture).read_text()
+    node = Node("gpu01", lambda command: Result(0, text, ""))
+    verdicts = check_nvlink(node, expected_nvlinks({"model": model}))
+    assert sorted(v.id for v in verdicts if v.failed) == failing, verdicts
+    assert {v.id for v in verdicts} == {"GPU_NVLINK_INACTIVE", "GPU_NVLINK_COUNT"}
+
+
+def test_the_inventory_overrides_the_models_nvlink_count():
+    from checks.gpu import check_nvlink, expected_nvlinks
+    text = (NVLINK_DIR / "kiln-made-h100-twelve-links.txt").read_text().split("GPU 1")[0]
+    node = Node("gpu01", lambda command: Result(0, text, ""))
+    assert expected_nvlinks({"model": "h100", "nvlinks": 18}) == 18
+    assert not [v for v in check_nvlink(node, expected_nvlinks({"model": "h100", "nvlinks": 18})) if v.failed]
+    assert expected_nvlinks({"model": "l40s"}) is None and expected_nvlinks({"model": "h100", "nvlinks": 0}) == 0

@@ -25,7 +25,7 @@ def sim(tmp_path, *args: str) -> None:
 
 
 def test_passes_on_a_healthy_machine_and_records_every_command(tmp_path):
-    sim(tmp_path, "init", "--gpus", "2", "--model", "h200", "--driver", "550.163.01")
+    sim(tmp_path, "init", "--gpus", "2", "--model", "h200", "--driver", "550.163.01", "--nvlinks", "18")
     out = here(tmp_path, "--gpus", "2", "--model", "h200", "--driver", "550.163.01", "--record", str(tmp_path / "rec"),
                "--json")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -38,7 +38,7 @@ def test_passes_on_a_healthy_machine_and_records_every_command(tmp_path):
 
 
 def test_fails_on_the_fault_and_on_the_wrong_expectation(tmp_path):
-    sim(tmp_path, "init", "--gpus", "2", "--model", "h200", "--driver", "550.163.01")
+    sim(tmp_path, "init", "--gpus", "2", "--model", "h200", "--driver", "550.163.01", "--nvlinks", "18")
     sim(tmp_path, "inject", "xid-79", "--gpu", "1")
     out = here(tmp_path, "--gpus", "2", "--model", "h200")
     assert out.returncode == 1 and "FAIL GPU_XID_79" in out.stdout
