@@ -179,9 +179,15 @@ def check_xids(node: Node, command: str, hours: float = XID_HOURS) -> list[Verdi
     xids = parse_xids(recent(out.stdout, hours))
     fatal = [x for x in xids if x.fatal]
     if fatal:
-        first = fatal[-1]
-        return [fail(f"GPU_XID_{first.code}", f"{len(fatal)} fatal Xid event(s) in {hours:g} h, last {first.code} "
-                     f"on {first.pci}: {first.action}")]
+        last = fatal[-1]
+        kind = "SXid" if last.nvswitch else "Xid"
+        return [fail(f"GPU_XID_{last.code}", f"{len(fatal)} fatal Xid/SXid event(s) in {hours:g} h, last {kind} "
+                     f"{last.code} on {last.pci}: {last.action}")]
+    unknown = [x for x in xids if x.severity == "warn"]
+    if unknown:
+        last = unknown[-1]
+        return [warn("GPU_XID", f"{'SXid' if last.nvswitch else 'Xid'} {last.code} on {last.pci} in {hours:g} h: "
+                     f"{last.action if not last.nvswitch else 'its event line is missing: read the kernel log'}")]
     app = sorted({x.code for x in xids})
     return [ok("GPU_XID", f"no fatal Xid in {hours:g} h" + (f" (application Xids {app})" if app else ""))]
 

@@ -13,6 +13,8 @@ import calendar
 import re
 from dataclasses import dataclass
 
+from checks.parsers.xid_catalog import classify
+
 NOW_MARK = "@@kiln-now "
 # {since} is filled in by the inventory (a custom kiln_check_kernel_log command takes it too)
 COMMAND = "journalctl -k --since={since} --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
@@ -62,28 +64,21 @@ def recent(text: str, hours: float) -> str:
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]+)\): (?P<code>\d+),\s*(?P<rest>.*)$")
 _SXID = re.compile(r"nvidia-nvswitch\d*: SXid \((?P<pci>[^)]+)\): (?P<code>\d+), (?P<rest>.*)$")
+# The lines an NVSwitch driver prints after an SXid's event line, with the same code: one event, not three
+_SXID_MORE = re.compile(r"^(Severity \d+|Data \{)")
+# The driver's own line when a GPU drops off the bus, printed with or without an Xid 79 line
+_OFF_BUS = re.compile(r"NVRM: .*fallen off the bus")
+_NVRM_PCI = re.compile(r"NVRM: .*?\b(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\b")
 _PID = re.compile(r"pid='?(?P<pid>[^',]*)'?,\s*name=(?P<name>[^,]*),\s*(?P<msg>.*)$")
-_STAMP = re.compile(r"^\s*(\[[^\]]+\]|\S+T\S+|\w{3} \d+ [\d:]+ \S+)")
-
-# NVIDIA's Xid catalog: errors that mean the GPU or node needs attention (drain), and errors an
-# application causes (its own bug or a killed job) that must never drain a node.
-FATAL_XIDS = {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120}
-APPLICATION_XIDS = {13, 31, 43, 45}
-XID_ACTIONS = {
-    48: "double-bit ECC error: reset the GPU; if it recurs, service it",
-    63: "row remapping pending: reset the GPU (or reboot) to apply it",
-    64: "row remapping failed: service the GPU",
-    74: "NVLink error: check NVLink and fabric manager, reset the GPU",
-    79: "the GPU fell off the bus: reboot; if it recurs, service the node",
-    94: "contained ECC error: restart the application; reset the GPU if it recurs",
-    95: "uncontained ECC error: reset the GPU",
-    119: "GSP timeout: reset the GPU or reboot",
-    120: "GSP error: reset the GPU or reboot",
-}
+_STAMP = re.compile(r"^\s*(\[[^\]]+\]|\S+T\S+|\w{3} +\d+ [\d:]+ \S+)")
+BURST_SECONDS = 10  # the same event again within this many seconds is one event
 
 
-@dataclass(frozen=True)
+@dataclass
 class Xid:
+    """One Xid or SXid event, however many lines the driver printed for it (``count``: how many times it
+    came in one burst)."""
+
     pci: str
     code: int
     pid: str
@@ -91,20 +86,50 @@ class Xid:
     message: str
     stamp: str
     nvswitch: bool = False
+    count: int = 1
+
+    @property
+    def severity(self) -> str:
+        """"fail" (drains), "warn" (reported: an SXid without its event line, an Xid kiln does not know)
+        or "ok" (non-fatal SXid, an application's Xid)."""
+        if self.nvswitch:
+            if self.message.startswith("Non-fatal"):
+                return "ok"
+            return "fail" if self.message.startswith("Fatal") else "warn"
+        return classify(self.code, self.message)[0]
 
     @property
     def fatal(self) -> bool:
-        if self.nvswitch:
-            return "Non-fatal" not in self.message
-        return self.code in FATAL_XIDS
+        return self.severity == "fail"
 
     @property
     def action(self) -> str:
-        return XID_ACTIONS.get(self.code, "see NVIDIA's Xid catalog for this code")
+        if self.nvswitch:
+            return "a fatal NVSwitch error: reset the GPUs and NVSwitches (reboot the node); if it recurs, service it"
+        return classify(self.code, self.message)[1]
+
+
+def _pci(text: str) -> str:
+    """PCI:0000:3b:00 and 0000:3b:00.0 name one device."""
+    text = text.removeprefix("PCI:").lower()
+    return text[:-2] if re.search(r"\.\d$", text) else text
+
+
+def _seconds(stamp: str) -> float | None:
+    if stamp.startswith("["):
+        try:
+            return float(stamp.strip("[]").split()[-1])
+        except ValueError:
+            return None
+    return _epoch(stamp)
 
 
 def parse_xids(text: str) -> list[Xid]:
-    events = []
+    """Xid and SXid events in ``text``, one per occurrence: an SXid's "Severity"/"Data" lines join its
+    event line, a "fallen off the bus" line without its Xid is an Xid 79, and the same event repeated
+    within BURST_SECONDS counts once (``count`` says how many lines came)."""
+    events: list[Xid] = []
+    last_pci = "unknown"  # older drivers print the notice over three NVRM lines, the address on the first
     for line in text.splitlines():
         stamp_match = _STAMP.match(line)
         stamp = stamp_match.group(1) if stamp_match else ""
@@ -113,14 +138,36 @@ def parse_xids(text: str) -> list[Xid]:
             detail = _PID.match(match.group("rest"))
             pid, name, msg = (detail.group("pid"), detail.group("name"), detail.group("msg")) if detail \
                 else ("", "", match.group("rest"))
-            events.append(Xid(match.group("pci"), int(match.group("code")), pid, name, msg.strip(), stamp))
+            events.append(Xid(_pci(match.group("pci")), int(match.group("code")), pid, name, msg.strip(), stamp))
             continue
         match = _SXID.search(line)
         if match:
-            events.append(Xid(match.group("pci"), int(match.group("code")), "", "", match.group("rest").strip(),
-                              stamp, nvswitch=True))
-    return events
+            pci, code, rest = _pci(match.group("pci")), int(match.group("code")), match.group("rest").strip()
+            if _SXID_MORE.match(rest) and events and events[-1].nvswitch and (events[-1].pci, events[-1].code) == \
+                    (pci, code):
+                continue  # the event line came just before: same event
+            events.append(Xid(pci, code, "", "", rest, stamp, nvswitch=True))
+            continue
+        named = _NVRM_PCI.search(line)
+        if named:
+            last_pci = _pci(named.group("pci"))
+        if _OFF_BUS.search(line):
+            events.append(Xid(last_pci, 79, "", "", "GPU has fallen off the bus (no Xid line)", stamp))
+    return _bursts(events)
 
+
+def _bursts(events: list[Xid]) -> list[Xid]:
+    out: list[Xid] = []
+    for event in events:
+        last = out[-1] if out else None
+        if last and (last.pci, last.code, last.nvswitch) == (event.pci, event.code, event.nvswitch):
+            a, b = _seconds(last.stamp), _seconds(event.stamp)
+            if (a is None or b is None) and last.stamp == event.stamp or \
+                    a is not None and b is not None and 0 <= b - a <= BURST_SECONDS:
+                last.count += 1
+                continue
+        out.append(event)
+    return out
 
 
 def count_link_flaps(text: str) -> dict[str, int]:

@@ -84,8 +84,12 @@ def test_xids_in_iso_dmesg():
     codes = [x.code for x in xids]
     assert 48 in codes and 63 in codes and 94 in codes
     first = xids[0]
-    assert first.pci == "PCI:0000:19:00" and first.code == 48 and first.fatal and first.stamp.startswith("2024-11-15T")
-    assert next(x for x in xids if x.pid == "1248209").process == "python3.10"
+    assert first.pci == "0000:19:00" and first.code == 48 and first.fatal and first.stamp.startswith("2024-11-15T")
+    burst = next(x for x in xids if x.code == 94)
+    assert burst.count > 5  # one contained-ECC event printed once per channel within milliseconds
+    one = parse_xids("2024-11-15T12:02:03,521616+00:00 NVRM: Xid (PCI:0000:19:00): 94, pid=1248209, name=python3.10, "
+                     "Ch 00000008\n")
+    assert one[0].pid == "1248209" and one[0].process == "python3.10"
 
 
 def test_xid_119_and_application_xids():
@@ -251,3 +255,42 @@ def test_fstab_df_and_options():
     assert options_match("size=64m", ("size=32768k",)) == ["size=64m"]
     with pytest.raises(CheckError):
         parse_df_percent("Mounted on Use% IUse%\ngarbage here\n")
+
+
+@pytest.mark.parametrize("capture, events, verdict", [
+    # an SXid's Severity/Data lines are the same event: three non-fatal events, no drain
+    ("kiln-made-sxid-multiline-nonfatal.log", [(12028, "ok"), (11004, "ok"), (12028, "ok")], ("GPU_XID", "ok")),
+    ("kiln-made-sxid-multiline-fatal.log", [(20034, "fail")], ("GPU_XID_20034", "fail")),
+    ("kiln-made-xid-154-reset-required.log", [(120, "fail"), (154, "fail")], ("GPU_XID_154", "fail")),
+    ("kiln-made-xid-154-only.log", [(154, "fail")], ("GPU_XID_154", "fail")),
+    ("kiln-made-xid-154-cleared.log", [(154, "ok")], ("GPU_XID", "ok")),
+    ("kiln-made-xid-149-nvlink-blackwell.log", [(149, "fail")], ("GPU_XID_149", "fail")),
+    ("kiln-made-fallen-off-the-bus-no-xid.log", [(79, "fail"), (79, "fail")], ("GPU_XID_79", "fail")),
+    ("kiln-made-unknown-xid-171.log", [(171, "warn")], ("GPU_XID", "warn")),
+    ("kiln-made-xid-13-burst.log", [(13, "ok")], ("GPU_XID", "ok")),
+])
+def test_xid_and_sxid_events_as_the_driver_prints_them(capture, events, verdict):
+    from checks.gpu import check_xids
+    from checks.node import Node, Result
+    text = read(f"kernel-xid/{capture}")
+    assert [(x.code, x.severity) for x in parse_xids(text)] == events
+    (v,) = check_xids(Node("gpu01", lambda command: Result(0, text, "")), "cat log")
+    assert (v.id, v.severity) == verdict, v
+
+
+def test_a_burst_is_one_event_and_the_same_code_later_is_another():
+    burst = parse_xids(read("kernel-xid/kiln-made-xid-13-burst.log"))
+    assert len(burst) == 1 and burst[0].count == 20
+    later = parse_xids("[100.0] NVRM: Xid (PCI:0000:0f:00): 48, DBE\n[100.5] NVRM: Xid (PCI:0000:0f:00): 48, DBE\n"
+                       "[500.0] NVRM: Xid (PCI:0000:0f:00): 48, DBE\n")
+    assert [x.count for x in later] == [2, 1]
+
+
+def test_the_catalog_splits_fatal_application_and_unknown():
+    from checks.parsers.xid_catalog import classify
+    assert classify(79)[0] == "fail" and "reboot" in classify(79)[1]
+    assert classify(13)[0] == classify(31)[0] == classify(45)[0] == "ok"
+    assert all(classify(code)[0] == "fail" for code in range(144, 151))
+    assert classify(171)[0] == "warn" and "171" in classify(171)[1]
+    assert classify(154, "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)")[1].startswith(
+        "the driver asks for recovery action 4")
