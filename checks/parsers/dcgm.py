@@ -41,7 +41,8 @@ def parse_dcgm_diag(text: str) -> list[DiagResult]:
             for r in test.get("results") or []:
                 if not isinstance(r, dict):
                     continue
-                gpus = str(r.get("gpu_ids", r.get("entity_id", "")))
+                # DCGM 3 names the GPU "gpu_ids" or "gpu_id" (per version), DCGM 4 "entity_id"
+                gpus = next((str(r[k]) for k in ("gpu_ids", "gpu_id", "entity_id", "entity_ids") if k in r), "")
                 warnings = r.get("warnings") or []
                 detail = "; ".join(w.get("warning", str(w)) if isinstance(w, dict) else str(w) for w in warnings)
                 detail = detail or str(r.get("info") or "")

@@ -117,7 +117,8 @@ def parse_ibv_devinfo(text: str) -> dict[str, Adapter]:
 
 def parse_ib_write_bw(text: str) -> dict[int, float]:
     """``ib_write_bw`` result rows: message size (bytes) -> average bandwidth in Gb/s (MB/sec converted
-    when the run did not use --report_gbits)."""
+    when the run did not use --report_gbits). A size printed more than once (one row per port of a
+    two-port run) keeps its lowest figure: the slow port is the one to report."""
     unit = None
     results: dict[int, float] = {}
     for line in text.splitlines():
@@ -128,7 +129,9 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
         row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", line)
         if row and unit:
             average = float(row.group(4))
-            results[int(row.group(1))] = average if unit == "Gb/sec" else average * 8 / 1000
+            gbits = average if unit == "Gb/sec" else average * 8 / 1000
+            size = int(row.group(1))
+            results[size] = min(gbits, results.get(size, gbits))
     if not results:
         raise CheckError("ib_write_bw printed no result row (did the peer connect?)")
     return results

@@ -29,16 +29,34 @@ _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+[a-z0-9_]+(?:\s+[a-z]+)?(?:\s+-?\d+(?=\s
                   r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s*$")
 
 
+# What a launcher puts before each line: "[0] ", srun -l's "0: ", mpirun --tag-output's "[1,0]<stdout>:"
+_PREFIX = re.compile(r"^(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:? ?|\s*\d+: )")
+# Older nccl-tests print the maximum relative error instead of a count of wrong values (validation on)
+MAX_RELATIVE_ERROR = 1e-3
+
+
+def _wrong(value: str) -> int | None:
+    """Wrong values of one column: a count (#wrong), 1 for a relative error above MAX_RELATIVE_ERROR
+    (the older 'error' column), None when the run did not validate (N/A)."""
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(float(value) > MAX_RELATIVE_ERROR)
+    except ValueError:
+        return None
+
+
 def parse_nccl_tests(text: str) -> NcclResult:
     rows = []
     average = bounds = None
     validated = True
     for line in text.splitlines():
+        line = _PREFIX.sub("", line, count=1)
         m = _ROW.match(line)
         if m:
-            checks = (m.group(6), m.group(10))
-            validated = validated and all(x.isdigit() for x in checks)
-            rows.append((int(m.group(1)), float(m.group(5)), sum(int(x) for x in checks if x.isdigit())))
+            wrong = [_wrong(m.group(6)), _wrong(m.group(10))]
+            validated = validated and None not in wrong
+            rows.append((int(m.group(1)), float(m.group(5)), sum(w for w in wrong if w)))
             continue
         avg = re.match(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)", line)
         if avg:

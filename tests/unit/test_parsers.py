@@ -294,3 +294,29 @@ def test_the_catalog_splits_fatal_application_and_unknown():
     assert classify(171)[0] == "warn" and "171" in classify(171)[1]
     assert classify(154, "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)")[1].startswith(
         "the driver asks for recovery action 4")
+
+
+@pytest.mark.parametrize("capture", ["kiln-made-srun-l-prefixed.txt", "kiln-made-bracket-prefixed.txt",
+                                     "kiln-made-mpirun-tag-output.txt"])
+def test_nccl_rows_behind_a_launchers_prefix(capture):
+    plain = parse_nccl_tests(read("nccl-tests/gcm-test_check_nccl.py.sample_single_success_output.txt"))
+    prefixed = parse_nccl_tests(read(f"nccl-tests/{capture}"))
+    assert prefixed == plain and prefixed.validated and prefixed.average_busbw == 210.99
+
+
+def test_nccl_older_error_column_is_validation_on():
+    good = parse_nccl_tests(read("nccl-tests/kiln-made-old-error-column.txt"))
+    assert good.validated and good.wrong == 0 and good.average_busbw == 54.05
+    bad = parse_nccl_tests(read("nccl-tests/kiln-made-old-error-column-wrong.txt"))
+    assert bad.validated and bad.wrong == 1
+
+
+def test_dcgm3_names_the_gpu_with_gpu_id():
+    results = parse_dcgm_diag(read("dcgmi-diag/kiln-made-dcgm3-gpu-id.json"))
+    failed = [r for r in results if r.status == "fail"]
+    assert [(r.test, r.gpus) for r in failed] == [("GPU Memory", "1")] and "cudaMalloc" in failed[0].detail
+    assert all(r.gpus for r in results)
+
+
+def test_ib_write_bw_two_ports_keeps_the_slow_one():
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-made-two-ports.txt")) == {8388608: 196.95}
