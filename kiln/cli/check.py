@@ -18,9 +18,15 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inven
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write the verdicts as JSON")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="write a node-by-check HTML matrix")
+@click.option("--reference", is_flag=True, help="print every check id with its meaning and what to do (Markdown); "
+              "check nothing")
 def check(inventory: Path | None, suites: str | None, limit: str | None, json_path: Path | None,
-          junit_path: Path | None, html_path: Path | None) -> None:
+          junit_path: Path | None, html_path: Path | None, reference: bool) -> None:
     """Check nodes: exit 0 all passed (warnings allowed), 1 some check failed, 2 bad input."""
+    if reference:
+        from checks.reference import markdown
+        click.echo(markdown(), nl=False)
+        return
     from checks.suites import SUITES
     from kiln.inventory.limit import LimitError, resolve_limit
 

@@ -29,3 +29,33 @@ def test_every_path_the_readme_names_exists():
     missing = [p for p in sorted(named) if not p.startswith(MADE_AT_RUN_TIME)
                and not (REPO / p.split("::")[0].rstrip("/")).exists()]
     assert not missing, f"README names paths that do not exist: {missing}"
+
+
+def _ids_in_code() -> set[str]:
+    """Every verdict id the checks can give: string constants shaped like one in checks/ and kiln/check/, and
+    the two built ids (GPU_XID_<code>, <SUITE>_CHECK_CRASHED)."""
+    import ast
+
+    found = set()
+    for path in list((REPO / "checks").glob("*.py")) + list((REPO / "kiln" / "check").glob("*.py")):
+        if path.name == "reference.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
+                    r"(GPU|FABRIC|STORAGE|SLURM|SYSTEM|NODE)_[A-Z0-9_]*[A-Z0-9]", node.value):
+                found.add(node.value)
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+                if text == "GPU_XID_{}":
+                    found.add("GPU_XID_<code>")
+                if text == "{}_CHECK_CRASHED":
+                    found.add("<SUITE>_CHECK_CRASHED")
+    return found
+
+
+def test_the_check_reference_is_complete_and_generated():
+    from checks.reference import CHECKS, markdown
+
+    assert _ids_in_code() == set(CHECKS)
+    assert (REPO / "docs" / "checks.md").read_text() == markdown(), "regenerate: kiln check --reference > docs/checks.md"
+    assert "docs/checks.md" in (REPO / "README.md").read_text()

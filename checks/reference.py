@@ -1,0 +1,133 @@
+"""Every verdict id kiln's checks give: its suite, its severity when it is not ok (fail drains the node,
+warn reports), what it means, what the operator should do, and the inventory setting that sets its
+expectation or threshold. docs/checks.md is generated from this table (``markdown()``), and a test
+keeps the table equal to the ids the code can give. Pure data: ships to nodes with the checks.
+"""
+
+from __future__ import annotations
+
+# id -> (suite, severity, meaning, what to do, inventory setting)
+CHECKS: dict[str, tuple[str, str, str, str, str]] = {
+    # --- gpu ---
+    "GPU_NVIDIA_SMI": ("gpu", "fail", "nvidia-smi failed (no driver loaded, driver/library mismatch, GPU lost)",
+                       "read the exit code's meaning in the message; reload the driver or reboot", "kiln_gpu_count"),
+    "GPU_NVIDIA_SMI_UNREADABLE": ("gpu", "fail", "nvidia-smi printed something kiln cannot read",
+                                  "run the command on the node and compare with the driver's release notes", ""),
+    "GPU_COUNT": ("gpu", "fail", "fewer (or more) GPUs visible than the inventory says",
+                  "a GPU is missing or fell off the bus: check the kernel log, reseat or service", "kiln_gpu_count"),
+    "GPU_LOST": ("gpu", "fail", "a GPU reports itself lost ([GPU requires reset] / unknown error)",
+                 "reset the GPU or reboot; if it recurs, service it", ""),
+    "GPU_MODEL": ("gpu", "fail", "a GPU's name lacks the inventory's model", "fix kiln_gpu_model or the node",
+                  "kiln_gpu_model"),
+    "GPU_DRIVER_VERSION": ("gpu", "fail", "the loaded driver is not the pinned one",
+                           "reboot into the pinned driver, or roll it out with kiln patch", "kiln_versions.nvidia_driver"),
+    "GPU_PERSISTENCE": ("gpu", "fail", "persistence mode is off", "start nvidia-persistenced", ""),
+    "GPU_ECC_MODE": ("gpu", "fail", "ECC is disabled", "nvidia-smi -e 1, then reset the GPU", ""),
+    "GPU_ECC_UNCORRECTED": ("gpu", "fail", "uncorrected volatile ECC errors", "drain, reset the GPU; if they recur, "
+                            "service it", ""),
+    "GPU_RETIRED_PAGES_PENDING": ("gpu", "fail", "retired pages wait for a reset (older GPUs)",
+                                  "reset the GPU or reboot", ""),
+    "GPU_PCIE_WIDTH": ("gpu", "fail", "the PCIe link is narrower than the GPU supports", "reseat or service", ""),
+    "GPU_PCIE_GEN": ("gpu", "warn", "the PCIe link runs below its generation (normal while idle)",
+                     "look again under load", ""),
+    "GPU_THROTTLE": ("gpu", "warn", "clocks slowed for power or heat", "check cooling and power", ""),
+    "GPU_REMAPPED_ROWS": ("gpu", "fail", "nvidia-smi --query-remapped-rows failed", "run it on the node", ""),
+    "GPU_REMAPPED_ROWS_UNREADABLE": ("gpu", "fail", "the remapped-rows output is not understood",
+                                     "run the command on the node", ""),
+    "GPU_REMAP_PENDING": ("gpu", "fail", "a row remapping waits for a reset", "reset the GPU or reboot", ""),
+    "GPU_REMAP_FAILURE": ("gpu", "fail", "row remapping failed", "service the GPU (RMA)", ""),
+    "GPU_NVLINK": ("gpu", "fail", "nvidia-smi nvlink -s failed", "run it on the node", ""),
+    "GPU_NVLINK_UNREADABLE": ("gpu", "fail", "the NVLink status is not understood", "run it on the node", ""),
+    "GPU_NVLINK_INACTIVE": ("gpu", "fail", "an NVLink (or all of a GPU's) is inactive",
+                            "check the fabric manager, reset the GPUs", "kiln_nvswitch"),
+    "GPU_NVLINK_COUNT": ("gpu", "fail", "a GPU lists fewer NVLinks than its model has",
+                         "reset the GPUs; if a link stays missing, service the baseboard", "kiln_gpu_nvlinks"),
+    "GPU_FABRIC_MANAGER": ("gpu", "fail", "nvidia-fabricmanager is not active on an NVSwitch node",
+                           "start it; GPUs cannot talk over NVSwitch without it", "kiln_nvswitch"),
+    "GPU_XID": ("gpu", "warn", "an Xid kiln's catalog does not know, or an SXid without its event line (ok: only "
+                "application Xids)", "look the code up in NVIDIA's Xid catalog", ""),
+    "GPU_XID_<code>": ("gpu", "fail", "a fatal Xid or SXid in the last 2 hours (one per event however many lines)",
+                       "the message says what (reset, reboot, NVLink, service) from checks/parsers/xid_catalog.py",
+                       "kiln_check_kernel_log"),
+    "GPU_PEERMEM": ("gpu", "warn", "nvidia_peermem is not loaded on an RDMA node: GPUDirect RDMA is off",
+                    "modprobe nvidia_peermem (kiln deploy loads it at boot)", "kiln_fabric"),
+    "GPU_DCGM_DIAG": ("gpu", "fail", "a dcgmi diag test failed", "read the failing test and GPU in the message",
+                      "kiln_check_dcgm_level"),
+    "GPU_BURN": ("gpu", "fail", "a GPU's bf16 GEMM rate is below its share of the expected rate (warn: no PyTorch)",
+                 "check clocks, power and cooling; service a GPU that stays slow",
+                 "kiln_check_gpu_burn_seconds, kiln_gpu_bf16_tflops, kiln_check_gpu_burn_min_percent"),
+    "GPU_NCCL_ALLREDUCE": ("gpu", "fail", "single-node all_reduce_perf is below its bus bandwidth or wrong",
+                           "check NVLink and the fabric manager", "kiln_check_nccl_busbw_gbps"),
+    # --- fabric ---
+    "FABRIC_IBSTAT": ("fabric", "fail", "ibstat failed", "load the HCA driver (mlx5_ib); check rdma-core", "kiln_fabric"),
+    "FABRIC_IBSTAT_UNREADABLE": ("fabric", "fail", "ibstat output is not understood", "run it on the node", ""),
+    "FABRIC_HCA_COUNT": ("fabric", "fail", "fewer HCAs than the inventory says", "reseat or service the HCA",
+                         "kiln_fabric.hca_count"),
+    "FABRIC_PORT_DOWN": ("fabric", "fail", "an HCA port is not Active", "check the cable and the switch port",
+                         "kiln_fabric"),
+    "FABRIC_PORT_LINK": ("fabric", "fail", "an HCA port's physical state is not LinkUp", "check the cable", ""),
+    "FABRIC_LINK_LAYER": ("fabric", "fail", "a port's link layer is not the fabric's (InfiniBand/Ethernet)",
+                          "set the port type (mlxconfig LINK_TYPE) or fix kiln_fabric.type", "kiln_fabric.type"),
+    "FABRIC_RATE": ("fabric", "fail", "a port runs below the expected rate", "check the cable and the switch port",
+                    "kiln_fabric.rate_gbps"),
+    "FABRIC_LINK_FLAPS": ("fabric", "warn", "network links went down and up in the last 24 hours",
+                          "check the cables and transceivers", ""),
+    "FABRIC_BANDWIDTH": ("fabric", "fail", "ib_write_bw between two nodes is below the threshold",
+                         "check both nodes' ports and the path between them", "kiln_check_ib_bandwidth_gbps"),
+    # --- storage ---
+    "STORAGE_FINDMNT_UNREADABLE": ("storage", "fail", "findmnt failed or printed no JSON", "run it on the node", ""),
+    "STORAGE_FSTAB_UNREADABLE": ("storage", "fail", "/etc/fstab cannot be read", "check the file", ""),
+    "STORAGE_FULL_UNREADABLE": ("storage", "fail", "df failed for the mounts", "check for a hung mount", ""),
+    "STORAGE_MOUNTED": ("storage", "fail", "a filesystem the node must have is not mounted",
+                        "mount it (kiln deploy writes its fstab line)", "kiln_storage_mounts"),
+    "STORAGE_TYPE": ("storage", "fail", "a mount has another filesystem type", "fix the mount or the inventory",
+                     "kiln_storage_mounts[].type"),
+    "STORAGE_SOURCE": ("storage", "fail", "a mount comes from another source", "fix the mount or the inventory",
+                       "kiln_storage_mounts[].source"),
+    "STORAGE_OPTIONS": ("storage", "fail", "a mount lacks an option the inventory asks for", "remount it",
+                        "kiln_storage_mounts[].options"),
+    "STORAGE_FSTAB": ("storage", "warn", "a mount has no /etc/fstab entry: it will not come back after a reboot",
+                      "kiln deploy writes it", "kiln_storage_mounts"),
+    "STORAGE_WRITABLE": ("storage", "fail", "root cannot write to a mount", "check the server's export and the mount",
+                         ""),
+    "STORAGE_FULL": ("storage", "fail", "a filesystem (or its inodes) is above fail_percent (warn above warn_percent)",
+                     "free space", "kiln_storage_mounts[].warn_percent, fail_percent"),
+    "STORAGE_SHARED": ("storage", "fail", "nodes mounting one shared filesystem do not see the same data",
+                       "check that the node mounts the right source", "kiln_storage_mounts"),
+    # --- slurm ---
+    "SLURM_MUNGE": ("slurm", "fail", "munge is not active", "start munge; check /etc/munge/munge.key", ""),
+    "SLURM_SLURMD": ("slurm", "fail", "slurmd is not active on a compute node", "start slurmd; read its log", ""),
+    "SLURM_REGISTERED": ("slurm", "fail", "the controller does not know the node, or has it down",
+                         "check slurm.conf and the node's slurmd log", ""),
+    "SLURM_GRES": ("slurm", "fail", "Slurm's GPU count for the node differs from the inventory",
+                   "redeploy (gres.conf) and restart slurmd", "kiln_gpu_count"),
+    "SLURM_DRAINED_BY_PERSON": ("slurm", "warn", "the node is drained by a person (not kiln)",
+                                "kiln leaves it drained; resume it when its reason is dealt with", ""),
+    # --- system ---
+    "SYSTEM_KERNEL": ("system", "fail", "the running kernel is not the pinned one", "reboot into the pinned kernel",
+                      "kiln_versions.kernel"),
+    "SYSTEM_KERNEL_SAME": ("system", "fail", "the node runs another kernel than most nodes", "reboot into the common "
+                           "kernel, or roll the new one out with kiln patch", ""),
+    "SYSTEM_MEMLOCK": ("system", "fail", "jobs cannot lock unlimited memory (RDMA and NCCL need it)",
+                       "kiln deploy sets the limits; restart slurmd", "kiln_check_memlock"),
+    "SYSTEM_SWAP": ("system", "fail", "swap is on", "swapoff -a and remove it from /etc/fstab", ""),
+    "SYSTEM_TIME_SYNC": ("system", "warn", "the clock is not synchronised", "check chrony and its servers",
+                         "kiln_check_time_sync, kiln_ntp_servers"),
+    # --- any suite ---
+    "NODE_UNREACHABLE": ("ssh", "fail", "kiln check could not reach the node over ssh",
+                         "check the node is up and its host key is in the inventory's known_hosts", "ansible_host"),
+    "<SUITE>_CHECK_CRASHED": ("any", "fail", "a suite crashed on this node (a bug or an unexpected tool state)",
+                              "report it with the message; the other suites still ran", ""),
+}
+
+
+def markdown() -> str:
+    lines = ["# kiln's checks", "",
+             "Generated from `checks/reference.py` by `kiln check --reference`; a test keeps this table equal to the "
+             "ids the checks can give. Severity is the verdict's when the check does not pass: `fail` drains the "
+             "node (node-local checks) and fails `kiln check`; `warn` reports.", "",
+             "| id | suite | severity | means | what to do | set by |", "|---|---|---|---|---|---|"]
+    for check_id, (suite, severity, meaning, action, setting) in CHECKS.items():
+        lines.append(f"| `{check_id}` | {suite} | {severity} | {meaning} | {action} | "
+                     f"{', '.join(f'`{s.strip()}`' for s in setting.split(',')) if setting else ''} |")
+    return "\n".join(lines) + "\n"
