@@ -113,6 +113,10 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SYSTEM_SWAP": ("system", "fail", "swap is on", "swapoff -a and remove it from /etc/fstab", ""),
     "SYSTEM_TIME_SYNC": ("system", "warn", "the clock is not synchronised", "check chrony and its servers",
                          "kiln_check_time_sync, kiln_ntp_servers"),
+    # --- across nodes, opt-in ---
+    "NCCL_CLUSTER_BUSBW": ("nccl-cluster", "fail", "all_reduce_perf over the nodes is below its floor (or failed); the "
+                           "message names the slow pair found by halving", "check those nodes' HCAs, cables and NVLink",
+                           "kiln_check_nccl_cluster_busbw_gbps, kiln_slurm_mpi, kiln_check_nccl_cluster_program"),
     # --- any suite ---
     "NODE_UNREACHABLE": ("ssh", "fail", "kiln check could not reach the node over ssh",
                          "check the node is up and its host key is in the inventory's known_hosts", "ansible_host"),

@@ -18,10 +18,12 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inven
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write the verdicts as JSON")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="write a node-by-check HTML matrix")
+@click.option("--nccl-cluster", is_flag=True, help="opt-in: all_reduce_perf across the selected compute nodes as "
+              "one Slurm job, judged against kiln_check_nccl_cluster_busbw_gbps; a slow pair found by halving")
 @click.option("--reference", is_flag=True, help="print every check id with its meaning and what to do (Markdown); "
               "check nothing")
 def check(inventory: Path | None, suites: str | None, limit: str | None, json_path: Path | None,
-          junit_path: Path | None, html_path: Path | None, reference: bool) -> None:
+          junit_path: Path | None, html_path: Path | None, nccl_cluster: bool, reference: bool) -> None:
     """Check nodes: exit 0 all passed (warnings allowed), 1 some check failed, 2 bad input."""
     if reference:
         from checks.reference import markdown
@@ -42,6 +44,8 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
         echo(f"{e}; nothing was checked", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
+    if nccl_cluster:
+        sys.exit(_nccl_cluster(cluster, hosts))
     from kiln.check import report
     from kiln.check.remote import RemoteCheck
     echo(f"checking {len(hosts)} host(s): {', '.join(names)}")
@@ -59,3 +63,28 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
     if code not in (0, 1):
         echo(f"pytest exited {code}", err=True)
     sys.exit(EXIT_FAILED if any(w == "fail" for w in worst.values()) else EXIT_OK)
+
+
+def _nccl_cluster(cluster, hosts) -> int:
+    """The opt-in cluster NCCL check over the selected compute nodes with GPUs; the exit code."""
+    from kiln.check.nccl_cluster import find_slow, measure_with, verdict
+    from kiln.check.remote import RemoteCheck
+
+    nodes = [h for h in hosts if h.is_compute and h.gpu_count]
+    if len(nodes) < 2:
+        echo("--nccl-cluster needs at least two compute nodes with GPUs in the selection; nothing was run", err=True)
+        return EXIT_BAD_INPUT
+    controller = cluster.controllers[0]
+    floors = cluster.setting("check_nccl_cluster_busbw_gbps")
+    echo(f"all_reduce_perf across {len(nodes)} nodes through Slurm on {controller.name}")
+    with RemoteCheck(cluster, [controller], []) as remote:
+        gpus = min(h.gpu_count for h in nodes)
+        measure = measure_with(remote.node(controller).run, gpus, cluster.setting("slurm_mpi"),
+                               cluster.setting("check_nccl_cluster_program"),
+                               min([gpus] + [h.cpus for h in nodes if h.cpus]))
+        result = find_slow([h.name for h in nodes], measure, floors)
+    for m in result.measurements:
+        echo(f"  {','.join(m.nodes)}: " + (f"{m.busbw:.1f} GB/s" if m.busbw is not None else f"failed: {m.error}"))
+    found = verdict(result, floors)
+    echo(f"{found.id} {found.severity}: {found.message}")
+    return EXIT_FAILED if found.failed else EXIT_OK

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, HostName, IfName, IfNameList,
                                     MountOptions, MountPoint, MountSource, PackageName, PosixName, SlurmTime, SysctlKey,
@@ -184,6 +184,14 @@ SETTINGS: dict[str, Setting] = {
            "opt-in: seconds of bf16 GEMM per GPU in the gpu suite (needs PyTorch on the node); 0: off"),
         _s("check_gpu_burn_min_percent", Annotated[int, Field(ge=1, le=100)], 70, "cluster",
            "the burn fails a GPU below this percentage of kiln_gpu_bf16_tflops"),
+        # (YAML keys reach kiln as text: the node count is read from "2" as from 2)
+        _s("check_nccl_cluster_busbw_gbps", dict[Annotated[int, Strict(False), Field(ge=2, le=100_000)],
+                                                  Annotated[float, Field(gt=0, le=100_000)]], {}, "cluster",
+           "opt-in cluster NCCL check (kiln check --nccl-cluster): node count -> the all_reduce_perf bus bandwidth "
+           "floor in GB/s a job over that many nodes (or more, up to the next entry) must reach, e.g. {2: 350, 16: 300}"),
+        _s("check_nccl_cluster_program", Command, "/opt/nccl-tests/build/all_reduce_perf", "cluster",
+           "the all_reduce_perf the cluster NCCL check runs in each task (built with MPI for multi-node runs)"),
+        _s("slurm_mpi", Token, "pmix", "cluster", "srun --mpi plugin for multi-node jobs kiln runs (pmix, pmi2, none)"),
         _s("check_nccl_busbw_gbps", Annotated[int, Field(ge=0, le=100_000)], 0, "cluster",
            "opt-in: single-node all_reduce_perf (nccl-tests) must reach this bus bandwidth in GB/s; 0: off"),
         # --- per node ---

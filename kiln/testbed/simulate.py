@@ -8,9 +8,9 @@ from pathlib import Path
 
 # Package data of the testbed feature (never installed on a real cluster, never GPU proof)
 SIMULATORS = Path(str(files("kiln.testbed") / "simulators"))
-TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "kiln-sim", "simstate.py")
+TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "all_reduce_perf", "kiln-sim", "simstate.py")
 FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-13", "nvlink-down", "ib-port-down",
-          "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch")
+          "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch", "nccl-slow")
 
 
 def available() -> bool:

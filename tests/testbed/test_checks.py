@@ -30,6 +30,7 @@ FAULTS = {
     "mount-missing": (1, {"STORAGE_MOUNTED"}),
     "clock-throttle": (0, {"GPU_THROTTLE"}),
     "driver-mismatch": (1, {"GPU_DRIVER_VERSION"}),
+    "nccl-slow": (0, set()),  # only a job across nodes shows it: test_cluster_nccl_check_finds_the_slow_pair
 }
 
 
@@ -227,3 +228,23 @@ def test_real_nvidia_smi_without_a_gpu_says_driver_not_loaded(nodes, tmp_path):
         assert verdict["id"] == "GPU_NVIDIA_SMI" and "driver is not loaded" in verdict["message"], verdict
     finally:
         ok(nodes, node, "mv /usr/local/bin/nvidia-smi.sim /usr/local/bin/nvidia-smi")
+
+
+def test_cluster_nccl_check_finds_the_slow_pair(nodes, tmp_path):
+    """kiln check --nccl-cluster: one Slurm job over the four compute nodes (simulated all_reduce_perf, one task
+    per stand-in GPU), passing; with one node slow, the job fails and halving names the pair holding it."""
+    tb = nodes
+    inventory = copy_inventory(tb.inventory, tmp_path / "inv", {
+        "kiln_check_nccl_cluster_busbw_gbps": {2: 100.0}, "kiln_slurm_mpi": "none",
+        "kiln_check_nccl_cluster_program": "all_reduce_perf"})
+    out = kiln("check", "-i", str(inventory), "--nccl-cluster", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "NCCL_CLUSTER_BUSBW ok: all_reduce_perf over 4 nodes: 180.0 GB/s" in out.stdout
+    slow = tb.computes[2]
+    ok(tb, slow, "kiln-sim inject nccl-slow")
+    out = kiln("check", "-i", str(inventory), "--nccl-cluster", timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    pair = ",".join(tb.computes[2:4])
+    assert f"NCCL_CLUSTER_BUSBW fail: all_reduce_perf over 4 nodes: 30.0 GB/s" in out.stdout
+    assert f"slow: {pair}:" in out.stdout and f"  {','.join(tb.computes[:2])}: 180.0 GB/s" in out.stdout
+
