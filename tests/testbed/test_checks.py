@@ -192,7 +192,11 @@ def test_prolog_and_epilog_drain_a_broken_node_and_requeue_its_job(nodes, tmp_pa
         jobs.append(job)
         wait_for(lambda: job_state(nodes, nodes.controller, job) == "RUNNING", timeout=60, what=f"job {job} running")
         ok(nodes, node, "kiln-sim inject remap-pending")
-        wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=60, what=f"job {job} done")
+        try:  # the job's 5 s, then the epilog's checks and drain; CI's two busy cores can stretch both
+            wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=180, what=f"job {job} done")
+        except AssertionError as e:
+            show = on(nodes, nodes.controller, f"scontrol show job {job} -o; sinfo -N -o '%N %T %E'").stdout
+            raise AssertionError(f"{e}: {show[:1500]}") from None
         wait_for(lambda: "DRAIN" in node_fields(nodes, node)[0], timeout=30, what=f"{node} drained by the epilog")
         assert node_fields(nodes, node)[1].startswith("kiln: GPU_REMAP_PENDING"), node_fields(nodes, node)
     finally:
