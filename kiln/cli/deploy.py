@@ -51,7 +51,7 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
     # socket module reports as an error.
     gevent_patch()
     from kiln.deploy.runner import Deploy
-    say = (lambda line: echo(line, err=True)) if as_json else click.echo
+    say = (lambda line: echo(line, err=True)) if as_json else echo
     result = Deploy(cluster, secrets, hosts, names, dry_run=dry_run, progress=say).run()
     if as_json:
         echo(json.dumps(result.as_dict(), indent=2))

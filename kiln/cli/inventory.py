@@ -54,9 +54,12 @@ def validate_cmd(inventory: Path | None, as_json: bool) -> None:
 @inventory.command("show")
 @inventory_option
 @click.option("--host", "host_name", default=None, help="show one host only")
+@click.option("--limit", default=None, help="Ansible host pattern: list only the matching hosts' names (as "
+              "ansible --list-hosts does)")
 @json_option
-def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> None:
-    """Print the resolved variables of every host (or one), after precedence and templating."""
+def show_cmd(inventory: Path | None, host_name: str | None, limit: str | None, as_json: bool) -> None:
+    """Print the resolved variables of every host (or one), after precedence and templating; with --limit,
+    the names of the hosts a pattern selects."""
     path = inventory or default_inventory()
     cluster, errors = validate_inventory(path)
     if errors:
@@ -65,6 +68,15 @@ def show_cmd(inventory: Path | None, host_name: str | None, as_json: bool) -> No
         echo(f"{path}: invalid; run `kiln inventory validate -i {path}`", err=True)
         sys.exit(EXIT_BAD_INPUT)
     hosts = cluster.hosts
+    if limit is not None:
+        from kiln.inventory.limit import LimitError, resolve_limit
+        try:
+            names = resolve_limit(cluster, limit)
+        except LimitError as e:
+            echo(f"{e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        echo(json.dumps(names) if as_json else "\n".join(names))
+        return
     if host_name is not None:
         if host_name not in hosts:
             echo(f"no host {host_name!r} in {path}", err=True)

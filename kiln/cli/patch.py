@@ -42,7 +42,7 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     cluster = load_or_exit(inventory)
     directory = journals.rollouts_dir(inventory, cluster.name)
     pending = journals.unfinished(directory)
-    say = (lambda line: echo(line, err=True)) if as_json else click.echo
+    say = (lambda line: echo(line, err=True)) if as_json else echo
 
     def bad(message: str) -> None:
         echo(f"{message}; nothing was touched", err=True)
@@ -101,9 +101,7 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
         bad(str(e))
     if dry_run:
         rollout.checker.close()
-        echo(report.plan_text(plan, options))
-        if as_json:
-            echo(json.dumps(plan.as_dict(), indent=2))
+        echo(json.dumps(plan.as_dict(), indent=2) if as_json else report.plan_text(plan, options))  # JSON alone
         sys.exit(EXIT_OK)
     say(report.plan_text(plan, options) + f"\njournal: {journal_path}")
     outcome = rollout.run(plan)

@@ -97,6 +97,8 @@ def test_dry_run_prints_the_batches_and_changes_nothing(slurm, tmp_path):
     assert f"canary 1: {c[0]}" in out.stdout and f"batch 2: {c[1]}" in out.stdout and f"batch 4: {c[3]}" in out.stdout
     assert set(versions(slurm).values()) == {ORIGINAL} and boot_times(slurm) == before and not drained(slurm)
     assert not list((inventory.parent / ".kiln").glob("rollouts/*/*.jsonl"))
+    out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--dry-run", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["compute_batches"][0] == [c[0]], out.stdout  # JSON alone
 
 
 def test_rollout_upgrades_every_node_while_jobs_run_and_none_is_killed(slurm, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kiln.inventory import load_cluster
@@ -51,3 +53,17 @@ def test_a_term_that_matches_nothing_is_an_error(example, pattern):
 
 def test_colons_inside_subscripts_do_not_split():
     assert split_patterns("gpu_h100[1:3]:login") == ["gpu_h100[1:3]", "login"]
+
+
+def test_inventory_show_limit_lists_the_matching_hosts():
+    from click.testing import CliRunner
+
+    from kiln.cli import main
+
+    result = CliRunner().invoke(main, ["inventory", "show", "-i", str(EXAMPLE), "--limit", "compute:!gpu_l40s",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    cluster = load_cluster(EXAMPLE)
+    assert json.loads(result.output) == [n for n in cluster.groups["compute"] if n not in cluster.groups["gpu_l40s"]]
+    bad = CliRunner().invoke(main, ["inventory", "show", "-i", str(EXAMPLE), "--limit", "nosuchgroup"])
+    assert bad.exit_code == 2 and "matches no host or group" in bad.output
