@@ -140,10 +140,11 @@ def check_remapped_rows(node: Node) -> list[Verdict]:
 
 
 def expected_nvlinks(gpu: dict) -> int | None:
-    """NVLinks each GPU must list: the inventory's ``nvlinks``, else the model's count; None: unknown."""
+    """NVLinks each GPU must list: the inventory's ``nvlinks``, else, on an NVSwitch node, the model's
+    count; None: not checked. (A model name alone does not say SXM: an "h100" may be a PCIe card.)"""
     if gpu.get("nvlinks") is not None:
         return int(gpu["nvlinks"])
-    return NVLINKS_PER_MODEL.get(str(gpu.get("model") or "").lower())
+    return NVLINKS_PER_MODEL.get(str(gpu.get("model") or "").lower()) if gpu.get("nvswitch") else None
 
 
 def check_nvlink(node: Node, expected: int | None = None) -> list[Verdict]:

@@ -40,7 +40,8 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "GPU_NVLINK_UNREADABLE": ("gpu", "fail", "the NVLink status is not understood", "run it on the node", ""),
     "GPU_NVLINK_INACTIVE": ("gpu", "fail", "an NVLink (or all of a GPU's) is inactive",
                             "check the fabric manager, reset the GPUs", "kiln_nvswitch"),
-    "GPU_NVLINK_COUNT": ("gpu", "fail", "a GPU lists fewer NVLinks than its model has",
+    "GPU_NVLINK_COUNT": ("gpu", "fail", "a GPU lists another number of NVLinks than its model has (NVSwitch nodes) "
+                         "or kiln_gpu_nvlinks says",
                          "reset the GPUs; if a link stays missing, service the baseboard", "kiln_gpu_nvlinks"),
     "GPU_FABRIC_MANAGER": ("gpu", "fail", "nvidia-fabricmanager is not active on an NVSwitch node",
                            "start it; GPUs cannot talk over NVSwitch without it", "kiln_nvswitch"),

@@ -205,8 +205,8 @@ SETTINGS: dict[str, Setting] = {
         _s("gpu_model", Token, None, "host", "GPU model as Slurm GRES type, e.g. h100; required with GPUs"),
         _s("nvswitch", bool, False, "host", "node has NVSwitch (fabric manager required)"),
         _s("gpu_nvlinks", Annotated[int, Field(ge=0, le=64)], None, "host",
-           "NVLinks each GPU must list (GPU_NVLINK_COUNT); default: the model's count in checks/gpu.py "
-           "(h100 18, a100 12, ...), 0 for none"),
+           "NVLinks each GPU must list (GPU_NVLINK_COUNT), e.g. for NVLink bridges; default: on NVSwitch nodes "
+           "the model's count in checks/gpu.py (h100 18, a100 12, ...), elsewhere not checked; 0: none"),
         _s("features", list[Token], [], "host", "Slurm node features"),
         _s("nvidia_kernel_modules", Literal["open", "proprietary", "none"], "open", "host",
            "NVIDIA kernel modules: open (Turing and newer; required from Blackwell), proprietary, or none "

@@ -362,7 +362,7 @@ def test_nvlink_status_and_count_on_recorded_outputs(capture, model, failing):
     from checks.gpu import check_nvlink, expected_nvlinks
     text = (NVLINK_DIR / capture).read_text()
     node = Node("gpu01", lambda command: Result(0, text, ""))
-    verdicts = check_nvlink(node, expected_nvlinks({"model": model}))
+    verdicts = check_nvlink(node, expected_nvlinks({"model": model, "nvswitch": True}))
     assert sorted(v.id for v in verdicts if v.failed) == failing, verdicts
     assert {v.id for v in verdicts} == {"GPU_NVLINK_INACTIVE", "GPU_NVLINK_COUNT"}
 
@@ -371,6 +371,9 @@ def test_the_inventory_overrides_the_models_nvlink_count():
     from checks.gpu import check_nvlink, expected_nvlinks
     text = (NVLINK_DIR / "kiln-made-h100-twelve-links.txt").read_text().split("GPU 1")[0]
     node = Node("gpu01", lambda command: Result(0, text, ""))
-    assert expected_nvlinks({"model": "h100", "nvlinks": 18}) == 18
+    assert expected_nvlinks({"model": "h100", "nvlinks": 18}) == 18  # bridged cards: on by the setting
     assert not [v for v in check_nvlink(node, expected_nvlinks({"model": "h100", "nvlinks": 18})) if v.failed]
-    assert expected_nvlinks({"model": "l40s"}) is None and expected_nvlinks({"model": "h100", "nvlinks": 0}) == 0
+    assert expected_nvlinks({"model": "l40s", "nvswitch": True}) is None
+    assert expected_nvlinks({"model": "h100", "nvlinks": 0}) == 0
+    assert expected_nvlinks({"model": "h100"}) is None  # a PCIe H100 without NVSwitch: not checked by default
+    assert expected_nvlinks({"model": "h100", "nvswitch": True}) == 18

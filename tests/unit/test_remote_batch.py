@@ -67,7 +67,7 @@ def test_a_fallback_command_costs_one_more_round_trip():
         import re
         import shlex
         return re.findall(r"\(\n(.*?)\n\) 2>", shlex.split(script)[2], re.S)
-    expect = {"node": "gpu01", "gpu": {"count": 1, "model": "h100", "driver": "525.147.05", "nvlinks": 0}}
+    expect = {"node": "gpu01", "gpu": {"count": 1, "model": "h100", "driver": "525.147.05"}}
     verdicts = batched_suites(Node("gpu01", run), "gpu01", expect, ["gpu"])
     assert len(batches) == 2 and gpu.query_command(gpu.EVENTS_OLD) in batches[1]
     assert not [v for v in verdicts if v.failed] and "GPU_DRIVER_VERSION" in {v.id for v in verdicts}
