@@ -129,6 +129,7 @@ def parse_xids(text: str) -> list[Xid]:
     event line, a "fallen off the bus" line without its Xid is an Xid 79, and the same event repeated
     within BURST_SECONDS counts once (``count`` says how many lines came)."""
     events: list[Xid] = []
+    open_sxid: set[tuple[str, int]] = set()  # switches whose last SXid event line came already
     last_pci = "unknown"  # older drivers print the notice over three NVRM lines, the address on the first
     for line in text.splitlines():
         stamp_match = _STAMP.match(line)
@@ -143,9 +144,9 @@ def parse_xids(text: str) -> list[Xid]:
         match = _SXID.search(line)
         if match:
             pci, code, rest = _pci(match.group("pci")), int(match.group("code")), match.group("rest").strip()
-            if _SXID_MORE.match(rest) and events and events[-1].nvswitch and (events[-1].pci, events[-1].code) == \
-                    (pci, code):
-                continue  # the event line came just before: same event
+            if _SXID_MORE.match(rest) and (pci, code) in open_sxid:
+                continue  # its event line came already (other switches' lines may stand between)
+            open_sxid.add((pci, code))
             events.append(Xid(pci, code, "", "", rest, stamp, nvswitch=True))
             continue
         named = _NVRM_PCI.search(line)

@@ -320,3 +320,10 @@ def test_dcgm3_names_the_gpu_with_gpu_id():
 
 def test_ib_write_bw_two_ports_keeps_the_slow_one():
     assert parse_ib_write_bw(read("ib_write_bw/kiln-made-two-ports.txt")) == {8388608: 196.95}
+
+
+def test_sxid_lines_of_two_switches_interleaved_are_two_events():
+    one = read("kernel-xid/kiln-made-sxid-multiline-nonfatal.log").splitlines(keepends=True)
+    fatal = read("kernel-xid/kiln-made-sxid-multiline-fatal.log").splitlines(keepends=True)
+    mixed = "".join(a + b for a, b in zip(one[:3], fatal))  # switch 1 and switch 3, line by line
+    assert [(x.code, x.severity) for x in parse_xids(mixed)] == [(12028, "ok"), (20034, "fail")]
