@@ -22,6 +22,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from testinfra.backend.ssh import SshBackend
 
 from checks.fabric import bandwidth_verdict
 from checks.node import Node, Result
@@ -62,24 +63,16 @@ def ssh_command(host: Host, control_dir: Path, command: str) -> list[str]:
             str(host.connection.get("ssh_hostname", host.name)), command]
 
 
-def _ssh_backend():
-    from testinfra.backend.ssh import SshBackend
+class KilnSsh(SshBackend):
+    """testinfra's ssh backend with kiln's argv (``ssh_command``): every word quoted, the destination
+    after ``--``."""
 
-    class KilnSsh(SshBackend):
-        """testinfra's ssh backend with kiln's argv: every word quoted, the destination after ``--``."""
+    def __init__(self, argv: list[str]):
+        self.argv = argv[:-1]  # the command comes per run
+        super().__init__("ssh://node", controlpersist=0)
 
-        def __init__(self, argv: list[str]):
-            self.argv = argv[:-1]  # the command comes per run
-            super().__init__("ssh://node", controlpersist=0)
-
-        def _build_ssh_command(self, command: str) -> tuple[list[str], list[str]]:
-            return ["%s"] * (len(self.argv) + 1), [*self.argv, command]
-
-    return KilnSsh
-
-
-def _KilnSsh(argv: list[str]):  # noqa: N802 - a class made on first use (testinfra loads late)
-    return _ssh_backend()(argv)
+    def _build_ssh_command(self, command: str) -> tuple[list[str], list[str]]:
+        return ["%s"] * (len(self.argv) + 1), [*self.argv, command]
 
 
 MARK = "@@kiln-"
@@ -218,7 +211,7 @@ class RemoteCheck:
         self.close()
 
     def node(self, host: Host) -> Node:
-        backend = _KilnSsh(ssh_command(host, self.tmp / "cm", ""))
+        backend = KilnSsh(ssh_command(host, self.tmp / "cm", ""))
 
         def run(command: str) -> Result:
             try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.check.remote import _KilnSsh, ssh_command
+from kiln.check.remote import KilnSsh, ssh_command
 from kiln.inventory import load_cluster
 from tests.conftest import INVENTORIES
 
@@ -25,7 +25,7 @@ def test_every_value_is_one_word_and_the_destination_follows_double_dash(tmp_pat
     odd = {"ssh_hostname": "gpu-01.rack_a.example", "ssh_user": "ops.team-1", "ssh_port": 2222,
            "ssh_known_hosts_file": "/srv/k@n+o=w,n:~hosts", "ssh_key": "/srv/keys/id-ed25519@ops"}
     argv = ssh_command(_host(tmp_path, **odd), tmp_path / "cm", "echo 'a b'; id")
-    backend = _KilnSsh(argv)
+    backend = KilnSsh(argv)
     words, args = backend._build_ssh_command("echo 'a b'; id")
     line = backend.quote(" ".join(words), *args)
     assert shlex.split(line) == argv  # what the shell runs is exactly kiln's argv
