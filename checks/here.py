@@ -22,7 +22,6 @@ import re
 import sys
 import time
 
-from checks import gpu
 from checks.node import Node, local_node
 from checks.parsers.kernel_log import DEFAULT_COMMAND
 from checks.suites import run_suites

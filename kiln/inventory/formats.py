@@ -30,8 +30,6 @@ HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
 POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 # GPU models, node features, HCA names, switch names, inventory group names
 TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-# Linux interface names: at most 15 characters, no '/' or whitespace
-IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}$")
 # NCCL_SOCKET_IFNAME: an optional ^ (exclude) or = (exact) and a comma-separated list of prefixes
 IFNAME_LIST = re.compile(r"^[=^]?[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14})*$")
 # Package versions as Debian and RPM spell them (epoch:upstream-revision, ~ + . _)
@@ -167,7 +165,6 @@ def check_sysctl_value(value: Any) -> Any:
 check_user = _matching("user name", POSIX_NAME, "a letter or '_' first, then letters, digits, '_', '.', '-' "
                        "(at most 32)")
 
-HostName = Annotated[str, AfterValidator(check_hostname)]
 Address = Annotated[str, AfterValidator(check_address)]
 MountPoint = Annotated[str, AfterValidator(check_mount_point)]
 FilePath = Annotated[str, AfterValidator(check_path)]
@@ -179,7 +176,6 @@ SysctlValue = Annotated[Any, AfterValidator(check_sysctl_value)]
 PosixName = _text("name", POSIX_NAME, "a letter or '_' first, then letters, digits, '_', '.', '-' (at most 32; "
                   "the POSIX portable user-name set)")
 Token = _text("name", TOKEN, "letters, digits, '_', '.', '-' (at most 64), not starting with '.' or '-'")
-IfName = _text("interface name", IFNAME, "at most 15 letters, digits, '_', '.', ':', '-'")
 IfNameList = _text("NCCL_SOCKET_IFNAME", IFNAME_LIST, "an optional ^ or = and comma-separated interface names")
 Version = _text("version", VERSION, "the characters package versions use: letters, digits and . + ~ : _ -")
 PackageName = _text("package name", PACKAGE, "lower case letters, digits and + . _ -")

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, HostName, IfName, IfNameList,
-                                    MountOptions, MountPoint, MountSource, PackageName, PosixName, SlurmTime, SysctlKey,
-                                    SysctlValue, Token, Url, Version, check_address, check_path, check_user)
+from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfNameList, MountOptions, MountPoint,
+                                    MountSource, PackageName, PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url,
+                                    Version, check_address, check_path, check_user)
 
 PREFIX = "kiln_"
 

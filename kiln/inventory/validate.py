@@ -17,10 +17,8 @@ from kiln.inventory import cluster_checks, identities, model, nvidia_stack
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.formats import CONTROL
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
-from kiln.inventory.schema import (CLUSTER_NAME, CONNECTION_VARS, PREFIX, SERVICE_ACCOUNTS, SETTINGS, SUPPORTED_OS,
-                                   Fabric, Setting)
+from kiln.inventory.schema import CONNECTION_VARS, PREFIX, SETTINGS, SUPPORTED_OS, Fabric, Setting
 from kiln.inventory.suggest import suggest
-from kiln.versions import PINS, required_pins
 
 
 def _adapter(annotation: Any) -> TypeAdapter:
@@ -247,7 +245,7 @@ def _connection(host: RawHost, out: _Collector) -> dict[str, Any]:
             value = text in ("true", "yes", "1")
         else:
             try:
-                value = kind(value) if isinstance(value, str) else kind(str(value))
+                value = kind(str(value))
             except ValueError as exc:
                 out.add(file, var, str(exc), line)
                 continue

@@ -7,7 +7,7 @@ reboot through Slurm's RebootProgram, list the jobs on nodes, read node states a
 from __future__ import annotations
 
 from checks.node import Node, Result
-from kiln.shell import command, quote
+from kiln.shell import command
 from kiln.patch.plan import SlurmNode, parse_nodes
 
 

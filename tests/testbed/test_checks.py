@@ -249,6 +249,6 @@ def test_cluster_nccl_check_finds_the_slow_pair(nodes, tmp_path):
     out = kiln("check", "-i", str(inventory), "--nccl-cluster", timeout=300)
     assert out.returncode == 1, out.stdout + out.stderr
     pair = ",".join(tb.computes[2:4])
-    assert f"NCCL_CLUSTER_BUSBW fail: all_reduce_perf over 4 nodes: 30.0 GB/s" in out.stdout
+    assert "NCCL_CLUSTER_BUSBW fail: all_reduce_perf over 4 nodes: 30.0 GB/s" in out.stdout
     assert f"slow: {pair}:" in out.stdout and f"  {','.join(tb.computes[:2])}: 180.0 GB/s" in out.stdout
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inventories"))
 from hostile import CASES, VAULT_PASSWORD, Special  # noqa: E402
 
 from kiln.cli import main  # noqa: E402
-from tests.conftest import INVENTORIES, REPO  # noqa: E402
+from tests.conftest import INVENTORIES  # noqa: E402
 
 LOOKUP_MARKER = Path("/tmp/kiln-hostile-lookup")
 
