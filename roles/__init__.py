@@ -23,14 +23,18 @@ def for_host(host_roles: set[str], wanted: list[str] | None = None) -> list[str]
     return [r for r in ORDER if r in host_roles and (wanted is None or r in wanted)]
 
 
-def prepare(ctx, names: list[str]) -> None:
+STAGES = ("install", "configure")
+
+
+def prepare(ctx, names: list[str], stages: tuple[str, ...] = STAGES) -> None:
     """Add the operations of ``names`` for ``ctx``'s node: every install stage, then every configure
-    stage (an image build runs the install stages alone, in a chroot)."""
+    stage (an image build runs the install stages alone, in a chroot: packages and files that hold
+    nothing of the cluster's make-up and no secret)."""
     modules = [module(r) for r in names]
-    for m in modules:
-        m.install(ctx)
-    for m in modules:
-        m.configure(ctx)
+    for stage in STAGES:
+        if stage in stages:
+            for m in modules:
+                getattr(m, stage)(ctx)
 
 
 def notices(ctx, names: list[str]) -> list[str]:

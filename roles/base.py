@@ -14,7 +14,9 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
 + time: chrony, with ``kiln_ntp_servers`` when set; not started in containers (the host keeps the
   clock there, and chrony cannot set it).
 
-Stages: ``install`` (packages and files only: safe in an image chroot) and ``configure`` (services).
+Stages: ``install`` holds what a node image carries (packages, package manager settings, service
+accounts, limits) and nothing of the cluster's make-up; ``configure`` writes the cluster's own files
+(/etc/hosts, team users, chrony servers, sysctls) and starts services.
 """
 
 from __future__ import annotations
@@ -33,17 +35,10 @@ def install(ctx: NodeContext) -> None:
                 name="base: apt settings")
     else:
         ctx.put("/etc/dnf/dnf.conf", render("base/dnf.conf.j2", proxy=proxy), mode="644", name="base: dnf settings")
-    hosts = [(h.address, h.name) for h in cluster.hosts.values()]
-    ctx.put("/etc/hosts", render("base/hosts.j2", cluster_name=cluster.name, hosts=hosts), mode="644",
-            name="base: /etc/hosts from the inventory")
-    _accounts(ctx)
+    _accounts(ctx, service=True)
     ctx.put("/etc/security/limits.d/90-kiln.conf", render("base/limits.conf.j2"), mode="644",
             name="base: memlock and nofile limits")
     pinned_packages(name="base: chrony", ctx=ctx, packages={platform.chrony_package: None})
-    servers = cluster.setting("ntp_servers")
-    if servers:
-        ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
-                                        mode="644", name="base: chrony servers"))
 
 
 def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]], list[dict]]:
@@ -66,13 +61,30 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
     return groups, users
 
 
-def _accounts(ctx: NodeContext) -> None:
+def _accounts(ctx: NodeContext, service: bool) -> None:
+    """The service accounts (install: before any package creates them) or the teams' (configure)."""
     groups, users = account_specs(ctx.cluster, ctx.platform, ctx.node)
-    accounts(name=f"base: service accounts and {sum(len(t.users) for t in ctx.cluster.teams)} team users, fixed IDs",
-             ctx=ctx, groups=groups, users=users)
+    services = {u["name"] for u in users if u["system"]}
+    if service:
+        accounts(name="base: service accounts, fixed IDs", ctx=ctx,
+                 groups=[g for g in groups if g[0] in services], users=[u for u in users if u["system"]])
+        return
+    teams = [g for g in groups if g[0] not in services]
+    if teams:
+        accounts(name=f"base: {sum(len(t.users) for t in ctx.cluster.teams)} team users, fixed IDs", ctx=ctx,
+                 groups=teams, users=[u for u in users if not u["system"]])
 
 
 def configure(ctx: NodeContext) -> None:
+    cluster, platform = ctx.cluster, ctx.platform
+    hosts = [(h.address, h.name) for h in cluster.hosts.values()]
+    ctx.put("/etc/hosts", render("base/hosts.j2", cluster_name=cluster.name, hosts=hosts), mode="644",
+            name="base: /etc/hosts from the inventory")
+    _accounts(ctx, service=False)
+    servers = cluster.setting("ntp_servers")
+    if servers:
+        ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
+                                        mode="644", name="base: chrony servers"))
     sysctls = sorted(ctx.node.sysctls.items())
     if sysctls:
         conf = ctx.put("/etc/sysctl.d/90-kiln.conf", render("base/sysctl.conf.j2", sysctls=sysctls), mode="644",

@@ -57,6 +57,11 @@ def install(ctx: NodeContext) -> None:
     for mode in ("prolog", "epilog"):
         ctx.put(f"/usr/local/sbin/kiln-node-check-{mode}", HOOK.format(mode=mode), mode="755",
                 name=f"health: kiln-node-check-{mode}")
+
+
+def configure(ctx: NodeContext) -> None:
+    """The node's own expectations (never in an image); nothing to start: slurmd runs the program
+    (slurm.conf HealthCheckProgram)."""
     expect = node_expectations(ctx.cluster, ctx.node)
     # Slurm runs these every few minutes and around jobs, on nodes that may hold jobs: never GPU load
     # (a DCGM diagnostic takes the GPUs for a minute or more).
@@ -64,6 +69,3 @@ def install(ctx: NodeContext) -> None:
     ctx.put("/etc/kiln/node-checks.json", json.dumps(expect, indent=1, sort_keys=True) + "\n", mode="644",
             name="health: node expectations")
 
-
-def configure(ctx: NodeContext) -> None:
-    """Nothing to start: slurmd runs the program (slurm.conf HealthCheckProgram)."""

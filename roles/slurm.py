@@ -78,28 +78,12 @@ def install(ctx: NodeContext) -> None:
 
 
 def _files(ctx: NodeContext, which: set[str]) -> None:
-    cluster = ctx.cluster
-    ctx.mark("munge_key", ctx.put("/etc/munge/munge.key", ctx.secrets.munge_key, mode="400", user="munge",
-                                  group="munge", secret=True, name="slurm: munge key"))
+    """What a node image carries: directories, the slurmd drop-in, pam_slurm_adopt; no cluster file."""
     _directory(ctx, "slurm: config directory", CONF, "root", "755")
     _directory(ctx, "slurm: log directory", "/var/log/slurm", "slurm", "755")
     _directory(ctx, "slurm: state directory", "/var/lib/slurm", "slurm", "755")
-    ctx.mark("slurm_conf", ctx.put(f"{CONF}/slurm.conf", slurm_config.slurm_conf(cluster), mode="644",
-                                   name="slurm: slurm.conf"))
-    ctx.mark("node_conf", ctx.put(f"{CONF}/gres.conf", slurm_config.gres_conf(cluster), mode="644",
-                                  name="slurm: gres.conf"))
-    ctx.mark("node_conf", ctx.put(f"{CONF}/cgroup.conf", slurm_config.cgroup_conf(cluster), mode="644",
-                                  name="slurm: cgroup.conf"))
-    topology = slurm_config.topology_conf(cluster)
-    if topology:
-        ctx.mark("slurm_conf", ctx.put(f"{CONF}/topology.conf", topology, mode="644", name="slurm: topology.conf"))
     if "controller" in which:
         _directory(ctx, "slurm: slurmctld state", slurm_config.STATE_SAVE, "slurm", "700")
-    if "dbd" in which:
-        ctx.mark("dbd_conf", ctx.put(f"{CONF}/slurmdbd.conf",
-                                     slurm_config.slurmdbd_conf(cluster, ctx.secrets.dbd_password),
-                                     mode="600", user="slurm", group="slurm", secret=True,
-                                     name="slurm: slurmdbd.conf"))
     if "compute" in which:
         _directory(ctx, "slurm: slurmd spool", "/var/lib/slurm/slurmd", "root", "755")
         _directory(ctx, "slurm: slurmd drop-in directory", "/etc/systemd/system/slurmd.service.d", "root", "755")
@@ -114,6 +98,28 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
                          index=ctx.watch_line(path, PAM_SYSTEMD))
 
 
+def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
+    """The cluster's own files (configure stage, never in an image): the munge key, slurm.conf and
+    the files beside it, slurmdbd.conf with the database password."""
+    cluster = ctx.cluster
+    ctx.mark("munge_key", ctx.put("/etc/munge/munge.key", ctx.secrets.munge_key, mode="400", user="munge",
+                                  group="munge", secret=True, name="slurm: munge key"))
+    ctx.mark("slurm_conf", ctx.put(f"{CONF}/slurm.conf", slurm_config.slurm_conf(cluster), mode="644",
+                                   name="slurm: slurm.conf"))
+    ctx.mark("node_conf", ctx.put(f"{CONF}/gres.conf", slurm_config.gres_conf(cluster), mode="644",
+                                  name="slurm: gres.conf"))
+    ctx.mark("node_conf", ctx.put(f"{CONF}/cgroup.conf", slurm_config.cgroup_conf(cluster), mode="644",
+                                  name="slurm: cgroup.conf"))
+    topology = slurm_config.topology_conf(cluster)
+    if topology:
+        ctx.mark("slurm_conf", ctx.put(f"{CONF}/topology.conf", topology, mode="644", name="slurm: topology.conf"))
+    if "dbd" in which:
+        ctx.mark("dbd_conf", ctx.put(f"{CONF}/slurmdbd.conf",
+                                     slurm_config.slurmdbd_conf(cluster, ctx.secrets.dbd_password),
+                                     mode="600", user="slurm", group="slurm", secret=True,
+                                     name="slurm: slurmdbd.conf"))
+
+
 def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) -> None:
     ctx.watch_path(path)
     managed_directory(name=name, ctx=ctx, path=path, user=owner, group=owner, mode=mode)
@@ -121,6 +127,7 @@ def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) ->
 
 def configure(ctx: NodeContext) -> None:
     which = parts(ctx)
+    _cluster_files(ctx, which)
     munge_key = ctx.marks["munge_key"]
     unit = ctx.watch_unit("munge")
     service_running(name="slurm: munge running", ctx=ctx, unit=unit)

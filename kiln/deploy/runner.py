@@ -106,12 +106,22 @@ def _tail(lines: list[str], secrets: Secrets) -> str:
 
 class Deploy:
     def __init__(self, cluster: Cluster, secrets: Secrets, hosts: list[str], role_names: list[str] | None,
-                 dry_run: bool = False, progress: Callable[[str], None] = lambda line: None):
+                 dry_run: bool = False, progress: Callable[[str], None] = lambda line: None,
+                 stages: tuple[str, ...] = roles.STAGES, targets: dict[str, str] | None = None):
+        """``stages``: the role stages to run (an image build runs ``("install",)``); ``targets``:
+        where to reach a host when not by its inventory connection (an image build's ``@chroot/DIR``)."""
         self.cluster, self.secrets, self.dry_run, self.progress = cluster, secrets, dry_run, progress
+        self.stages = stages
+        self.targets = targets or {}
+        self._nodes = {self.targets.get(n, n): n for n in hosts}
         self.host_names = hosts
         self.role_names = role_names
         self.results = {name: HostResult(name) for name in hosts}
         self.contexts: dict[str, NodeContext] = {}
+
+    def node(self, host) -> str:
+        """The inventory name of pyinfra's ``host``."""
+        return self._nodes[host.name]
 
     def roles_for(self, name: str) -> list[str]:
         return roles.for_host(self.cluster.hosts[name].roles, self.role_names)
@@ -120,7 +130,8 @@ class Deploy:
     def run(self) -> DeployResult:
         start = time.monotonic()
         _quiet_pyinfra()
-        inventory = Inventory(([(n, dict(self.cluster.hosts[n].connection)) for n in self.host_names], {}))
+        inventory = Inventory(([(self.targets[n], {}) if n in self.targets else (n, dict(self.cluster.hosts[n].connection))
+                                for n in self.host_names], {}))
         config = Config(CONNECT_TIMEOUT=15, PARALLEL=max(1, len(self.host_names)), FAIL_PERCENT=None)
         # Operations are evaluated when they run (after the node snapshot), never while prepared.
         state = State(inventory, config, check_for_changes=False)
@@ -132,7 +143,7 @@ class Deploy:
         connect_all(state)
         for host in inventory:
             if host not in state.active_hosts:
-                r = self.results[host.name]
+                r = self.results[self.node(host)]
                 r.status, r.error = "unreachable", connect_errors.errors.get(host.name, "could not connect")
                 r.next_step = ("check that the host is up and reachable over ssh and that its host key is in "
                                "the inventory's known_hosts file (kiln never accepts an unknown key)")
@@ -153,7 +164,8 @@ class Deploy:
                 run_ops(state, no_wait=True)
             except PyinfraError:
                 pass  # per-host results below say which hosts failed and why
-            self._after_run(state, active)
+            if "configure" in self.stages:
+                self._after_run(state, active)
             self._collect(state, active)
             return self._result(start)
         finally:
@@ -179,19 +191,19 @@ class Deploy:
         """Read each node's OS; any mismatch stops the run here, before any operation exists."""
         def check(host):
             distro = host.get_fact(LinuxDistribution)
-            platform = platform_for(self.cluster.hosts[host.name].os, distro)
+            platform = platform_for(self.cluster.hosts[self.node(host)].os, distro)
             return platform, host.get_fact(IsContainer)
         bad = []
         for host, value in self._spawn(state, hosts, check).items():
-            r = self.results[host.name]
+            r = self.results[self.node(host)]
             if isinstance(value, Exception):
                 r.status, r.error = "failed", str(value)
                 r.next_step = ("fix kiln_os in the inventory or the node's OS, then run kiln deploy again"
                                if isinstance(value, UnsupportedPlatform) else "check the node, then run kiln deploy again")
-                bad.append(host.name)
+                bad.append(self.node(host))
                 continue
             platform, in_container = value
-            self.contexts[host.name] = NodeContext(self.cluster, self.cluster.hosts[host.name], platform,
+            self.contexts[self.node(host)] = NodeContext(self.cluster, self.cluster.hosts[self.node(host)], platform,
                                                    self.secrets, in_container)
         if bad:
             for name, r in self.results.items():
@@ -202,23 +214,23 @@ class Deploy:
 
     def _prepare(self, state: State, hosts: list) -> None:
         def prepare(host):
-            roles.prepare(self.contexts[host.name], self.roles_for(host.name))
+            roles.prepare(self.contexts[self.node(host)], self.roles_for(self.node(host)), self.stages)
         for host, value in self._spawn(state, hosts, prepare).items():
             if isinstance(value, Exception):
-                r = self.results[host.name]
+                r = self.results[self.node(host)]
                 r.status, r.error = "failed", self.secrets.mask(f"{type(value).__name__}: {value}")
-                r.next_step = "fix the cause shown, then run kiln deploy --limit " + host.name
+                r.next_step = "fix the cause shown, then run kiln deploy --limit " + self.node(host)
                 state.active_hosts.discard(host)
                 state.failed_hosts.add(host)
 
     def _snapshot(self, state: State, hosts: list) -> None:
         """One round trip per node: everything its prepared operations compare against."""
         def take(host):
-            ctx = self.contexts[host.name]
+            ctx = self.contexts[self.node(host)]
             ctx.snapshot = take_snapshot(ctx)
         for host, value in self._spawn(state, hosts, take).items():
             if isinstance(value, Exception):
-                r = self.results[host.name]
+                r = self.results[self.node(host)]
                 r.status, r.error = "failed", f"could not read the node's state: {value}"
                 r.next_step = "check the node (disk full? /etc/passwd readable?), then run kiln deploy again"
                 state.active_hosts.discard(host)
@@ -232,12 +244,12 @@ class Deploy:
         def evaluate(host):
             return [name for name, would in plan.evaluate(state, host) if would]
         for host, value in self._spawn(state, [h for h in hosts if h in state.active_hosts], evaluate).items():
-            r = self.results[host.name]
+            r = self.results[self.node(host)]
             if isinstance(value, Exception):
                 r.status, r.error = "failed", self.secrets.mask(f"{type(value).__name__}: {value}")
                 continue
             r.ops, r.changed = len(plan.op_data(state, host)), value
-            ctx = self.contexts[host.name]
+            ctx = self.contexts[self.node(host)]
             with ctx_host.use(host):
                 for f in ctx.files:
                     if not f.op._maybe_is_change:
@@ -256,13 +268,13 @@ class Deploy:
         config_changed = any(ctx.changed("slurm_conf") for ctx in self.contexts.values())
 
         def after(host):
-            for role in self.roles_for(host.name):
+            for role in self.roles_for(self.node(host)):
                 step = getattr(roles.module(role), "after_run", None)
                 if step:
-                    step(self.contexts[host.name], config_changed)
+                    step(self.contexts[self.node(host)], config_changed)
         for host, value in self._spawn(state, ok, after).items():
             if isinstance(value, Exception):
-                r = self.results[host.name]
+                r = self.results[self.node(host)]
                 r.status, r.error = "failed", self.secrets.mask(str(value))
 
     def _host_ok(self, state: State, host) -> bool:
@@ -270,7 +282,7 @@ class Deploy:
 
     def _collect(self, state: State, hosts: list) -> None:
         for host in hosts:
-            r = self.results[host.name]
+            r = self.results[self.node(host)]
             if r.status == "failed":
                 continue
             for name, args, meta in self._ops(state, host):
@@ -282,19 +294,19 @@ class Deploy:
                     output = meta._combined_output
                     lines = [line.line for line in output] if output is not None else []
                     r.error = _tail(lines, self.secrets) or "the operation failed without output"
-                    r.next_step = f"fix the cause shown, then run kiln deploy --limit {host.name}"
+                    r.next_step = f"fix the cause shown, then run kiln deploy --limit {self.node(host)}"
                     break
                 if meta.did_change():
                     r.changed.append(name)
-            ctx = self.contexts.get(host.name)
+            ctx = self.contexts.get(self.node(host))
             if ctx is not None:
-                r.reboot_required = roles.notices(ctx, self.roles_for(host.name))
+                r.reboot_required = roles.notices(ctx, self.roles_for(self.node(host)))
             if r.status == "pending":
                 incomplete = [n for n, _, m in self._ops(state, host) if not m.is_complete()]
                 if incomplete:
                     r.status, r.failed_op = "failed", incomplete[0]
                     r.error = "the run stopped before this operation"
-                    r.next_step = f"run kiln deploy --limit {host.name} again"
+                    r.next_step = f"run kiln deploy --limit {self.node(host)} again"
                 else:
                     r.status = "changed" if r.changed else "no change"
 
