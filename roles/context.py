@@ -57,6 +57,7 @@ class ManagedFile:
     mode: str = "644"
     user: str = "root"
     group: str = "root"
+    name: str = ""   # the operation that writes it
 
 
 @dataclass
@@ -101,9 +102,10 @@ class NodeContext:
         from roles.operations import managed_file, secret_file
         data = content.encode() if isinstance(content, str) else content
         self.watch_path(path)
-        op = (secret_file if secret else managed_file)(name=name or f"file {path}", ctx=self, path=path, content=data,
+        name = name or f"file {path}"
+        op = (secret_file if secret else managed_file)(name=name, ctx=self, path=path, content=data,
                                                        mode=mode, user=user, group=group)
-        self.files.append(ManagedFile(path, data, secret, op, mode, user, group))
+        self.files.append(ManagedFile(path, data, secret, op, mode, user, group, name))
         return op
 
     def mark(self, tag: str, op: Any) -> Any:

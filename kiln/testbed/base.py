@@ -13,13 +13,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from kiln.image.base import BASES, bootstrap_commands
 from kiln.testbed.host import run
 
 CACHE = Path("/var/cache/kiln/testbed")
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "libpam-systemd", "openssh-server", "iproute2",
-            "iputils-ping", "python3", "sudo", "ca-certificates", "procps", "less", "netbase", "kmod")
+SUITE, MIRROR = BASES["debian12"].release, BASES["debian12"].mirror
+PACKAGES = BASES["debian12"].packages
 
 # Remounts the node's own v1 freezer and devices cgroups writable early in boot, before any service
 # (Slurm's proctrack/cgroup and ConstrainDevices) needs them.
@@ -70,8 +69,7 @@ def ensure_base(progress: Callable[[str], None]) -> Path:
     tmp = CACHE / f"{final.name}.tmp"
     started = time.monotonic()
     progress(f"building the Debian 12 base with debootstrap (once; cached in {final})")
-    run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-         str(tmp / "rootfs"), MIRROR], timeout=900)
+    run(["sh", "-c", bootstrap_commands("debian12", str(tmp / "rootfs"))[0]], timeout=900)
     _customize(tmp / "rootfs")
     (tmp / "complete").write_text(f"{recipe_hash()}\n")
     if final.exists():

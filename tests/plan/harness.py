@@ -9,11 +9,8 @@ from copy import deepcopy
 from dataclasses import replace
 from hashlib import sha1
 
-from pyinfra.api import Config, Inventory, State
 from pyinfra.api.host import Host as PyinfraHost
-from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state
 
-import roles
 from kiln.deploy import plan
 from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
@@ -32,14 +29,9 @@ def _no_connection_facts(self, cls, *args, **kwargs):
 def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monkeypatch,
               in_container: bool = False, with_context: bool = False):
     monkeypatch.setattr(PyinfraHost, "get_fact", _no_connection_facts)
-    inventory = Inventory(([(name, {})], {}))
-    state = State(inventory, Config(), check_for_changes=False)
-    host = inventory.get_host(name)
-    ctx = NodeContext(cluster, replace(cluster.hosts[name], os=os), PLATFORMS[os], SECRETS, in_container)
-    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(state.config.copy()), ctx_host.use(host):
-        roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles))
-        ctx.snapshot = snapshot
-        result = plan.evaluate(state, host, commands=True)
+    node = replace(cluster.hosts[name], os=os)
+    cluster = replace(cluster, hosts={**cluster.hosts, name: node})
+    result, ctx = plan.plan_host(cluster, name, PLATFORMS[os], snapshot, SECRETS, in_container=in_container)
     return (result, ctx) if with_context else result
 
 

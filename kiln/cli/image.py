@@ -1,0 +1,146 @@
+"""`kiln image build|list|rm`: node images built from the inventory's roles, and the store that keeps them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option, json_option, \
+    load_or_exit
+
+
+@click.group()
+def image() -> None:
+    """Build node images from the inventory's roles (install stages only) and manage the image store."""
+
+
+def _formats(value: str) -> list[str]:
+    from kiln.image.build import FORMATS
+    wanted = [f.strip() for f in value.split(",") if f.strip()]
+    bad = [f for f in wanted if f not in FORMATS]
+    if bad or not wanted:
+        raise click.BadParameter(f"{', '.join(bad) or '(none)'}: give some of {', '.join(FORMATS)}")
+    return wanted if "dir" in wanted else ["dir", *wanted]
+
+
+def _testbed_proxy(path: Path) -> str | None:
+    """The testbed's apt proxy, when ``path`` is a testbed's inventory and its proxy runs."""
+    marker = path / ".kiln-testbed"
+    if not marker.is_file():
+        return None
+    from kiln.testbed.testbed import Testbed
+    testbed = Testbed(marker.read_text().strip(), progress=lambda line: None)
+    return testbed.proxy.url if testbed.proxy.running() else None
+
+
+@image.command("build")
+@inventory_option
+@click.option("--node-type", default=None, help="the node type (a sub-group of compute) to build for")
+@click.option("--group", default=None, help="an inventory group to build for (e.g. slurm_controller)")
+@click.option("--format", "fmt", default="dir", show_default=True, help="outputs, comma-separated: dir, tar, qcow2")
+@click.option("--plan", is_flag=True, help="print the recipe (bootstrap, install-stage operations, files); build nothing")
+@json_option
+def build_cmd(inventory: Path | None, node_type: str | None, group: str | None, fmt: str, plan: bool,
+              as_json: bool) -> None:
+    """Build an image per target (default: every node type): exit 0 built or found, 1 a build failed, 2 bad input."""
+    from kiln.image.recipe import RecipeError, recipe, select
+
+    if node_type and group:
+        echo("give --node-type or --group, not both; nothing was built", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        formats = _formats(fmt)
+    except click.BadParameter as e:
+        echo(f"--format {e.message}; nothing was built", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    path = inventory or default_inventory()
+    cluster = load_or_exit(path, "nothing was built")
+    try:
+        recipes = [recipe(cluster, t) for t in select(cluster, node_type, group)]
+    except RecipeError as e:
+        echo(f"{path}: {e}; nothing was built", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if plan:
+        _print_plan(recipes, as_json)
+        sys.exit(EXIT_OK)
+    if os.geteuid() != 0:
+        echo("kiln image build needs root (chroot, mounts in a private namespace); nothing was built", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    from kiln.image.build import ImageBuildError, build
+    from kiln.image.outputs import OutputError
+    say = (lambda line: echo(line, err=True)) if as_json else echo
+    proxy = _testbed_proxy(path)
+    results, failed = [], []
+    for r in recipes:
+        try:
+            results.append(build(cluster, r, formats, progress=say, proxy=proxy))
+        except (ImageBuildError, OutputError) as e:
+            failed.append({"name": r.name, "error": str(e)})
+            echo(f"{r.name}: {e}", err=True)
+    if as_json:
+        echo(json.dumps({"images": [b.as_dict() for b in results], "failed": failed}, indent=2))
+    else:
+        for b in results:
+            sizes = ", ".join(f"{f} {b.sizes[f] / 2**20:.0f} MiB" for f in b.formats)
+            echo(f"{b.name}: {'found in the store (unchanged recipe)' if b.cached else 'built'} in {b.seconds:.1f} s; "
+                 f"{sizes}; {b.path}")
+    sys.exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _print_plan(recipes, as_json: bool) -> None:
+    from kiln.image.base import bootstrap_commands
+    plans = [{"name": r.name, "target": r.target, "os": r.os, "roles": list(r.roles),
+              "bootstrap": bootstrap_commands(r.os, "ROOT"),
+              "install": [{"operation": name, "commands": list(cmds)} for name, cmds in r.steps],
+              "files": list(r.files)} for r in recipes]
+    if as_json:
+        echo(json.dumps(plans, indent=2))
+        return
+    for p in plans:
+        echo(f"{p['name']} ({p['os']}; roles {', '.join(p['roles'])})")
+        for c in p["bootstrap"]:
+            echo(f"  $ {c}")
+        for step in p["install"]:
+            echo(f"  {step['operation']}")
+            for c in step["commands"]:
+                echo(f"      {c[:160]}")
+
+
+@image.command("list")
+@json_option
+def list_cmd(as_json: bool) -> None:
+    """The images in the store, oldest first."""
+    from kiln.image.store import STORE, images
+    found = images()
+    rows = [{"name": i.name, "target": i.manifest.get("target"), "os": i.manifest.get("os"),
+             "built": i.manifest.get("built"), "formats": i.formats, "packages": len(i.manifest.get("packages", {})),
+             "bytes": i.size("dir"), "path": str(i.path)} for i in found]
+    if as_json:
+        echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        echo(f"no images in {STORE} (kiln image build makes one)")
+    for r in rows:
+        echo(f"{r['name']}  {r['os']}  built {r['built']}  {r['packages']} packages  {r['bytes'] / 2**20:.0f} MiB  "
+             f"{','.join(r['formats'])}")
+
+
+@image.command("rm")
+@click.argument("names", nargs=-1, required=True)
+def rm_cmd(names: tuple[str, ...]) -> None:
+    """Remove images from the store by name (exit 2 when one is not there; the others are removed)."""
+    from kiln.image.store import images, remove
+    missing = 0
+    by_name = {i.name: i for i in images()}
+    for name in names:
+        if name not in by_name:
+            echo(f"{name}: no such image (kiln image list shows them)", err=True)
+            missing += 1
+            continue
+        remove(by_name[name])
+        echo(f"removed {name}")
+    sys.exit(EXIT_BAD_INPUT if missing else EXIT_OK)

@@ -1,0 +1,155 @@
+"""`kiln image build`: a node image from the inventory's roles, content-addressed by its recipe.
+
+1. The recipe (kiln/image/recipe.py) names the image; an image of that name in the store is reused
+   as it is (only outputs it lacks are made), so an unchanged recipe costs a plan, not a build.
+2. The base root filesystem for the OS (Debian 12: the testbed's debootstrap base) is copied to
+   ``NAME.tmp/rootfs``.
+3. Every role's install stage for the target's hosts runs into it through pyinfra's chroot
+   connector, in a private mount namespace (kiln/image/chroot.py), with services kept from starting.
+4. The tree is cleaned for reuse: no machine-id, SSH host keys, package caches or lists, logs,
+   build-time apt proxy or resolv.conf, and no secret (the munge key a package made, any
+   slurmdbd.conf); the build refuses to finish if a secret file is still there.
+5. The manifest is read from the tree, the asked outputs made, and ``NAME.tmp`` renamed to ``NAME``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kiln import __version__
+from kiln.image import manifest as manifest_mod
+from kiln.image import store as image_store
+from kiln.image.chroot import BUILD_PROXY, POLICY_RC
+from kiln.image.recipe import ImageRecipe
+from kiln.inventory.model import Cluster
+
+FORMATS = ("dir", "tar", "qcow2")
+
+# Removed from every image: per-machine identity, caches, logs, and the build's own helpers.
+CLEAN_GLOBS = ("etc/ssh/ssh_host_*", "var/lib/dbus/machine-id", "var/lib/systemd/random-seed",
+               "var/lib/systemd/credential.secret", "var/cache/apt/*.bin", "var/cache/apt/archives/*.deb",
+               "var/cache/apt/archives/partial/*", "var/lib/apt/lists/*_*", "var/lib/apt/lists/partial/*",
+               "var/cache/debconf/*-old", "var/cache/dnf/*", "var/cache/ldconfig/aux-cache", "root/.bash_history",
+               "root/.cache", "tmp/*", "var/tmp/*", POLICY_RC, BUILD_PROXY, "etc/resolv.conf",
+               # secrets: a package's own munge key, and any Slurm database password file
+               "etc/munge/munge.key", "etc/slurm/slurmdbd.conf", "etc/slurm-llnl/slurmdbd.conf")
+SECRET_FILES = ("etc/munge/munge.key", "etc/slurm/slurmdbd.conf", "etc/slurm-llnl/slurmdbd.conf")
+
+
+class ImageBuildError(RuntimeError):
+    pass
+
+
+@dataclass
+class BuildResult:
+    name: str
+    path: Path
+    cached: bool
+    seconds: float
+    formats: list[str]
+    sizes: dict[str, int]
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "cached": self.cached, "seconds": round(self.seconds, 2),
+                "formats": self.formats, "bytes": self.sizes}
+
+
+def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: Callable[[str], None] = print,
+          proxy: str | None = None, store: Path | None = None) -> BuildResult:
+    started = time.monotonic()
+    root_store = store or image_store.STORE
+    root_store.mkdir(parents=True, exist_ok=True)
+    final = root_store / recipe.name
+    with open(root_store / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: any NAME.tmp found now is a crashed one's
+        cached = (final / "manifest.json").is_file()
+        if not cached:
+            _build_tree(cluster, recipe, final, progress, proxy, root_store)
+        image = image_store.StoredImage(final)
+        for fmt in formats:
+            if fmt not in image.formats:
+                progress(f"{recipe.name}: writing the {fmt} output")
+                from kiln.image import outputs
+                getattr(outputs, f"write_{fmt}")(image)
+        return BuildResult(recipe.name, final, cached, time.monotonic() - started, image.formats,
+                           {f: image.size(f) for f in image.formats})
+
+
+def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, proxy: str | None,
+                root_store: Path) -> None:
+    if recipe.os != "debian12":
+        raise ImageBuildError(f"{recipe.target}: kiln builds {recipe.os} images as a plan only "
+                              "(kiln image build --plan); live builds are Debian 12")
+    for stale in image_store.stale_builds(root_store):
+        progress(f"removing {stale.name}, left by a build that did not finish")
+        shutil.rmtree(stale)
+    from kiln.testbed import base as testbed_base
+    base = testbed_base.ensure_base(progress)
+    tmp = root_store / f"{recipe.name}.tmp"
+    progress(f"{recipe.name}: copying the Debian 12 base")
+    tmp.mkdir()
+    _run(["cp", "-a", "--reflink=auto", str(base), str(tmp / "rootfs")], "copy the base", 600)
+    root = tmp / "rootfs"
+    progress(f"{recipe.name}: install stage of {', '.join(recipe.roles)} (as {recipe.host}) into the image")
+    command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "kiln.image.chroot",
+               "--inventory", str(cluster.path), "--host", recipe.host, "--root", str(root)]
+    if proxy:
+        command += ["--proxy", proxy]
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=None, text=True, timeout=3600)
+    try:
+        deploy = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
+    except ValueError:
+        deploy = {}
+    if result.returncode != 0:
+        host = (deploy.get("hosts") or [{}])[0]
+        raise ImageBuildError(f"{recipe.name}: the install stage failed"
+                              + (f" at {host.get('failed_operation')!r}:\n{host.get('error')}" if host else "")
+                              + f"\n(the half-built tree stays in {tmp} until the next build)")
+    progress(f"{recipe.name}: {len((deploy.get('hosts') or [{}])[0].get('changed', []))} operations changed the "
+             "image; cleaning it")
+    clean(root)
+    identity = {"name": recipe.name, "recipe": recipe.digest, "target": recipe.target, "cluster": recipe.cluster}
+    (root / "etc" / "kiln").mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "kiln" / "image.json").write_text(json.dumps(identity, indent=1) + "\n")
+    manifest = manifest_mod.read_manifest(root, recipe, apt=True, tools=tool_versions())
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    tmp.rename(final)
+
+
+def clean(root: Path) -> None:
+    """Remove what must not travel in an image (CLEAN_GLOBS), empty the logs, blank the machine-id."""
+    for pattern in CLEAN_GLOBS:
+        for path in root.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    for log in (root / "var" / "log").rglob("*"):
+        if log.is_file() and not log.is_symlink():
+            log.unlink()
+    (root / "etc" / "machine-id").write_text("")  # systemd makes one at first boot
+    left = [p for p in SECRET_FILES if (root / p).exists()]
+    if left:
+        raise ImageBuildError(f"refusing to finish the image: secret file(s) {', '.join(left)} still in it")
+
+
+def tool_versions() -> dict[str, str]:
+    import pyinfra
+    versions = {"kiln": __version__, "pyinfra": getattr(pyinfra, "__version__", "")}
+    debootstrap = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "debootstrap"], capture_output=True, text=True)
+    versions["debootstrap"] = debootstrap.stdout.strip() if debootstrap.returncode == 0 else ""
+    return versions
+
+
+def _run(cmd: list[str], what: str, timeout: float) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise ImageBuildError(f"could not {what}: {result.stderr.strip()[-400:]}")

@@ -1,0 +1,79 @@
+"""The image store: one directory per image under /var/cache/kiln/images (``KILN_IMAGE_STORE``).
+
+    NAME/rootfs/          the image's tree (what the testbed boots)
+    NAME/manifest.json    what is in it (kiln/image/manifest.py)
+    NAME/image.tar.zst    the tree as a tar, for diskless and PXE provisioning systems (--format tar)
+    NAME/image.qcow2      a bootable disk, with vmlinuz and initrd.img beside it (--format qcow2)
+
+NAME is ``CLUSTER-TARGET-HASH``, the hash of the image's recipe (kiln/image/recipe.py). A build
+writes NAME.tmp and renames it into place when complete, so a store never holds half an image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+STORE = Path(os.environ.get("KILN_IMAGE_STORE", "/var/cache/kiln/images"))
+OUTPUTS = {"dir": "rootfs", "tar": "image.tar.zst", "qcow2": "image.qcow2"}
+
+
+class ImageNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def rootfs(self) -> Path:
+        return self.path / "rootfs"
+
+    @property
+    def manifest(self) -> dict:
+        return json.loads((self.path / "manifest.json").read_text())
+
+    @property
+    def formats(self) -> list[str]:
+        return [f for f, p in OUTPUTS.items() if (self.path / p).exists()]
+
+    def size(self, fmt: str) -> int:
+        path = self.path / OUTPUTS[fmt]
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def images(store: Path | None = None) -> list[StoredImage]:
+    root = store or STORE
+    if not root.is_dir():
+        return []
+    return sorted((StoredImage(p) for p in root.iterdir()
+                   if p.is_dir() and not p.name.endswith(".tmp") and (p / "manifest.json").is_file()),
+                  key=lambda i: i.manifest.get("built", ""))
+
+
+def find(name: str, store: Path | None = None) -> StoredImage:
+    """The image called ``name``, or the newest whose name starts with ``name`` (``kiln-testbed_compute``)."""
+    found = [i for i in images(store) if i.name == name] or [i for i in images(store) if i.name.startswith(name)]
+    if not found:
+        have = ", ".join(i.name for i in images(store)) or "none (kiln image build makes one)"
+        raise ImageNotFound(f"no image {name!r} in {store or STORE}; there are: {have}")
+    return found[-1]
+
+
+def remove(image: StoredImage) -> None:
+    shutil.rmtree(image.path)
+
+
+def stale_builds(store: Path | None = None) -> list[Path]:
+    root = store or STORE
+    return sorted(root.glob("*.tmp")) if root.is_dir() else []
