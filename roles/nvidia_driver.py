@@ -25,12 +25,13 @@ per source and OS: roles/nvidia_packages.py):
 
 from __future__ import annotations
 
-from pyinfra.operations import server, systemd
+from pyinfra.operations import server
 
 from kiln.versions import upstream
 from roles import nvidia_packages as pkgs
 from roles.context import NodeContext, when_changed
-from roles.operations import fetched_packages, managed_directory, module_loaded, pinned_packages, service_running
+from roles.operations import (DAEMON_RELOAD, fetched_packages, managed_directory, module_loaded, pinned_packages,
+                              service_running)
 
 NOUVEAU = "blacklist nouveau\noptions nouveau modeset=0\n"
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d"
@@ -84,7 +85,7 @@ def install(ctx: NodeContext) -> None:
         "[Unit]\nConditionPathIsDirectory=/proc/driver/nvidia\n", mode="644",
         name="nvidia_driver: nvidia-persistenced only where the driver is loaded"))
     # before the packages: their scripts start the daemon, which must then be skipped, not failed
-    systemd.daemon_reload(name="nvidia_driver: reload systemd (if the persistenced drop-in changed)",
+    server.shell(commands=[DAEMON_RELOAD], name="nvidia_driver: reload systemd (if the persistenced drop-in changed)",
                           _if=when_changed(*ctx.marks["persistenced_unit"]))
     packages = pkgs.driver(source, platform, pin, modules(ctx))
     packages |= {p: pin for p in cluster.setting("nvidia_driver_extra_packages")}

@@ -211,6 +211,11 @@ def line_removed(ctx, index: int, command: str):
         yield command
 
 
+# systemd re-reads unit files; skipped where systemd is not running (an image chroot), whose first
+# boot reads them anyway.
+DAEMON_RELOAD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"
+
+
 @operation()
 def service_running(ctx, unit: str, enabled: bool = True, start=True):
     """

@@ -68,6 +68,8 @@ def _print_summary(result) -> None:
     width = max([len(h.name) for h in result.hosts] + [4])
     for h in result.hosts:
         detail = f"{len(h.changed)} of {h.ops} operations" if h.status in ("changed", "would change") else ""
+        if h.status == "changed":
+            detail += f" ({len(h.install_changed)} of them install stage)"
         if h.failed_op:
             detail = f"at {h.failed_op!r}"
         echo(f"  {h.name:<{width}}  {h.status:<12} {detail}".rstrip())

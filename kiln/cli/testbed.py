@@ -40,15 +40,17 @@ def testbed() -> None:
 @testbed.command()
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 200),
               help="node 1 is the controller and login node, the rest compute")
+@click.option("--image", "images", multiple=True, metavar="NAME",
+              help="boot the nodes an image was built for (its node type or group) from it (kiln image list); repeatable")
 @name_option
 @json_option
-def up(nodes: int, name: str, as_json: bool) -> None:
+def up(nodes: int, name: str, images: tuple[str, ...], as_json: bool) -> None:
     """Build (or repair) the testbed and write inventory/testbed/."""
     from kiln.testbed.host import TestbedError
 
     tb = _testbed(name)
     try:
-        status = tb.up(nodes, inventory_dir=testbed_inventory(name))
+        status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images)
     except TestbedError as exc:
         _fail(exc)
     _print_status(status, as_json)

@@ -46,6 +46,7 @@ class HostResult:
     status: str = "pending"    # changed | no change | failed | unreachable | would change (dry run)
     ops: int = 0
     changed: list[str] = field(default_factory=list)
+    install_changed: list[str] = field(default_factory=list)  # of ``changed``, those of install stages
     failed_op: str | None = None
     error: str | None = None
     next_step: str | None = None
@@ -54,6 +55,7 @@ class HostResult:
 
     def as_dict(self) -> dict:
         return {"host": self.name, "status": self.status, "operations": self.ops, "changed": self.changed,
+                "install_changed": self.install_changed,
                 "failed_operation": self.failed_op, "error": self.error, "next_step": self.next_step,
                 "reboot_required": self.reboot_required, **({"diffs": self.diffs} if self.diffs else {})}
 
@@ -118,6 +120,7 @@ class Deploy:
         self.role_names = role_names
         self.results = {name: HostResult(name) for name in hosts}
         self.contexts: dict[str, NodeContext] = {}
+        self._install_ops: dict[str, int] = {}  # host -> how many of its operations are install stages'
 
     def node(self, host) -> str:
         """The inventory name of pyinfra's ``host``."""
@@ -214,7 +217,11 @@ class Deploy:
 
     def _prepare(self, state: State, hosts: list) -> None:
         def prepare(host):
-            roles.prepare(self.contexts[self.node(host)], self.roles_for(self.node(host)), self.stages)
+            ctx, names = self.contexts[self.node(host)], self.roles_for(self.node(host))
+            if "install" in self.stages:
+                roles.prepare(ctx, names, ("install",))
+            self._install_ops[self.node(host)] = len(host.op_hash_order)
+            roles.prepare(ctx, names, tuple(s for s in self.stages if s != "install"))
         for host, value in self._spawn(state, hosts, prepare).items():
             if isinstance(value, Exception):
                 r = self.results[self.node(host)]
@@ -285,7 +292,7 @@ class Deploy:
             r = self.results[self.node(host)]
             if r.status == "failed":
                 continue
-            for name, args, meta in self._ops(state, host):
+            for index, (name, args, meta) in enumerate(self._ops(state, host)):
                 r.ops += 1
                 if not meta.is_complete():
                     continue
@@ -298,6 +305,8 @@ class Deploy:
                     break
                 if meta.did_change():
                     r.changed.append(name)
+                    if index < self._install_ops.get(self.node(host), 0):
+                        r.install_changed.append(name)
             ctx = self.contexts.get(self.node(host))
             if ctx is not None:
                 r.reboot_required = roles.notices(ctx, self.roles_for(self.node(host)))

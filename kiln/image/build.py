@@ -103,7 +103,9 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
                "--inventory", str(cluster.path), "--host", recipe.host, "--root", str(root)]
     if proxy:
         command += ["--proxy", proxy]
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=None, text=True, timeout=3600)
+    log = tmp / "build.log"
+    with open(log, "w") as err:
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600)
     try:
         deploy = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
     except ValueError:
@@ -112,7 +114,7 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
         host = (deploy.get("hosts") or [{}])[0]
         raise ImageBuildError(f"{recipe.name}: the install stage failed"
                               + (f" at {host.get('failed_operation')!r}:\n{host.get('error')}" if host else "")
-                              + f"\n(the half-built tree stays in {tmp} until the next build)")
+                              + f"\n(the build's log: {log}; the half-built tree stays in {tmp} until the next build)")
     progress(f"{recipe.name}: {len((deploy.get('hosts') or [{}])[0].get('changed', []))} operations changed the "
              "image; cleaning it")
     clean(root)
@@ -121,6 +123,7 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     (root / "etc" / "kiln" / "image.json").write_text(json.dumps(identity, indent=1) + "\n")
     manifest = manifest_mod.read_manifest(root, recipe, apt=True, tools=tool_versions())
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    log.unlink()
     tmp.rename(final)
 
 

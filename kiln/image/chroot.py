@@ -38,6 +38,7 @@ def prepare_root(root: Path, proxy: str | None) -> None:
     _mount("-t", "tmpfs", "-o", "mode=755,size=1m", "kiln-image-dev", str(root / "dev"))
     for name, (major, minor) in DEVICES.items():
         os.mknod(root / "dev" / name, 0o20666, os.makedev(major, minor))
+        os.chmod(root / "dev" / name, 0o666)  # apt's helpers run as _apt
     (root / "dev" / "pts").mkdir()
     _mount("-t", "devpts", "-o", "newinstance,ptmxmode=0666", "devpts", str(root / "dev" / "pts"))
     os.symlink("pts/ptmx", root / "dev" / "ptmx")

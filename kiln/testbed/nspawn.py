@@ -56,6 +56,7 @@ class NspawnNodes:
         self.base = base
         self.bridge = bridge
         self.shared = shared
+        self.lower: dict[str, Path] = {}  # node name -> its own lower tree (an image) instead of ``base``
         self._supervisors: dict[str, subprocess.Popen] = {}  # started by this process: exit status known
 
     # --- paths and pids ---
@@ -86,13 +87,14 @@ class NspawnNodes:
     # --- lifecycle ---
     def prepare(self, node: Node, files: dict[str, tuple[str, int]]) -> None:
         """Mount the node's overlay and write its own files (hostname, network, keys)."""
-        if self.base is None:
+        lower = self.lower.get(node.name, self.base)
+        if lower is None:
             raise TestbedError("no base image to build nodes on")
         for sub in ("upper", "work", "root"):
             (node.dir / sub).mkdir(parents=True, exist_ok=True)
         if not mounted(node.root):
             run(["mount", "-t", "overlay", "overlay", "-o",
-                 f"lowerdir={self.base},upperdir={node.dir / 'upper'},workdir={node.dir / 'work'}",
+                 f"lowerdir={lower},upperdir={node.dir / 'upper'},workdir={node.dir / 'work'}",
                  str(node.root)])
         for rel, (content, mode) in files.items():
             path = node.root / rel.lstrip("/")

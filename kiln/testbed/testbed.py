@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from kiln.testbed import base as base_image
-from kiln.testbed.host import TestbedError, link_exists, mounts_under, require_root, require_tools, run
+from kiln.testbed.host import TestbedError, TestbedUnavailable, link_exists, mounts_under, require_root, require_tools, run
 from kiln.testbed import simulate
 from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_NVLINKS, SIM_RATE,
                                     TESTBED_VERSIONS, write_inventory)
@@ -97,7 +97,10 @@ class Testbed:
         return NspawnNodes(self.name, base, self.bridge, f"{self.shared}:{SHARED_DIR}")
 
     # --- up ---
-    def up(self, count: int = 3, inventory_dir: Path | None = None) -> dict:
+    def up(self, count: int = 3, inventory_dir: Path | None = None, images: tuple[str, ...] = ()) -> dict:
+        """Bring up ``count`` nodes. ``images``: names in kiln's image store; a node boots from the
+        image built for one of its inventory groups (a compute node type's image on compute nodes, a
+        slurm_controller image on the controller), the others from the bare base."""
         require_root()
         require_tools("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "ssh-keygen", "unshare",
                       "nsenter")
@@ -105,7 +108,8 @@ class Testbed:
             raise TestbedError(f"--nodes {count}: give 1 to 200 nodes")
         started = time.monotonic()
         nodes = self.node_list(count)
-        if self._healthy(nodes):
+        lowers = self._image_lowers(nodes, images)
+        if self._healthy(nodes, lowers):
             self._write_access(nodes, inventory_dir)
             try:
                 self._wait_ssh(nodes, timeout=10)
@@ -123,9 +127,11 @@ class Testbed:
         self.proxy.start()
         self._keys()
         kind = self.kind(base)
+        kind.lower = {name: image.rootfs for name, image in lowers.items()}
         (self.state / "testbed.json").write_text(json.dumps({
             "name": self.name, "bridge": self.bridge, "subnet": self.subnet,
-            "nodes": [{"name": n.name, "address": n.address, "role": n.role, "dir": str(n.dir)} for n in nodes],
+            "nodes": [{"name": n.name, "address": n.address, "role": n.role, "dir": str(n.dir),
+                       "image": lowers[n.name].name if n.name in lowers else None} for n in nodes],
         }, indent=2))
         host_keys = {}
         for node in nodes:
@@ -144,8 +150,37 @@ class Testbed:
                       f"({', '.join(f'{n}: {s}' for n, s in states.items())})")
         return self.status()
 
-    def _healthy(self, nodes: list[Node]) -> bool:
+    def _image_lowers(self, nodes: list[Node], images: tuple[str, ...]) -> dict:
+        """Node name -> the stored image it boots from (kiln/image/store.py)."""
+        from kiln.image.store import ImageNotFound, find
+        groups = {"controller": {"slurm_controller", "slurm_dbd", "login"}, "compute": {"compute", "testbed_compute"}}
+        out = {}
+        for wanted in images:
+            try:
+                image = find(wanted)
+            except ImageNotFound as exc:
+                raise TestbedUnavailable(str(exc)) from exc
+            target = image.manifest.get("target")
+            matched = [n for n in nodes if target in groups[n.role] or (len(nodes) == 1 and target in groups["compute"])]
+            if not matched:
+                raise TestbedUnavailable(f"image {image.name} is for {target}, which no node of this testbed is in "
+                                         "(its nodes are in slurm_controller, slurm_dbd, login and testbed_compute)")
+            out.update({n.name: image for n in matched})
+        return out
+
+    def _recorded_images(self) -> dict[str, str | None]:
+        try:
+            data = json.loads((self.state / "testbed.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {n["name"]: n.get("image") for n in data["nodes"]}
+
+    def _healthy(self, nodes: list[Node], lowers: dict | None = None) -> bool:
         if [n.name for n in self.recorded_nodes()] != [n.name for n in nodes]:
+            return False
+        recorded = self._recorded_images()
+        if lowers is not None and any(recorded.get(n.name) != (lowers[n.name].name if n.name in lowers else None)
+                                      for n in nodes):
             return False
         kind = self.kind()
         return self.proxy.running() and link_exists(self.bridge) and all(kind.running(n) for n in nodes)
