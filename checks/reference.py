@@ -114,6 +114,18 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SYSTEM_SWAP": ("system", "fail", "swap is on", "swapoff -a and remove it from /etc/fstab", ""),
     "SYSTEM_TIME_SYNC": ("system", "warn", "the clock is not synchronised", "check chrony and its servers",
                          "kiln_check_time_sync, kiln_ntp_servers"),
+    # --- drift (against the image the node was booted from) ---
+    "DRIFT_IMAGE": ("drift", "ok", "which image the node was booted from (or none: nothing to compare)", "", ""),
+    "DRIFT_MANIFEST_UNREADABLE": ("drift", "warn", "/etc/kiln/image-manifest.json is not JSON",
+                                  "rebuild the image, or remove the file", ""),
+    "DRIFT_PACKAGES": ("drift", "warn", "packages added, removed or at another version than in the image",
+                       "install or remove them to match, or rebuild the image with them", "kiln_versions"),
+    "DRIFT_HOLDS": ("drift", "warn", "a package held in the image is not held on the node",
+                    "kiln deploy holds it again", "kiln_versions"),
+    "DRIFT_FILES": ("drift", "warn", "a file the image's roles manage was changed on the node",
+                    "kiln drift shows the diff; kiln deploy writes it back", ""),
+    "DRIFT_UNITS": ("drift", "warn", "units enabled or disabled unlike the image",
+                    "enable or disable them to match, or rebuild the image", ""),
     # --- across nodes, opt-in ---
     "NCCL_CLUSTER_BUSBW": ("nccl-cluster", "fail", "all_reduce_perf over the nodes is below its floor (or failed); the "
                            "message names the slow pair found by halving", "check those nodes' HCAs, cables and NVLink",

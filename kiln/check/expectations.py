@@ -31,5 +31,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync")},
+        "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),
+                  "ignore_units": cluster.setting("drift_ignore_units")},
         "textfile_dir": cluster.setting("check_textfile_dir"),
     }

@@ -13,7 +13,7 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inven
 
 @click.command()
 @inventory_option
-@click.option("--suite", "suites", default=None, help="comma-separated suites (default: all): gpu,fabric,storage,slurm,system")
+@click.option("--suite", "suites", default=None, help="comma-separated suites (default: all): gpu,fabric,storage,slurm,system,drift")
 @click.option("--limit", default=None, help="Ansible host pattern (as for kiln deploy)")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write the verdicts as JSON")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML")

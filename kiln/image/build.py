@@ -118,11 +118,11 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     progress(f"{recipe.name}: {len((deploy.get('hosts') or [{}])[0].get('changed', []))} operations changed the "
              "image; cleaning it")
     clean(root)
-    identity = {"name": recipe.name, "recipe": recipe.digest, "target": recipe.target, "cluster": recipe.cluster}
     (root / "etc" / "kiln").mkdir(parents=True, exist_ok=True)
-    (root / "etc" / "kiln" / "image.json").write_text(json.dumps(identity, indent=1) + "\n")
-    manifest = manifest_mod.read_manifest(root, recipe, apt=True, tools=tool_versions())
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    manifest = manifest_mod.read_manifest(root, recipe, tools=tool_versions())
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    (tmp / "manifest.json").write_text(text)
+    (root / "etc" / "kiln" / "image-manifest.json").write_text(text)  # the drift suite's reference on nodes
     log.unlink()
     tmp.rename(final)
 

@@ -29,6 +29,7 @@ HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
 # teams (Slurm accounts) and partitions.
 POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 # GPU models, node features, HCA names, switch names, inventory group names
+NAME_GLOB = re.compile(r"^[A-Za-z0-9@+._*?-][A-Za-z0-9@+._*?:-]{0,127}$")
 TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # NCCL_SOCKET_IFNAME: an optional ^ (exclude) or = (exact) and a comma-separated list of prefixes
 IFNAME_LIST = re.compile(r"^[=^]?[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14})*$")
@@ -179,6 +180,8 @@ Token = _text("name", TOKEN, "letters, digits, '_', '.', '-' (at most 64), not s
 IfNameList = _text("NCCL_SOCKET_IFNAME", IFNAME_LIST, "an optional ^ or = and comma-separated interface names")
 Version = _text("version", VERSION, "the characters package versions use: letters, digits and . + ~ : _ -")
 PackageName = _text("package name", PACKAGE, "lower case letters, digits and + . _ -")
+NameGlob = _text("name pattern", NAME_GLOB, "a package or unit name with * and ? wildcards: letters, digits and "
+                 "@ + . _ - * ?")
 SlurmTime = _text("Slurm time", SLURM_TIME, "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or INFINITE")
 MountSource = _text("mount source", MOUNT_SOURCE, "no spaces or shell characters, e.g. nfs01:/export/home, "
                     "10.0.0.1@o2ib:/lustre, tmpfs")

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfNameList, MountOptions, MountPoint,
-                                    MountSource, PackageName, PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url,
+                                    MountSource, NameGlob, PackageName, PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url,
                                     Version, check_address, check_path, check_user)
 
 PREFIX = "kiln_"
@@ -172,6 +172,10 @@ SETTINGS: dict[str, Setting] = {
            "base URL of NVIDIA's CUDA repository or a site mirror of it (source cuda)"),
         _s("nvidia_driver_extra_packages", list[PackageName], [], "cluster",
            "further packages of the driver's source, installed at the driver pin and held"),
+        _s("drift_ignore_packages", list[NameGlob], [], "cluster",
+           "packages kiln drift and the drift suite do not report (globs, e.g. a site agent: 'crowdstrike-*')"),
+        _s("drift_ignore_units", list[NameGlob], [], "cluster",
+           "systemd units kiln drift and the drift suite do not report (globs, e.g. 'site-*.service')"),
         _s("nccl_tests_url", Url, "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz",
            "cluster", "nccl-tests source tarball ({version} = the nccl_tests pin); a mirror for offline sites"),
         _s("nvidia_container_repo_url", Url, "https://nvidia.github.io/libnvidia-container/stable", "cluster",
