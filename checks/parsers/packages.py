@@ -14,12 +14,14 @@ ENABLED_UNITS = "systemctl list-unit-files --state=enabled --no-legend --no-page
 
 
 def parse_packages(text: str) -> dict[str, str]:
-    """Installed package -> version, from ``DPKG_QUERY``/``RPM_QUERY`` (only fully installed ones:
-    status ``ii``; a package half-configured by an interrupted install is not counted as installed)."""
+    """Installed package -> version, from ``DPKG_QUERY``/``RPM_QUERY``. Only fully installed ones:
+    dpkg's status abbreviation is the wanted action (``i`` install, ``h`` hold, ...) then the state,
+    which must be ``i`` (installed); a package half-configured by an interrupted install (``iF``,
+    ``iU``) or removed with its configuration left (``rc``) is not installed."""
     out = {}
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) >= 3 and parts[2].strip().startswith("ii") and parts[0]:
+        if len(parts) >= 3 and parts[2][1:2] == "i" and parts[0]:
             out[parts[0]] = parts[1]
     return out
 

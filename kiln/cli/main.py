@@ -9,6 +9,7 @@ import click
 from kiln import __version__
 from kiln.cli import check as check_cli
 from kiln.cli import deploy as deploy_cli
+from kiln.cli import drift as drift_cli
 from kiln.cli import image as image_cli
 from kiln.cli import inventory as inventory_cli
 from kiln.cli import patch as patch_cli
@@ -34,5 +35,5 @@ def main() -> None:
     """kiln provisions, validates and patches GPU clusters."""
 
 
-for command in (check_cli.check, deploy_cli.deploy, image_cli.image, inventory_cli.inventory, patch_cli.patch, testbed_cli.testbed):
+for command in (check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, patch_cli.patch, testbed_cli.testbed):
     main.add_command(command)
