@@ -6,9 +6,10 @@
    ``NAME.tmp/rootfs``.
 3. Every role's install stage for the target's hosts runs into it through pyinfra's chroot
    connector, in a private mount namespace (kiln/image/chroot.py), with services kept from starting.
-4. The tree is cleaned for reuse: no machine-id, SSH host keys, package caches or lists, logs,
-   build-time apt proxy or resolv.conf, and no secret (the munge key a package made, any
-   slurmdbd.conf); the build refuses to finish if a secret file is still there.
+4. The tree is cleaned for reuse: no machine-id, SSH host keys (a first-boot unit makes the
+   machine's own), package caches or lists, logs, build-time apt proxy or resolv.conf, and no
+   secret (the munge key a package made, any slurmdbd.conf); the build refuses to finish if a
+   secret file is still there.
 5. The manifest is read from the tree, the asked outputs made, and ``NAME.tmp`` renamed to ``NAME``.
 """
 
@@ -41,6 +42,20 @@ CLEAN_GLOBS = ("etc/ssh/ssh_host_*", "var/lib/dbus/machine-id", "var/lib/systemd
                "root/.cache", "tmp/*", "var/tmp/*", POLICY_RC, BUILD_PROXY, "etc/resolv.conf",
                # secrets: a package's own munge key, and any Slurm database password file
                "etc/munge/munge.key", "etc/slurm/slurmdbd.conf", "etc/slurm-llnl/slurmdbd.conf")
+# Host keys are per machine: a machine booted from the image makes its own at first boot (the testbed
+# writes each node's before it boots, and the unit then does nothing).
+HOSTKEYS_UNIT = """[Unit]
+Description=kiln image: this machine's own SSH host keys, made at first boot
+ConditionPathExistsGlob=!/etc/ssh/ssh_host_*_key
+Before=ssh.service sshd.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target
+"""
 SECRET_FILES = ("etc/munge/munge.key", "etc/slurm/slurmdbd.conf", "etc/slurm-llnl/slurmdbd.conf")
 
 
@@ -78,7 +93,10 @@ def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: C
             if fmt not in image.formats:
                 progress(f"{recipe.name}: writing the {fmt} output")
                 from kiln.image import outputs
-                getattr(outputs, f"write_{fmt}")(image)
+                if fmt == "qcow2":
+                    outputs.write_qcow2(image, proxy)
+                else:
+                    outputs.write_tar(image)
         return BuildResult(recipe.name, final, cached, time.monotonic() - started, image.formats,
                            {f: image.size(f) for f in image.formats})
 
@@ -118,6 +136,12 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     progress(f"{recipe.name}: {len((deploy.get('hosts') or [{}])[0].get('changed', []))} operations changed the "
              "image; cleaning it")
     clean(root)
+    unit = root / "etc/systemd/system/kiln-ssh-hostkeys.service"
+    unit.write_text(HOSTKEYS_UNIT)
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / unit.name).unlink(missing_ok=True)
+    (wants / unit.name).symlink_to(f"/etc/systemd/system/{unit.name}")
     (root / "etc" / "kiln").mkdir(parents=True, exist_ok=True)
     manifest = manifest_mod.read_manifest(root, recipe, tools=tool_versions())
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"

@@ -7,7 +7,8 @@ the host, and removing a half-built root can never reach the host's /dev). Packa
 kept from starting (policy-rc.d) and the root gets a temporary resolv.conf and, when given, an apt
 proxy for the build; the builder removes all three when it cleans the image.
 
-Prints the deploy result as JSON on stdout; exit 0 when every operation succeeded.
+Prints the deploy result as JSON on stdout; exit 0 when every operation succeeded. With ``--command``
+it runs one shell command in the root instead (the qcow2 output's kernel install).
 """
 
 from __future__ import annotations
@@ -55,11 +56,15 @@ def prepare_root(root: Path, proxy: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kiln.image.chroot")
-    parser.add_argument("--inventory", required=True, type=Path)
-    parser.add_argument("--host", required=True)
+    parser.add_argument("--inventory", type=Path)
+    parser.add_argument("--host")
     parser.add_argument("--root", required=True, type=Path)
     parser.add_argument("--proxy", default=None)
+    parser.add_argument("--command", default=None, help="run this shell command in the root instead of roles")
     args = parser.parse_args(argv)
+    if args.command:
+        prepare_root(args.root, args.proxy)
+        return subprocess.run(["chroot", str(args.root), "/bin/sh", "-c", args.command]).returncode
 
     from gevent import monkey
     from kiln.inventory import validate

@@ -25,7 +25,7 @@ def file_sha256(path: Path) -> str | None:
         return None
 
 
-def _in_root(root: Path, shell: str) -> str:
+def in_root(root: Path, shell: str) -> str:
     result = subprocess.run(["chroot", str(root), "sh", "-c", shell], capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"{shell.split()[0]} in {root} failed: {result.stderr.strip()[-300:]}")
@@ -34,9 +34,9 @@ def _in_root(root: Path, shell: str) -> str:
 
 def read_manifest(root: Path, recipe, tools: dict[str, str]) -> dict:
     """The manifest of the image tree at ``root`` built from ``recipe`` (kiln/image/recipe.py)."""
-    packages = parse_packages(_in_root(root, PACKAGES))
-    holds = parse_holds(_in_root(root, HOLDS))
-    units = parse_enabled_units(_in_root(root, ENABLED_UNITS))
+    packages = parse_packages(in_root(root, PACKAGES))
+    holds = parse_holds(in_root(root, HOLDS))
+    units = parse_enabled_units(in_root(root, ENABLED_UNITS))
     os_release = dict(line.split("=", 1) for line in (root / "etc" / "os-release").read_text().splitlines()
                       if "=" in line)
     roles: dict[str, list[dict]] = {}

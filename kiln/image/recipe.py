@@ -23,7 +23,7 @@ from kiln.inventory.model import Cluster, Secrets
 from roles.platform import PLATFORMS
 from roles.snapshot import NodeSnapshot
 
-RECIPE_VERSION = "2"  # the builder's own steps (mounts, cleaning, outputs): bump when they change
+RECIPE_VERSION = "3"  # the builder's own steps (mounts, cleaning, outputs): bump when they change
 
 # An image build never reads the cluster's secrets: the install stages get none.
 NO_SECRETS = Secrets(munge_key=b"", dbd_password="")
