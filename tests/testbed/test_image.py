@@ -116,3 +116,34 @@ def test_drift_finds_a_hand_installed_package_a_lost_hold_and_an_edited_file_on_
     ok(booted, node, "apt-get purge -y -q tree >/dev/null", timeout=120)
     rc, hosts = _drift(booted.inventory)
     assert rc == 0 and {h["status"] for h in hosts.values()} == {"no drift"}, hosts
+
+
+def test_the_qcow2_output_boots_under_qemu_to_a_login_prompt_and_sshd(slurm, image, tmp_path):
+    import shutil
+    import time
+    missing = [t for t in ("qemu-img", "qemu-system-x86_64") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (apt-get install qemu-utils qemu-system-x86): the qcow2 "
+                    "output and its boot are not tried")
+    out = kiln("image", "build", "-i", str(slurm.inventory), "--node-type", TARGET, "--format", "qcow2", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (image.path / "image.qcow2").is_file() and (image.path / "image.vmlinuz").is_file()
+    disk, console = tmp_path / "vm.qcow2", tmp_path / "console.log"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.path / "image.qcow2"), "-F", "qcow2",
+                    str(disk)], check=True)
+    vm = subprocess.Popen(["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", "1024", "-smp", "2",
+                           "-kernel", str(image.path / "image.vmlinuz"), "-initrd", str(image.path / "image.initrd"),
+                           "-append", "root=LABEL=kilnroot ro console=ttyS0", "-drive", f"file={disk},if=virtio",
+                           "-nic", "user,model=virtio-net-pci", "-display", "none", "-serial", f"file:{console}",
+                           "-no-reboot"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    try:
+        wait_for(lambda: console.exists() and "login:" in console.read_text(errors="replace"), timeout=300,
+                 interval=2, what="the VM's login prompt on its serial console")
+        text = console.read_text(errors="replace")
+        print(f"qcow2 booted to a login prompt in {time.monotonic() - started:.0f} s (QEMU, software emulation)")
+        assert "Started \x1b[0;1;39mssh.service" in text or "Started ssh.service" in text
+        assert "Finished \x1b[0;1;39mkiln-ssh-hostkeys" in text or "Finished kiln-ssh-hostkeys" in text
+    finally:
+        vm.kill()
+        vm.wait(timeout=30)
