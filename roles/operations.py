@@ -159,6 +159,22 @@ def secret_file(ctx, path: str, content: bytes, mode: str, user: str, group: str
 
 
 @operation()
+def path_absent(ctx, path: str):
+    """
+    No file at ``path`` (``ctx.watch_path`` it): one a role no longer writes there is removed.
+
+    + ctx: the node's NodeContext
+    + path: absolute path of a file
+    """
+    current = _snapshot(ctx).files.get(path)
+    if current is None:
+        return
+    if current.kind == "directory":
+        raise OperationError(f"{path} is a directory, where kiln expects no file: move it away")
+    yield f"rm -f {quote(path)}"
+
+
+@operation()
 def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_create: bool = False):
     """
     A directory with owner, group and mode.

@@ -35,14 +35,21 @@ from pyinfra.operations import server
 
 from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
-from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, pinned_packages,
-                              service_restarted, service_running, settled)
+from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, path_absent,
+                              pinned_packages, service_restarted, service_running, settled)
 from roles.slurm_accounting import slurm_accounts
 
 CONF = "/etc/slurm"
 # A node booted from an image has no munge key until kiln deploy writes it: munge is skipped until
 # then, not failed (the node is not "degraded" for a key it cannot have yet).
 MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge.key\n")
+# slurmd with no local slurm.conf: the package's unit waits for that file, so the condition is cleared;
+# SLURMD_OPTIONS set here holds unless /etc/default/slurmd sets it (the package ships it commented out).
+# slurmd exits when slurmctld cannot be reached to fetch the files (nodes booting before the
+# controller, a deploy starting both at once): systemd starts it again every 5 s, without limit.
+CONFIGLESS_DROPIN = ("# Written by kiln: configless Slurm\n[Unit]\nConditionPathExists=\nStartLimitIntervalSec=0\n\n"
+                     "[Service]\nEnvironment=\"SLURMD_OPTIONS=--conf-server {servers}\"\nRestart=on-failure\n"
+                     "RestartSec=5\n")
 PAM_LINE = "account    required     pam_slurm_adopt.so"
 PAM_SYSTEMD = r"^-?session\s+(\[[^]]*\]|\S+)\s+pam_systemd\.so"
 
@@ -108,12 +115,31 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
                          index=ctx.watch_line(path, PAM_SYSTEMD))
 
 
+def configless_node(ctx: NodeContext) -> bool:
+    """A compute node of a configless cluster that runs nothing but slurmd (no slurmctld, slurmdbd or
+    login role, whose commands read the files locally): it holds no slurm.conf."""
+    return (ctx.cluster.setting("slurm_configless") and parts(ctx) == {"client", "compute"}
+            and not ctx.node.in_group("login"))
+
+
 def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
     """The cluster's own files (configure stage, never in an image): the munge key, slurm.conf and
-    the files beside it, slurmdbd.conf with the database password."""
+    the files beside it, slurmdbd.conf with the database password. A configless compute node gets
+    slurmd's --conf-server instead of the Slurm files (and loses any left from before)."""
     cluster = ctx.cluster
     ctx.mark("munge_key", ctx.put("/etc/munge/munge.key", ctx.secrets.munge_key, mode="400", user="munge",
                                   group="munge", secret=True, name="slurm: munge key"))
+    if configless_node(ctx):
+        servers = ",".join(f"{h.name}:6817" for h in cluster.controllers)
+        ctx.mark("slurmd_unit", ctx.put("/etc/systemd/system/slurmd.service.d/configless.conf",
+                                        CONFIGLESS_DROPIN.format(servers=servers), mode="644",
+                                        name="slurm: slurmd fetches its files from slurmctld (configless)"))
+        for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"):
+            ctx.watch_path(f"{CONF}/{name}")
+            ctx.mark("node_conf", path_absent(name=f"slurm: no local {name} (configless)", ctx=ctx,
+                                              path=f"{CONF}/{name}"))
+        ctx.marks.setdefault("slurm_conf", [])
+        return
     ctx.mark("slurm_conf", ctx.put(f"{CONF}/slurm.conf", slurm_config.slurm_conf(cluster), mode="644",
                                    name="slurm: slurm.conf"))
     ctx.mark("node_conf", ctx.put(f"{CONF}/gres.conf", slurm_config.gres_conf(cluster), mode="644",

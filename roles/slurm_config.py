@@ -115,7 +115,7 @@ def slurm_conf(cluster: Cluster) -> str:
         state_save=STATE_SAVE, def_mem_per_cpu=def_mem_per_cpu(cluster), dbd_host=dbd_host(cluster),
         health_check=cluster.setting("slurm_health_check"), health_check_interval=cluster.health_check_interval,
         check_prolog=cluster.setting("slurm_check_prolog"), check_epilog=cluster.setting("slurm_check_epilog"),
-        topology=bool(cluster.topology),
+        topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
     )

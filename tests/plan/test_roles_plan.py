@@ -207,3 +207,25 @@ def test_under_become_a_secret_goes_through_a_private_file_in_the_login_users_ho
     assert steps[1] == f"umask 077 && rm -f {hop} && : > {hop}" and hop.startswith(".kiln-upload-")  # not /tmp
     assert steps[2] == "upload /etc/munge/munge.key.kiln-new"
     assert not any("/tmp" in step for step in steps)
+
+
+@pytest.mark.parametrize("os", sorted(PLATFORMS))
+def test_configless_compute_nodes_get_the_conf_server_and_no_slurm_files(os, monkeypatch):
+    cluster = cluster_for(os, slurm_configless=True)
+    plan, ctx = plan_host(cluster, "gpu01", os, fresh(os), monkeypatch, with_context=True)
+    names = [name for name, _ in plan]
+    written = {f.path: f.content.decode() for f in ctx.files}
+    conf = PLATFORMS[os].slurm_conf_dir
+    assert f"{conf}/slurm.conf" not in written and f"{conf}/gres.conf" not in written
+    assert "--conf-server ctl1:6817" in written["/etc/systemd/system/slurmd.service.d/configless.conf"]
+    assert "slurm: no local slurm.conf (configless)" in names
+    ctl, ctl_ctx = plan_host(cluster, "ctl1", os, fresh(os), monkeypatch, with_context=True)
+    slurm_conf = next(f.content.decode() for f in ctl_ctx.files if f.path.endswith("/slurm.conf"))
+    assert "SlurmctldParameters=enable_configless" in slurm_conf
+    login = {f.path for f in plan_host(cluster, "login1", os, fresh(os), monkeypatch, with_context=True)[1].files}
+    assert f"{conf}/slurm.conf" in login  # client commands on a login node read it locally
+    # a node that had the files from before configless loses them
+    had = fresh(os)
+    had.files[f"{conf}/slurm.conf"] = had.files["/etc/hosts"]
+    again = dict(plan_host(cluster, "gpu01", os, had, monkeypatch))
+    assert again["slurm: no local slurm.conf (configless)"] == [f"rm -f {conf}/slurm.conf"]

@@ -118,6 +118,24 @@ def test_drift_finds_a_hand_installed_package_a_lost_hold_and_an_edited_file_on_
     assert rc == 0 and {h["status"] for h in hosts.values()} == {"no drift"}, hosts
 
 
+def test_configless_compute_nodes_run_jobs_with_no_slurm_conf_of_their_own(booted):
+    (booted.inventory / "group_vars" / "all" / "configless.yml").write_text("kiln_slurm_configless: true\n")
+    try:
+        rc, data, text = deploy_json(booted.inventory)
+        assert rc == 0, text
+        for node in booted.computes:
+            assert on(booted, node, "test -e /etc/slurm/slurm.conf").returncode == 1
+        wait_for(lambda: on(booted, booted.computes[0], "test -f /run/slurm/conf/slurm.conf").returncode == 0,
+                 timeout=60, what="slurmd's fetched slurm.conf in /run/slurm/conf")
+        wait_for(lambda: on(booted, booted.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle")
+                 == len(booted.computes), timeout=120, what="every configless compute node idle")
+        hosts = ok(booted, booted.controller, f"srun -N{len(booted.computes)} hostname", timeout=120).split()
+        assert sorted(hosts) == sorted(booted.computes)
+        assert "enable_configless" in ok(booted, booted.controller, "scontrol show config | grep -i SlurmctldParameters")
+    finally:
+        (booted.inventory / "group_vars" / "all" / "configless.yml").unlink()
+
+
 def test_the_qcow2_output_boots_under_qemu_to_a_login_prompt_and_sshd(slurm, image, tmp_path):
     import shutil
     import time
