@@ -17,7 +17,8 @@ Defaults, in one place:
   ``kiln_slurm_constrain_cores_memory``.
 + A changed slurm.conf is applied with ``scontrol reconfigure`` once every node has it (see
   ``after_run``), not by restarting every slurmd. A changed gres.conf or cgroup.conf restarts slurmd
-  on that node (Slurm reads them only at start). A (re)started daemon must stay active for 3 s.
+  on that node (Slurm reads them only at start). A (re)started daemon must stay active for 3 s, or until it
+  answers (``scontrol show slurmd``, ``scontrol ping``): then it has read its files.
 + slurmd is ordered after nvidia-persistenced and munge (a drop-in), so after ``scontrol reboot``
   it never starts before the GPU device files exist.
 + pam_slurm_adopt on compute nodes: a user with no job on the node cannot ssh in; with a job the
@@ -50,6 +51,9 @@ MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge
 CONFIGLESS_DROPIN = ("# Written by kiln: configless Slurm\n[Unit]\nConditionPathExists=\nStartLimitIntervalSec=0\n\n"
                      "[Service]\nEnvironment=\"SLURMD_OPTIONS=--conf-server {servers}\"\nRestart=on-failure\n"
                      "RestartSec=5\n")
+# Each daemon's own answer that it has started (read its files, listening): the wait for it to stay
+# up ends there instead of after the full 3 s.
+READY = {"slurmd": "scontrol show slurmd", "slurmctld": "scontrol ping | grep -q 'is UP'"}
 PAM_LINE = "account    required     pam_slurm_adopt.so"
 PAM_SYSTEMD = r"^-?session\s+(\[[^]]*\]|\S+)\s+pam_systemd\.so"
 
@@ -191,7 +195,8 @@ def _daemon(ctx: NodeContext, service: str, restart_on: list) -> None:
                                 _if=lambda: changed_any(*restart_on) and not changed_any(start))
     ctx.mark(f"{service}_started", start)
     ctx.mark(f"{service}_started", restart)
-    server.shell(name=f"slurm: {service} stays active after its start", commands=[settled(service)],
+    server.shell(name=f"slurm: {service} stays active after its start",
+                 commands=[settled(service, ready=READY.get(service))],
                  _if=when_changed(start, restart))
 
 

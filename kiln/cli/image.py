@@ -132,8 +132,8 @@ def list_cmd(as_json: bool) -> None:
 @image.command("rm")
 @click.argument("names", nargs=-1, required=True)
 def rm_cmd(names: tuple[str, ...]) -> None:
-    """Remove images from the store by name (exit 2 when one is not there; the others are removed)."""
-    from kiln.image.store import images, remove
+    """Remove images from the store by name (exit 2 when one is not there or in use; the others are removed)."""
+    from kiln.image.store import ImageInUse, images, remove
     missing = 0
     by_name = {i.name: i for i in images()}
     for name in names:
@@ -141,6 +141,11 @@ def rm_cmd(names: tuple[str, ...]) -> None:
             echo(f"{name}: no such image (kiln image list shows them)", err=True)
             missing += 1
             continue
-        remove(by_name[name])
+        try:
+            remove(by_name[name])
+        except ImageInUse as e:
+            echo(str(e), err=True)
+            missing += 1
+            continue
         echo(f"removed {name}")
     sys.exit(EXIT_BAD_INPUT if missing else EXIT_OK)

@@ -70,7 +70,25 @@ def find(name: str, store: Path | None = None) -> StoredImage:
     return found[-1]
 
 
+class ImageInUse(RuntimeError):
+    pass
+
+
+def users(image: StoredImage) -> list[str]:
+    """Mount points whose overlay reads this image's tree (testbed nodes booted from it)."""
+    lower = f"lowerdir={image.rootfs}"
+    with open("/proc/self/mounts") as mounts:
+        return [line.split()[1] for line in mounts
+                if line.split()[2:3] == ["overlay"] and any(o == lower or o.startswith(lower + ":")
+                                                             for o in line.split()[3].split(","))]
+
+
 def remove(image: StoredImage) -> None:
+    """Remove ``image``; refused while a testbed node runs on it (its overlay would break under it)."""
+    used = users(image)
+    if used:
+        raise ImageInUse(f"{image.name} is in use by {len(used)} testbed node(s) ({used[0]}...): "
+                         "kiln testbed down first")
     shutil.rmtree(image.path)
 
 

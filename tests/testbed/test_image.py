@@ -74,6 +74,8 @@ def test_nodes_from_the_image_need_configure_stage_changes_only_and_run_jobs(boo
     assert ok(booted, booted.computes[0], "python3 -c 'import json; print(json.load(open(\"/etc/kiln/image-manifest.json\"))[\"name\"])'").strip() == image.name
     hosts = ok(booted, booted.controller, f"srun -N{len(booted.computes)} hostname", timeout=120).split()
     assert sorted(hosts) == sorted(booted.computes)
+    busy = kiln("image", "rm", image.name)
+    assert busy.returncode == 2 and "in use by" in busy.stderr and image.rootfs.is_dir()
 
 
 def test_the_manifest_lists_exactly_what_a_booted_node_has(booted, image):
