@@ -7,7 +7,7 @@ import os
 import subprocess
 
 from checks.node import Node, Result, local_node
-from checks.suites import run_suites
+from checks.suites import SUITES, run_suites
 from kiln.check.remote import RemoteCheck, batched_suites, run_batch
 from tests.unit.test_checks import EXPECT, SIMULATORS
 
@@ -39,7 +39,7 @@ def test_batched_verdicts_equal_one_by_one(tmp_path):
         out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, env=env, timeout=60)
         return Result(out.returncode, out.stdout, out.stderr)
     node = Node("gpu01", run)
-    batched = batched_suites(node, "gpu01", EXPECT, ["gpu", "fabric", "storage", "slurm", "system"])
+    batched = batched_suites(node, "gpu01", EXPECT, list(SUITES))
     rounds = len(calls)
     calls.clear()
     single = run_suites(node, EXPECT)
