@@ -195,8 +195,9 @@ def _daemon(ctx: NodeContext, service: str, restart_on: list) -> None:
                                 _if=lambda: changed_any(*restart_on) and not changed_any(start))
     ctx.mark(f"{service}_started", start)
     ctx.mark(f"{service}_started", restart)
+    waiting = "failed to fetch remote configs" if service == "slurmd" and configless_node(ctx) else None
     server.shell(name=f"slurm: {service} stays active after its start",
-                 commands=[settled(service, ready=READY.get(service))],
+                 commands=[settled(service, ready=READY.get(service), waiting=waiting)],
                  _if=when_changed(start, restart))
 
 
