@@ -48,6 +48,7 @@ MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge
 # SLURMD_OPTIONS set here holds unless /etc/default/slurmd sets it (the package ships it commented out).
 # slurmd exits when slurmctld cannot be reached to fetch the files (nodes booting before the
 # controller, a deploy starting both at once): systemd starts it again every 5 s, without limit.
+CONFIGLESS_UNIT = "/etc/systemd/system/slurmd.service.d/configless.conf"
 CONFIGLESS_DROPIN = ("# Written by kiln: configless Slurm\n[Unit]\nConditionPathExists=\nStartLimitIntervalSec=0\n\n"
                      "[Service]\nEnvironment=\"SLURMD_OPTIONS=--conf-server {servers}\"\nRestart=on-failure\n"
                      "RestartSec=5\n")
@@ -135,7 +136,7 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
                                   group="munge", secret=True, name="slurm: munge key"))
     if configless_node(ctx):
         servers = ",".join(f"{h.name}:6817" for h in cluster.controllers)
-        ctx.mark("slurmd_unit", ctx.put("/etc/systemd/system/slurmd.service.d/configless.conf",
+        ctx.mark("slurmd_unit", ctx.put(CONFIGLESS_UNIT,
                                         CONFIGLESS_DROPIN.format(servers=servers), mode="644",
                                         name="slurm: slurmd fetches its files from slurmctld (configless)"))
         for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"):
@@ -144,6 +145,9 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
                                               path=f"{CONF}/{name}"))
         ctx.marks.setdefault("slurm_conf", [])
         return
+    if "compute" in which:
+        ctx.watch_path(CONFIGLESS_UNIT)
+        ctx.mark("slurmd_unit", path_absent(name="slurm: no configless slurmd drop-in", ctx=ctx, path=CONFIGLESS_UNIT))
     ctx.mark("slurm_conf", ctx.put(f"{CONF}/slurm.conf", slurm_config.slurm_conf(cluster), mode="644",
                                    name="slurm: slurm.conf"))
     ctx.mark("node_conf", ctx.put(f"{CONF}/gres.conf", slurm_config.gres_conf(cluster), mode="644",
@@ -176,7 +180,11 @@ def configure(ctx: NodeContext) -> None:
     if "dbd" in which:
         _database(ctx)
     if "controller" in which:
-        _daemon(ctx, "slurmctld", ctx.marks["munge_key"])
+        # slurmctld reads enable_configless only when it starts: turning configless on or off restarts
+        # it (scontrol reconfigure would leave it refusing, or serving, the files).
+        configless = ctx.watch_line(f"{CONF}/slurm.conf", r"^SlurmctldParameters=.*enable_configless")
+        flipped = lambda: (configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
+        _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped)
         slurm_accounts(name="slurm: accounts, shares, GPU limits and users of the teams",
                        cluster=ctx.cluster.name, teams=list(ctx.cluster.teams))
     if "compute" in which:
@@ -185,14 +193,15 @@ def configure(ctx: NodeContext) -> None:
         _daemon(ctx, "slurmd", ctx.marks["munge_key"] + ctx.marks["node_conf"] + ctx.marks["slurmd_unit"])
 
 
-def _daemon(ctx: NodeContext, service: str, restart_on: list) -> None:
-    """Enabled and running; restarted when one of ``restart_on`` changed; checked to stay up."""
+def _daemon(ctx: NodeContext, service: str, restart_on: list, restart_if=lambda: False) -> None:
+    """Enabled and running; restarted when one of ``restart_on`` changed or ``restart_if()`` says so
+    (read once the snapshot is there); checked to stay up."""
     unit = ctx.watch_unit(service)
     start = service_running(name=f"slurm: {service} running", ctx=ctx, unit=unit)
     # Slurm's packages cannot start a daemon before kiln wrote its files (their units need them), so a
     # daemon this run just started has read the new files already: no second start.
     restart = service_restarted(name=f"slurm: restart {service} (if its files changed)", unit=unit,
-                                _if=lambda: changed_any(*restart_on) and not changed_any(start))
+                                _if=lambda: (changed_any(*restart_on) or restart_if()) and not changed_any(start))
     ctx.mark(f"{service}_started", start)
     ctx.mark(f"{service}_started", restart)
     waiting = "failed to fetch remote configs" if service == "slurmd" and configless_node(ctx) else None
