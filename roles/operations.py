@@ -12,6 +12,10 @@ from pyinfra.operations import files
 from kiln.shell import quote, quote_all
 from roles.snapshot import NodeSnapshotFact
 
+# A node that lost power during a package install is left with dpkg interrupted (apt then refuses to
+# install anything until ``dpkg --configure -a``): finish that first, keeping the local conffiles.
+DPKG_REPAIR = ('if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$(dpkg --audit 2>/dev/null)" ]; then '
+               "DEBIAN_FRONTEND=noninteractive dpkg --configure -a --force-confdef --force-confold; fi")
 APT_INSTALL = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "
                "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold")
 
@@ -88,6 +92,7 @@ def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str
     if missing:
         specs = " ".join(quote(spec(n)) for n in missing)
         if apt:
+            yield DPKG_REPAIR
             yield "apt-get update -q"
         if guard_kernel is not None:
             yield kernel_guard(apt, specs, guard_kernel)
@@ -276,6 +281,8 @@ def fetched_packages(ctx, urls: dict[str, str], version: str | None = None, mark
     for n in names:
         yield f"curl -fsSL --retry 3 -o {quote(local[n])} {quote(urls[n])}"
     files_ = " ".join(quote(local[n]) for n in names)
+    if apt:
+        yield DPKG_REPAIR
     yield f"{APT_INSTALL} {files_}" if apt else f"dnf install -y -q {files_}"
     if version is not None:
         yield ("apt-mark hold " if apt else "dnf -q versionlock add ") + " ".join(names)

@@ -116,6 +116,7 @@ def slurm_conf(cluster: Cluster) -> str:
         health_check=cluster.setting("slurm_health_check"), health_check_interval=cluster.health_check_interval,
         check_prolog=cluster.setting("slurm_check_prolog"), check_epilog=cluster.setting("slurm_check_epilog"),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
+        slurmd_timeout=cluster.setting("slurm_slurmd_timeout"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
     )

@@ -1,4 +1,4 @@
-"""`kiln testbed up|status|ssh|down|inject|clear`: the local cluster of systemd-nspawn nodes."""
+"""`kiln testbed up|status|ssh|stop|start|down|inject|clear`: the local cluster of systemd-nspawn nodes."""
 
 from __future__ import annotations
 
@@ -42,15 +42,17 @@ def testbed() -> None:
               help="node 1 is the controller and login node, the rest compute")
 @click.option("--image", "images", multiple=True, metavar="NAME",
               help="boot the nodes an image was built for (its node type or group) from it (kiln image list); repeatable")
+@click.option("--fresh", is_flag=True, help="remove every node's disk first (a clean slate); by default a node "
+              "that is down boots again from its own disk and a running one is left as it is")
 @name_option
 @json_option
-def up(nodes: int, name: str, images: tuple[str, ...], as_json: bool) -> None:
-    """Build (or repair) the testbed and write inventory/testbed/."""
+def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, as_json: bool) -> None:
+    """Build the testbed, or boot the nodes that are down from their own disks, and write inventory/testbed/."""
     from kiln.testbed.host import TestbedError
 
     tb = _testbed(name)
     try:
-        status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images)
+        status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images, fresh=fresh)
     except TestbedError as exc:
         _fail(exc)
     _print_status(status, as_json)
@@ -109,17 +111,48 @@ def down(name: str, wipe: bool) -> None:
 @testbed.command()
 @name_option
 @click.argument("node")
-@click.argument("fault", type=click.Choice(FAULTS))
+@click.argument("fault", type=click.Choice(("power-loss",) + FAULTS))
 @click.option("--gpu", default=0, show_default=True, help="which simulated GPU (faults on one GPU)")
 @click.option("--at-next-boot", is_flag=True, help="the fault appears when the node next boots (after a patch)")
 def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool) -> None:
-    """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown."""
+    """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown;
+    power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE)."""
     from kiln.testbed.host import TestbedError
     try:
-        _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot)
+        if fault == "power-loss":
+            _testbed(name).power_loss(node)
+        else:
+            _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot)
     except TestbedError as exc:
         _fail(exc)
     click.echo(f"{node}: {fault} {'set for the next boot' if at_next_boot else 'injected'}")
+
+
+@testbed.command()
+@name_option
+@click.argument("node")
+def stop(name: str, node: str) -> None:
+    """Shut NODE down cleanly; its disk stays (kiln testbed start NODE, or up, boots it again)."""
+    from kiln.testbed.host import TestbedError
+    try:
+        _testbed(name).stop(node)
+    except TestbedError as exc:
+        _fail(exc)
+    click.echo(f"{node}: stopped")
+
+
+@testbed.command()
+@name_option
+@click.argument("node")
+@json_option
+def start(name: str, node: str, as_json: bool) -> None:
+    """Boot NODE again from its own disk."""
+    from kiln.testbed.host import TestbedError
+    try:
+        status = _testbed(name).start(node)
+    except TestbedError as exc:
+        _fail(exc)
+    _print_status(status, as_json)
 
 
 @testbed.command()

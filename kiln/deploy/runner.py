@@ -151,6 +151,8 @@ class Deploy:
                 r.next_step = ("check that the host is up and reachable over ssh and that its host key is in "
                                "the inventory's known_hosts file (kiln never accepts an unknown key)")
         active = [h for h in inventory if h in state.active_hosts]
+        for host in active:
+            _bound_connection(host)
         try:
             stopped = self._preflight(state, active)
             if stopped:
@@ -302,6 +304,7 @@ class Deploy:
                     lines = [line.line for line in output] if output is not None else []
                     r.error = _tail(lines, self.secrets) or "the operation failed without output"
                     r.next_step = f"fix the cause shown, then run kiln deploy --limit {self.node(host)}"
+                    self._if_lost(host, r)
                     break
                 if meta.did_change():
                     r.changed.append(name)
@@ -316,8 +319,59 @@ class Deploy:
                     r.status, r.failed_op = "failed", incomplete[0]
                     r.error = "the run stopped before this operation"
                     r.next_step = f"run kiln deploy --limit {self.node(host)} again"
+                    self._if_lost(host, r)
                 else:
                     r.status = "changed" if r.changed else "no change"
+
+
+    def _if_lost(self, host, r: HostResult) -> None:
+        """A host whose failure came with its connection gone is ``unreachable`` (lost while in
+        ``failed_op``), not an operation that failed: the node went away (power, network, a crash)."""
+        if _reachable(host):
+            return
+        r.status = "unreachable"
+        r.error = (f"the connection to {self.node(host)} was lost during {r.failed_op!r} and the node does not "
+                   f"answer on its ssh port; what the node printed last:\n{r.error}")
+        r.next_step = (f"bring {self.node(host)} back (power, network), then run kiln deploy --limit "
+                       f"{self.node(host)}: the run repairs an interrupted package install")
+
+
+# A node that dies while kiln works on it sends no TCP reset: without these, the ssh connection would
+# wait for the kernel's retransmission timeout (about 15 minutes). paramiko sends a keepalive every
+# KEEPALIVE_S; the socket gives up when data stays unacknowledged for USER_TIMEOUT_MS.
+KEEPALIVE_S, USER_TIMEOUT_MS, PROBE_TIMEOUT_S = 5, 20_000, 5
+
+
+def _bound_connection(host) -> None:
+    import socket
+    client = getattr(host.connector, "client", None)
+    transport = client.get_transport() if client is not None else None
+    if transport is None:
+        return  # not ssh (an image build's chroot)
+    transport.set_keepalive(KEEPALIVE_S)
+    sock = transport.sock
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reachable(host) -> bool:
+    """Whether ``host`` still answers: its ssh transport alive, and a new TCP connection to its port."""
+    import socket
+    client = getattr(host.connector, "client", None)
+    transport = client.get_transport() if client is not None else None
+    if transport is None:
+        return True  # not ssh: nothing was lost
+    if not transport.is_active():
+        return False
+    try:
+        peer = transport.getpeername()
+        with socket.create_connection(peer[:2], timeout=PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
 
 
 class _ConnectErrors(BaseStateCallback):

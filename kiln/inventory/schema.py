@@ -139,6 +139,8 @@ SETTINGS: dict[str, Setting] = {
         _s("package_proxy", Url | Literal[""], "", "cluster", "HTTP proxy for apt/dnf, e.g. http://10.0.0.1:3142"),
         _s("slurm_cgroup_plugin", Literal["autodetect", "cgroup/v1", "cgroup/v2"], "autodetect", "cluster",
            "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
+        _s("slurm_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 300, "cluster",
+           "SlurmdTimeout: seconds without an answer from slurmd before Slurm sets the node DOWN (a node that lost power)"),
         _s("slurm_configless", bool, False, "cluster",
            "configless Slurm: compute nodes hold no slurm.conf; slurmd fetches it and its siblings from slurmctld "
            "(--conf-server), so one compute image serves any cluster"),

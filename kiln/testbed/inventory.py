@@ -87,6 +87,8 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_check_memlock": False,
         "kiln_check_time_sync": False,
         "kiln_health_check_interval": HEALTH_CHECK_INTERVAL,
+        # A node that loses power is DOWN in Slurm within about half a minute (tests wait for it).
+        "kiln_slurm_slurmd_timeout": 30,
         # The testbed's stand-in hardware: the simulators' units (kiln/testbed/simulators) are the
         # machine's, not drift from the image.
         "kiln_drift_ignore_units": ["kiln-sim-*", "nvidia-fabricmanager.service"],

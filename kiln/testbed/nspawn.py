@@ -45,6 +45,9 @@ class NodeKind(Protocol):
     def wait_ready(self, node: Node, timeout: float) -> str: ...
     def running(self, node: Node) -> bool: ...
     def stop(self, node: Node) -> None: ...
+    def power_off(self, node: Node) -> None: ...
+    def release(self, node: Node) -> None: ...
+    def state(self, node: Node) -> str: ...
     def cleanup(self, node: Node) -> None: ...
     def exec(self, node: Node, command: list[str], timeout: float = 60) -> subprocess.CompletedProcess: ...
 
@@ -211,15 +214,33 @@ class NspawnNodes:
                     pass
         return sorted(pids)
 
-    def cleanup(self, node: Node) -> None:
-        """Remove what the node left on the host: mount, veth, cgroups, nspawn's propagation dir, files."""
-        self.stop(node)
-        for attempt in range(10):
-            if not mounted(node.root):
-                break
-            if run(["umount", str(node.root)], check=False).returncode != 0 and attempt > 4:
-                run(["umount", "-l", str(node.root)], check=False)
-            time.sleep(0.2)
+    def power_off(self, node: Node) -> None:
+        """Power loss: the node's supervisor, systemd-nspawn and every process of the node stop at
+        the same instant (its cgroup is frozen, then killed); nothing shuts down cleanly. Disk kept."""
+        freezer = Path("/sys/fs/cgroup/freezer") / self.cgroup(node) / "freezer.state"
+        frozen = False
+        try:
+            freezer.write_text("FROZEN\n")
+            frozen = True
+        except OSError:
+            pass  # no freezer hierarchy: kill at once without it
+        pids = set(self.cgroup_pids(node)) | {p for p in (self._supervisor_pid(node), self._nspawn_pid(node)) if p}
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if frozen:
+            freezer.write_text("THAWED\n")  # a frozen process dies of SIGKILL only once thawed
+        self._kill_cgroup(node)
+        self._supervisors.pop(node.name, None)
+        self.release(node)
+
+    def release(self, node: Node) -> None:
+        """What a stopped node still holds on the host (its veth, nspawn's propagation directory, its
+        cgroups) removed; its disk (overlay upper) and mount stay, so it boots again as it was."""
+        if self._supervisor_pid(node) or self._nspawn_pid(node) or self.cgroup_pids(node):
+            self.stop(node)
         # The host end of a killed node's veth can outlive it for a moment; a new boot then fails
         # with "Failed to add new veth interfaces ... File exists". Remove it and wait until it is gone.
         veth = f"vb-{node.name}"[:15]
@@ -230,6 +251,25 @@ class NspawnNodes:
         shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.name}", ignore_errors=True)
         for controller in CGROUP_CONTROLLERS:
             _rmdir_tree(Path("/sys/fs/cgroup") / controller / self.cgroup(node))
+        for name in ("supervisor.pid", "nspawn.pid"):
+            (node.dir / name).unlink(missing_ok=True)
+
+    def state(self, node: Node) -> str:
+        """running | stopped | orphaned (its systemd runs on without a supervisor: ``up`` restarts it)."""
+        if self.running(node):
+            return "running"
+        return "orphaned" if self.cgroup_pids(node) else "stopped"
+
+    def cleanup(self, node: Node) -> None:
+        """Remove what the node left on the host: mount, veth, cgroups, nspawn's propagation dir, files."""
+        self.stop(node)
+        self.release(node)
+        for attempt in range(10):
+            if not mounted(node.root):
+                break
+            if run(["umount", str(node.root)], check=False).returncode != 0 and attempt > 4:
+                run(["umount", "-l", str(node.root)], check=False)
+            time.sleep(0.2)
         if mounted(node.root):
             raise TestbedError(f"cannot unmount {node.root}; something still uses it (see fuser -m)")
         shutil.rmtree(node.dir, ignore_errors=True)

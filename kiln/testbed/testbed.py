@@ -97,10 +97,14 @@ class Testbed:
         return NspawnNodes(self.name, base, self.bridge, f"{self.shared}:{SHARED_DIR}")
 
     # --- up ---
-    def up(self, count: int = 3, inventory_dir: Path | None = None, images: tuple[str, ...] = ()) -> dict:
-        """Bring up ``count`` nodes. ``images``: names in kiln's image store; a node boots from the
-        image built for one of its inventory groups (a compute node type's image on compute nodes, a
-        slurm_controller image on the controller), the others from the bare base."""
+    def up(self, count: int = 3, inventory_dir: Path | None = None, images: tuple[str, ...] = (),
+           fresh: bool = False) -> dict:
+        """Bring up ``count`` nodes, as machines come back: a node that is running stays as it is, a
+        node that is down (stopped, powered off, left by a crash) boots again from its own disk, a new
+        node is made. ``fresh``: everything of the testbed removed first, every disk new.
+        ``images``: names in kiln's image store; a node boots from the image built for one of its
+        inventory groups (a compute node type's image on compute nodes, a slurm_controller image on
+        the controller), the others from the bare base; a node whose image changes gets a new disk."""
         require_root()
         require_tools("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "ssh-keygen", "unshare",
                       "nsenter")
@@ -109,16 +113,19 @@ class Testbed:
         started = time.monotonic()
         nodes = self.node_list(count)
         lowers = self._image_lowers(nodes, images)
-        if self._healthy(nodes, lowers):
+        if not fresh and self._healthy(nodes, lowers):
             self._write_access(nodes, inventory_dir)
             try:
                 self._wait_ssh(nodes, timeout=10)
                 self.progress(f"testbed {self.name} already up with {count} nodes")
                 return self.status()
             except TestbedError as exc:
-                self.progress(f"testbed {self.name} is up but unhealthy ({exc}); rebuilding it")
-        self.progress(f"clearing what an earlier run of testbed {self.name} left behind")
-        self.teardown(remove_state=False)
+                self.progress(f"testbed {self.name} is up but unhealthy ({exc}); booting what is down")
+        recorded = {n.name: n for n in self.recorded_nodes()} if not fresh else {}
+        recorded_images = self._recorded_images()
+        if not recorded:
+            self.progress(f"clearing what an earlier run of testbed {self.name} left behind")
+            self.teardown(remove_state=False)
         base = base_image.ensure_base(self.progress)
         self.state.mkdir(parents=True, exist_ok=True)
         self.shared.mkdir(parents=True, exist_ok=True)
@@ -128,27 +135,67 @@ class Testbed:
         self._keys()
         kind = self.kind(base)
         kind.lower = {name: image.rootfs for name, image in lowers.items()}
+        for gone in set(recorded) - {n.name for n in nodes}:
+            kind.cleanup(recorded[gone])  # fewer nodes asked for than there were
+        host_keys, booting, made = {}, [], []
+        for node in nodes:
+            image = lowers[node.name].name if node.name in lowers else None
+            kept = node.name in recorded and recorded_images.get(node.name) == image and (node.dir / "upper").is_dir()
+            if kept and kind.running(node):
+                host_keys[node.name] = self._host_key(node, reuse=True)
+                continue
+            if kept:
+                kind.release(node)  # a crash's or a power loss's leftovers; the disk stays
+                host_keys[node.name] = self._host_key(node, reuse=True)
+                kind.prepare(node, {})
+            else:
+                kind.cleanup(node)
+                host_keys[node.name] = self._host_key(node)
+                kind.prepare(node, self._node_files(node, nodes, host_keys[node.name]))
+                made.append(node)
+            booting.append(node)
+        self._record(nodes, lowers)
+        self._write_known_hosts(nodes, host_keys)
+        if booting:
+            self.progress(f"booting {len(booting)} node(s): {', '.join(n.name for n in booting)}"
+                          + (f" ({len(booting) - len(made)} from their own disks)" if len(booting) > len(made) else ""))
+        for node in booting:
+            kind.start(node)
+        states = self._wait_all(kind, booting) if booting else {}
+        self._write_access(nodes, inventory_dir)
+        self._wait_ssh(nodes)
+        if made:
+            self._warm_apt(made[0])
+            self._init_simulators([n for n in made if n.role == "compute" or len(nodes) == 1])
+        self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
+                      f"({', '.join(f'{n}: {s}' for n, s in states.items()) or 'all were running'})")
+        return self.status()
+
+    def _record(self, nodes: list[Node], lowers: dict) -> None:
         (self.state / "testbed.json").write_text(json.dumps({
             "name": self.name, "bridge": self.bridge, "subnet": self.subnet,
             "nodes": [{"name": n.name, "address": n.address, "role": n.role, "dir": str(n.dir),
                        "image": lowers[n.name].name if n.name in lowers else None} for n in nodes],
         }, indent=2))
-        host_keys = {}
-        for node in nodes:
-            host_keys[node.name] = self._host_key(node)
-            kind.prepare(node, self._node_files(node, nodes, host_keys[node.name]))
-        self._write_known_hosts(nodes, host_keys)
-        self.progress(f"booting {count} node(s)")
-        for node in nodes:
-            kind.start(node)
-        states = self._wait_all(kind, nodes)
-        self._write_access(nodes, inventory_dir)
-        self._wait_ssh(nodes)
-        self._warm_apt(nodes[0])
-        self._init_simulators([n for n in nodes if n.role == "compute" or len(nodes) == 1])
-        self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
-                      f"({', '.join(f'{n}: {s}' for n, s in states.items())})")
-        return self.status()
+
+    # --- one node, as a machine ---
+    def stop(self, name: str) -> None:
+        """Shut one node down cleanly; its disk stays (``start`` or ``up`` boots it again)."""
+        node = self._require_node(name)
+        kind = self.kind()
+        kind.stop(node)
+        kind.release(node)
+
+    def power_loss(self, name: str) -> None:
+        """The node and every process in it gone at once, as if its power failed; its disk stays."""
+        self.kind().power_off(self._require_node(name))
+
+    def start(self, name: str) -> dict:
+        """Boot one stopped node from its own disk."""
+        recorded = self.recorded_nodes()
+        self._require_node(name)
+        images = tuple({i for i in self._recorded_images().values() if i})
+        return self.up(len(recorded), images=images)
 
     def _image_lowers(self, nodes: list[Node], images: tuple[str, ...]) -> dict:
         """Node name -> the stored image it boots from (kiln/image/store.py)."""
@@ -217,9 +264,11 @@ class Testbed:
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"kiln-testbed-{self.name}",
                  "-f", str(self.key)])
 
-    def _host_key(self, node: Node) -> tuple[str, str]:
-        """A fresh host key pair for the node, made on the host before it boots."""
+    def _host_key(self, node: Node, reuse: bool = False) -> tuple[str, str]:
+        """The node's host key pair, made on the host before it first boots (``reuse``: the one it has)."""
         path = self.state / "hostkeys" / node.name
+        if reuse and path.exists() and path.with_suffix(".pub").exists():
+            return path.read_text(), path.with_suffix(".pub").read_text()
         path.parent.mkdir(parents=True, exist_ok=True)
         for p in (path, path.with_suffix(".pub")):
             p.unlink(missing_ok=True)
@@ -326,9 +375,11 @@ class Testbed:
         self._require_node(node)
         self.ssh(node, ["kiln-sim", "clear"])
 
-    def _require_node(self, node: str) -> None:
-        if node not in [n.name for n in self.recorded_nodes()]:
-            raise TestbedError(f"no node {node!r} in testbed {self.name}")
+    def _require_node(self, node: str) -> Node:
+        for n in self.recorded_nodes():
+            if n.name == node:
+                return n
+        raise TestbedUnavailable(f"no node {node!r} in testbed {self.name}")
 
     def _warm_apt(self, node: Node) -> None:
         """Fetch the package indexes once, through one node, before anything fans out.
@@ -357,8 +408,8 @@ class Testbed:
         kind = self.kind()
         out = []
         for node in nodes:
-            state = "stopped"
-            if kind.running(node):
+            state = kind.state(node)
+            if state == "running":
                 result = kind.exec(node, ["systemctl", "is-system-running"], timeout=10)
                 state = result.stdout.strip() or "unknown"
             out.append({"name": node.name, "address": node.address, "role": node.role, "state": state})

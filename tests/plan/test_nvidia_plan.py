@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from roles.operations import DPKG_REPAIR
 from tests.plan.facts import fresh
 from tests.plan.harness import converged, plan_host
 from tests.plan.test_roles_plan import DRIVER, cluster_for, commands
@@ -39,9 +40,9 @@ def test_a_new_driver_pin_changes_exactly_the_driver_operations(os, monkeypatch)
         assert driver_op[1].startswith("dnf -q versionlock delete ") and driver_op[-1].startswith("dnf -q versionlock add")
         assert f"nvidia-driver-{new}" in driver_op[-1]
     else:
-        assert driver_op[0] == "apt-get update -q" and "kernel guard" in driver_op[1]
-        assert driver_op[2].startswith("apt-mark unhold ") and driver_op[-1].startswith("apt-mark hold ")
-        assert f"={new}" in driver_op[3] and f"={old}" not in driver_op[3]
+        assert driver_op[0] == DPKG_REPAIR and driver_op[1] == "apt-get update -q" and "kernel guard" in driver_op[2]
+        assert driver_op[3].startswith("apt-mark unhold ") and driver_op[-1].startswith("apt-mark hold ")
+        assert f"={new}" in driver_op[4] and f"={old}" not in driver_op[4]
 
 
 def test_debian_non_free_without_kernel_modules(monkeypatch):

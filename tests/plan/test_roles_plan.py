@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from kiln.inventory import load_cluster
+from roles.operations import DPKG_REPAIR
 from roles.platform import PLATFORMS
 from tests.conftest import INVENTORIES, REPO
 from tests.plan.facts import fresh
@@ -132,7 +133,7 @@ def test_a_new_slurm_pin_changes_only_the_package_operation(monkeypatch):
     assert differing == [(f"slurm: packages at {old}, held", f"slurm: packages at {new}, held"),
                          ("containers: Slurm headers for pyxis", "containers: Slurm headers for pyxis")]
     package_op = dict(after)[differing[0][1]]
-    assert package_op[:2] == ["apt-get update -q", "apt-mark unhold libpam-slurm-adopt slurm-client slurmd"]
+    assert package_op[:3] == [DPKG_REPAIR, "apt-get update -q", "apt-mark unhold libpam-slurm-adopt slurm-client slurmd"]
     assert package_op[-1] == "apt-mark hold libpam-slurm-adopt slurm-client slurmd"
     assert dict(before)[f"slurm: packages at {old}, held"] == []
 
