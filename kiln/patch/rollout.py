@@ -55,6 +55,7 @@ class Outcome:
     results: dict[str, dict] = field(default_factory=dict)   # node -> {"result": ..., "detail": ...}
     stopped: str | None = None
     batches: list[dict] = field(default_factory=list)
+    paused: bool = False  # stopped by a lost controller: the journal is left unfinished for --resume
 
     @property
     def failed(self) -> list[str]:
@@ -155,6 +156,15 @@ class Rollout:
         self._start_sampler()
         try:
             self._run(plan, outcome)
+        except SlurmError as e:
+            # The controller is gone (or its Slurm is): nothing more can be drained, checked or resumed.
+            # No end record: the journal stays unfinished, so --resume continues from this point.
+            outcome.stopped = (f"the controller does not answer ({e}); the rollout stopped where it was and "
+                               "its journal keeps the place: once the controller is back, kiln patch --resume")
+            outcome.paused = True
+            self.say(f"stopped: {outcome.stopped}")
+            self.record("paused", why=outcome.stopped)
+            return outcome
         finally:
             self._sampling = False
             self.checker.close()

@@ -165,3 +165,39 @@ def test_no_room_stops_the_rollout_with_the_nodes_out_of_service_named(cluster, 
         rollout_module.ROOM_WAIT = monkey_room
     assert "allows no more to leave" in outcome.stopped and names[-1] in outcome.stopped
     assert recorder.applied == []
+
+
+class LostController(FakeSlurm):
+    """The controller stops answering after ``after`` calls of ``nodes`` (it lost power)."""
+
+    def __init__(self, names, after: int):
+        super().__init__(names)
+        self.after, self.asked, self.lost = after, 0, False
+
+    def nodes(self):
+        self.asked += 1
+        if self.lost or self.asked > self.after:
+            self.lost = True
+            from kiln.patch.slurmctl import SlurmError
+            raise SlurmError("'scontrol show node -o' on ctl exited 255: ssh: connect to host ctl port 22: No route to host")
+        return super().nodes()
+
+
+def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(cluster, tmp_path):
+    from kiln.patch.plan import Plan
+    names = compute_of(cluster)
+    slurm, recorder = LostController(names, after=6), Recorder()
+    rollout, journal = make(cluster, tmp_path, recorder, slurm)
+    outcome = rollout.run(rollout.start(names))
+    journal.close()
+    assert outcome.paused and "controller does not answer" in outcome.stopped and "--resume" in outcome.stopped
+    records = journals.read(tmp_path / "rollout.jsonl")
+    assert records[-1]["event"] == "paused" and not any(r["event"] == "end" for r in records)
+    assert journals.unfinished(tmp_path) == tmp_path / "rollout.jsonl"   # what kiln patch --resume continues
+    slurm.lost, slurm.after = False, 10**6                               # the controller is back
+    again = Recorder()
+    rollout, journal = make(cluster, tmp_path, again, slurm, records=records)
+    outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
+    assert outcome.stopped is None and all(r["result"] == "patched" for r in outcome.results.values())
+    assert not set(recorder.applied) & set(again.applied)                # nothing applied twice
+    assert sorted(recorder.applied + again.applied) == sorted(names)

@@ -1,0 +1,115 @@
+"""A node that dies: power loss as a testbed fault, disks kept, and kiln right through it (#21).
+
+On the shared testbed: a compute node loses power (its cgroup frozen and killed: no clean shutdown);
+every disk survives, `up` boots only that node, Slurm sees it DOWN and takes it back; a deploy that
+loses a node midway names it unreachable with its operation, the others finish, and a re-run
+converges it; kiln check reports NODE_UNREACHABLE within a bounded time."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+
+from tests.testbed.conftest import NODES
+from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, wait_for
+
+
+def _state(tb, node: str) -> str:
+    return on(tb, tb.controller, f"sinfo -h -n {node} -o %T").stdout.strip()
+
+
+def _back_in_service(tb, node: str) -> None:
+    wait_for(lambda: _state(tb, node) in ("idle", "mixed", "allocated"), timeout=180, interval=2,
+             what=f"{node} back in service in Slurm")
+
+
+def test_power_loss_keeps_every_disk_and_up_boots_only_that_node(slurm):
+    tb, node = slurm, slurm.computes[-1]
+    for n in [tb.controller, *tb.computes]:
+        ok(tb, n, f"echo {n} > /var/tmp/kiln-power-marker")
+    kind = tb.kind()
+    others = {n.name: kind.init_pid(n) for n in tb.recorded_nodes() if n.name != node}
+    tb.power_loss(node)
+    states = {n["name"]: n["state"] for n in tb.status()["nodes"]}
+    assert states[node] == "stopped" and all(states[n] in ("running", "degraded") for n in others), states
+    wait_for(lambda: "down" in _state(tb, node), timeout=120, interval=2, what=f"Slurm to set {node} DOWN")
+    started = time.monotonic()
+    status = tb.up(NODES, inventory_dir=tb.inventory)
+    print(f"up after a power loss: {time.monotonic() - started:.1f} s")
+    assert {n.name: kind.init_pid(n) for n in tb.recorded_nodes() if n.name != node} == others  # not rebooted
+    assert all(n["state"] in ("running", "degraded") for n in status["nodes"])
+    for n in [tb.controller, *tb.computes]:
+        assert ok(tb, n, "cat /var/tmp/kiln-power-marker").strip() == n     # its own disk, every node
+    assert ok(tb, node, "systemctl is-active slurmd munge").split() == ["active", "active"]
+    _back_in_service(tb, node)
+    hosts = ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=120).split()
+    assert sorted(hosts) == sorted(tb.computes)
+
+
+def test_a_node_a_person_drained_stays_drained_after_power_loss(slurm):
+    tb, node = slurm, slurm.computes[-2]
+    ok(tb, tb.controller, f"scontrol update nodename={node} state=drain reason='disk swap by alice'")
+    try:
+        tb.power_loss(node)
+        tb.up(NODES, inventory_dir=tb.inventory)
+        wait_for(lambda: on(tb, tb.controller, f"scontrol show node {node}").stdout.count("Reason=disk swap by alice") == 1
+                 and "NOT_RESPONDING" not in on(tb, tb.controller, f"scontrol show node {node}").stdout,
+                 timeout=180, interval=2, what=f"{node} registered again")
+        time.sleep(12)  # one more node-local health check interval: it must not resume a person's drain
+        assert "drain" in _state(tb, node)
+    finally:
+        ok(tb, tb.controller, f"scontrol update nodename={node} state=resume")
+    _back_in_service(tb, node)
+
+
+def test_a_node_lost_during_a_deploy_is_named_unreachable_and_a_rerun_converges_it(slurm):
+    tb, node = slurm, slurm.computes[0]
+    # real work on that node: its Slurm packages removed, so the deploy installs them again
+    ok(tb, node, "apt-mark unhold slurmd libpam-slurm-adopt >/dev/null; DEBIAN_FRONTEND=noninteractive "
+                 "apt-get remove -y -q slurmd libpam-slurm-adopt >/dev/null", timeout=300)
+    deploy = subprocess.Popen([sys.executable, "-m", "kiln", "deploy", "-i", str(tb.inventory), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # once the deploy is at work on the node (its package installs running), at a random moment
+    wait_for(lambda: on(tb, node, "pgrep -x apt-get || pgrep -x dpkg || pgrep -x apt-mark", timeout=10).returncode == 0
+             or deploy.poll() is not None, timeout=180, interval=0.2, what=f"the deploy's package work on {node}")
+    assert deploy.poll() is None, "the deploy ended before the node could be lost"
+    time.sleep(random.uniform(0, 1.5))
+    lost_at = time.monotonic()
+    tb.power_loss(node)
+    out, err = deploy.communicate(timeout=300)
+    waited = time.monotonic() - lost_at
+    print(f"power lost during the deploy's package work; the deploy ended {waited:.1f} s later")
+    assert deploy.returncode == 1, out + err
+    hosts = {h["host"]: h for h in json.loads(out)["hosts"]}
+    assert hosts[node]["status"] == "unreachable" and hosts[node]["failed_operation"], hosts[node]
+    assert "lost during" in hosts[node]["error"]
+    assert all(h["status"] in ("changed", "no change") for n, h in hosts.items() if n != node), hosts
+    assert waited < 90
+    tb.up(NODES, inventory_dir=tb.inventory)
+    rc, data, text = deploy_json(tb.inventory)
+    assert rc == 0, text
+    assert {h["host"]: h["status"] for h in data["hosts"]}[node] == "changed"
+    rc, data, text = deploy_json(tb.inventory)
+    assert rc == 0 and {h["status"] for h in data["hosts"]} == {"no change"}, text
+    _back_in_service(tb, node)
+
+
+def test_check_reports_a_dead_node_unreachable_within_bounds(slurm):
+    tb, node = slurm, slurm.computes[1]
+    tb.power_loss(node)
+    try:
+        started = time.monotonic()
+        out = kiln("check", "-i", str(tb.inventory), "--suite", "system", "--json", "/dev/stdout")
+        seconds = time.monotonic() - started
+        data = json.loads(out.stdout[out.stdout.index("{"):out.stdout.rindex("}") + 1])
+        assert out.returncode == 1
+        assert [c["id"] for c in data["nodes"][node]["checks"]] == ["NODE_UNREACHABLE"]
+        assert all(v["verdict"] != "fail" for n, v in data["nodes"].items() if n != node)
+        print(f"kiln check with one node dead: {seconds:.1f} s")
+        assert seconds < 60
+    finally:
+        tb.up(NODES, inventory_dir=tb.inventory)
+    _back_in_service(tb, node)
