@@ -180,7 +180,8 @@ def path_absent(ctx, path: str):
 
 
 @operation()
-def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_create: bool = False):
+def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_create: bool = False,
+                      reapply_after: list = ()):
     """
     A directory with owner, group and mode.
 
@@ -188,8 +189,15 @@ def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_cre
     + path: absolute path; parents are created as needed
     + mode, user, group: e.g. ``"755"``, ``"slurm"``, ``"slurm"``
     + only_create: set them only when creating it (a mount point: the mounted filesystem's root has its own)
+    + reapply_after: operations of this run that may change the directory (a package's scripts): when
+      one of them changed the node, owner and mode are set again, whatever the snapshot said
     """
+    from roles.context import changed_any
     current = _snapshot(ctx).files.get(path)
+    if current is not None and current.kind == "directory" and not only_create and changed_any(*reapply_after):
+        yield f"chown {quote(user + ':' + group)} {quote(path)}"
+        yield f"chmod {quote(mode)} {quote(path)}"
+        return
     if current is None:
         yield f"mkdir -p {quote(path)}"
     elif current.kind != "directory":

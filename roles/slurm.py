@@ -89,7 +89,9 @@ def install(ctx: NodeContext) -> None:
         packages |= {p: version for p in platform.slurm.dbd}
     if "compute" in which:
         packages |= {p: version for p in platform.slurm.compute + platform.slurm.pam_adopt}
-    pinned_packages(name=f"slurm: packages at {version}, held", ctx=ctx, packages=packages)
+    # The packages' scripts chown the directories they ship (slurmd's spool to slurm:slurm): when they
+    # ran, kiln's directories are set again instead of compared with the snapshot taken before.
+    ctx.mark("slurm_packages", pinned_packages(name=f"slurm: packages at {version}, held", ctx=ctx, packages=packages))
     _files(ctx, which)
 
 
@@ -166,7 +168,8 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
 
 def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) -> None:
     ctx.watch_path(path)
-    managed_directory(name=name, ctx=ctx, path=path, user=owner, group=owner, mode=mode)
+    managed_directory(name=name, ctx=ctx, path=path, user=owner, group=owner, mode=mode,
+                      reapply_after=ctx.marks.get("slurm_packages", []))
 
 
 def configure(ctx: NodeContext) -> None:

@@ -21,6 +21,19 @@ def _state(tb, node: str) -> str:
     return on(tb, tb.controller, f"sinfo -h -n {node} -o %T").stdout.strip()
 
 
+def _installing(tb, node: str) -> bool:
+    """apt or dpkg at work in the node (seen from the host: its processes are in the node's cgroup)."""
+    kind = tb.kind()
+    for pid in kind.cgroup_pids(next(n for n in tb.recorded_nodes() if n.name == node)):
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip() in ("apt-get", "dpkg", "apt-mark"):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def _back_in_service(tb, node: str) -> None:
     wait_for(lambda: _state(tb, node) in ("idle", "mixed", "allocated"), timeout=180, interval=2,
              what=f"{node} back in service in Slurm")
@@ -67,14 +80,15 @@ def test_a_node_a_person_drained_stays_drained_after_power_loss(slurm):
 
 def test_a_node_lost_during_a_deploy_is_named_unreachable_and_a_rerun_converges_it(slurm):
     tb, node = slurm, slurm.computes[0]
-    # real work on that node: its Slurm packages removed, so the deploy installs them again
-    ok(tb, node, "apt-mark unhold slurmd libpam-slurm-adopt >/dev/null; DEBIAN_FRONTEND=noninteractive "
-                 "apt-get remove -y -q slurmd libpam-slurm-adopt >/dev/null", timeout=300)
+    # real work on that node: packages removed, so the deploy installs them again (not
+    # libpam-slurm-adopt: sshd's PAM stack names it, and without it nobody, root included, logs in)
+    ok(tb, node, "apt-mark unhold slurmd nvidia-smi >/dev/null; DEBIAN_FRONTEND=noninteractive "
+                 "apt-get remove -y -q slurmd nvidia-smi chrony >/dev/null", timeout=300)
     deploy = subprocess.Popen([sys.executable, "-m", "kiln", "deploy", "-i", str(tb.inventory), "--json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # once the deploy is at work on the node (its package installs running), at a random moment
-    wait_for(lambda: on(tb, node, "pgrep -x apt-get || pgrep -x dpkg || pgrep -x apt-mark", timeout=10).returncode == 0
-             or deploy.poll() is not None, timeout=180, interval=0.2, what=f"the deploy's package work on {node}")
+    wait_for(lambda: _installing(tb, node) or deploy.poll() is not None, timeout=180, interval=0.05,
+             what=f"the deploy's package work on {node}")
     assert deploy.poll() is None, "the deploy ended before the node could be lost"
     time.sleep(random.uniform(0, 1.5))
     lost_at = time.monotonic()
