@@ -52,6 +52,11 @@ CONFIGLESS_UNIT = "/etc/systemd/system/slurmd.service.d/configless.conf"
 CONFIGLESS_DROPIN = ("# Written by kiln: configless Slurm\n[Unit]\nConditionPathExists=\nStartLimitIntervalSec=0\n\n"
                      "[Service]\nEnvironment=\"SLURMD_OPTIONS=--conf-server {servers}\"\nRestart=on-failure\n"
                      "RestartSec=5\n")
+# At boot (a controller back from a power loss or a reboot) slurmctld starts while slurmdbd and MariaDB
+# are still starting, and exits ("slurmdbd and/or database must be up at slurmctld start time"):
+# ordered after them, and started again every 5 s until it stays up.
+SLURMCTLD_DROPIN = ("# Written by kiln\n[Unit]\nAfter=munge.service slurmdbd.service mariadb.service\n"
+                    "StartLimitIntervalSec=0\n\n[Service]\nRestart=on-failure\nRestartSec=5\n")
 # Each daemon's own answer that it has started (read its files, listening): the wait for it to stay
 # up ends there instead of after the full 3 s.
 READY = {"slurmd": "scontrol show slurmd", "slurmctld": "scontrol ping | grep -q 'is UP'"}
@@ -108,6 +113,11 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
     _directory(ctx, "slurm: state directory", "/var/lib/slurm", "slurm", "755")
     if "controller" in which:
         _directory(ctx, "slurm: slurmctld state", slurm_config.STATE_SAVE, "slurm", "700")
+        _directory(ctx, "slurm: slurmctld drop-in directory", "/etc/systemd/system/slurmctld.service.d", "root", "755")
+        dropin = ctx.put("/etc/systemd/system/slurmctld.service.d/kiln.conf", SLURMCTLD_DROPIN, mode="644",
+                         name="slurm: slurmctld retried until slurmdbd answers")
+        server.shell(commands=[DAEMON_RELOAD], name="slurm: reload systemd (if the slurmctld drop-in changed)",
+                     _if=when_changed(dropin))
     if "compute" in which:
         _directory(ctx, "slurm: slurmd spool", "/var/lib/slurm/slurmd", "root", "755")
         _directory(ctx, "slurm: slurmd drop-in directory", "/etc/systemd/system/slurmd.service.d", "root", "755")

@@ -83,6 +83,7 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     from kiln.patch import report
     from kiln.patch.plan import Plan
     from kiln.patch.rollout import Rollout
+    from kiln.patch.slurmctl import SlurmError
 
     if dry_run:
         journal = journals.Journal(Path("/dev/null"))  # a dry run writes no journal
@@ -99,6 +100,11 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     except PlanError as e:
         rollout.checker.close()
         bad(str(e))
+    except SlurmError as e:
+        rollout.checker.close()
+        echo(f"the controller does not answer ({e}); nothing was changed: bring it back, then run kiln patch again",
+             err=True)
+        sys.exit(EXIT_FAILED)
     if dry_run:
         rollout.checker.close()
         echo(json.dumps(plan.as_dict(), indent=2) if as_json else report.plan_text(plan, options))  # JSON alone

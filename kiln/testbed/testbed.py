@@ -26,28 +26,15 @@ from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_
                                     TESTBED_VERSIONS, write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
 from kiln.versions import upstream
+from kiln.testbed.node_files import SHARED_DIR, node_files
 from kiln.testbed.proxy import AptProxy
 
 STATE_ROOT = Path(os.environ.get("KILN_TESTBED_STATE", "/var/lib/kiln/testbed"))
 APT_CACHE = Path("/var/cache/kiln/apt-cacher-ng")
 PROXY_PORT = 3149
-SHARED_DIR = "/srv/kiln-shared"
+
 INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
 
-# apt-cacher-ng (3.7 in Debian 12) races when several clients make it refresh the same index file in
-# the same second ("cannot create .../InRelease.<seconds> - errno: File exists") and the losing
-# clients wait forever. On the testbed, `apt-get update` therefore takes a lock in the directory
-# every node shares, so index refreshes run one node at a time (about a second each, from the
-# cache); package downloads and installs stay fully concurrent. Testbed nodes only.
-APT_GET_WRAPPER = f"""#!/bin/sh
-# Written by kiln's testbed: serialise index refreshes across nodes (see kiln/testbed/testbed.py).
-for arg in "$@"; do
-  if [ "$arg" = update ]; then
-    exec flock --timeout 600 {SHARED_DIR}/.kiln-apt-update.lock /usr/bin/apt-get "$@"
-  fi
-done
-exec /usr/bin/apt-get "$@"
-"""
 
 
 @dataclass
@@ -276,34 +263,7 @@ class Testbed:
         return path.read_text(), path.with_suffix(".pub").read_text()
 
     def _node_files(self, node: Node, nodes: list[Node], host_key: tuple[str, str]) -> dict[str, tuple[str, int]]:
-        hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n" + "".join(
-            f"{n.address} {n.name}\n" for n in nodes)
-        files = {}
-        if node.role == "compute" or len(nodes) == 1:
-            # Stand-in GPU device files (NVIDIA's major 195) so slurmd can start with GPU GRES; there is
-            # no GPU behind them. /dev is rebuilt at each boot, so tmpfiles.d makes them every boot.
-            files["/etc/tmpfiles.d/kiln-testbed-gpus.conf"] = ("".join(
-                f"c /dev/nvidia{i} 0666 root root - 195:{i}\n" for i in range(GPUS_PER_NODE)), 0o644)
-            if simulate.available():
-                files |= simulate.simulator_files()
-        return files | {
-            "/etc/hostname": (f"{node.name}\n", 0o644),
-            "/etc/hosts": (hosts, 0o644),
-            "/etc/machine-id": (hashlib.md5(f"{self.name}/{node.name}/{time.time()}".encode()).hexdigest() + "\n", 0o444),
-            "/etc/systemd/network/10-kiln-host0.network": (
-                f"[Match]\nName=host0\n\n[Network]\nAddress={node.address}/{node.prefix}\nLinkLocalAddressing=no\n"
-                "IPv6AcceptRA=no\n", 0o644),
-            "/etc/ssh/ssh_host_ed25519_key": (host_key[0], 0o600),
-            "/etc/ssh/ssh_host_ed25519_key.pub": (host_key[1], 0o644),
-            "/etc/ssh/sshd_config.d/80-kiln.conf": ("HostKey /etc/ssh/ssh_host_ed25519_key\nUseDNS no\n"
-                                                    "PermitRootLogin prohibit-password\n", 0o644),
-            "/usr/local/sbin/apt-get": (APT_GET_WRAPPER, 0o755),
-            "/root/.ssh/authorized_keys": (self.key.with_suffix(".pub").read_text(), 0o600),
-            # No HTTP pipelining through the proxy: pipelined requests are where apt and
-            # apt-cacher-ng can wait on each other for minutes when many nodes fetch at once.
-            "/etc/apt/apt.conf.d/80kiln-proxy": (f'Acquire::http::Proxy "{self.proxy.url}";\n'
-                                                 'Acquire::http::Pipeline-Depth "0";\n', 0o644),
-        }
+        return node_files(self, node, nodes, host_key)
 
     def _write_known_hosts(self, nodes: list[Node], host_keys: dict[str, tuple[str, str]]) -> None:
         lines = []

@@ -34,12 +34,14 @@ def _in_service(tb, node: str) -> bool:
 
 
 def _restore(tb, tmp_path) -> None:
-    """Every compute node on the original driver and in service, as the other tests expect."""
+    """Every compute node on the original driver and in service, as the other tests expect (the
+    simulated GPUs load an installed driver at boot: every rollout here reboots)."""
     tb.up(NODES, inventory_dir=tb.inventory)
     for n in tb.computes:
         on(tb, tb.controller, f"scontrol update nodename={n} state=resume")
     back = inventory_with_driver(tb, tmp_path / "restore", ORIGINAL)
-    out = kiln("patch", "-i", str(back), "--roles", "nvidia_driver", "--failure-budget", "4")
+    out = kiln("patch", "-i", str(back), "--roles", "nvidia_driver", "--failure-budget", "4",
+               "--reboot", "always")
     assert set(versions(tb).values()) == {ORIGINAL}, out.stdout + out.stderr
     wait_for(lambda: all(_in_service(tb, n) for n in tb.computes), timeout=180, interval=2,
              what="every compute node back in service")
@@ -52,7 +54,7 @@ def test_a_compute_node_lost_in_its_batch_fails_against_the_budget_and_the_rest_
     try:
         started = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles", "nvidia_driver",
-                                 "--failure-budget", "2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 "--failure-budget", "2", "--reboot", "always", "--max-unavailable", "2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         wait_for(lambda: _step(inventory, lost, "apply") or proc.poll() is not None, timeout=400, interval=0.2,
                  what=f"the rollout applying on {lost}")
@@ -68,7 +70,8 @@ def test_a_compute_node_lost_in_its_batch_fails_against_the_budget_and_the_rest_
         assert accounting(tb)[job] == "COMPLETED"               # the job on another node was not killed
         # back from the power loss: a new rollout patches it
         tb.up(NODES, inventory_dir=tb.inventory)
-        again = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--limit", lost)
+        again = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--limit", lost,
+                     "--reboot", "always")
         assert again.returncode == 0, again.stdout + again.stderr
         assert versions(tb)[lost] == DRIVER_UPGRADE
     finally:
@@ -80,8 +83,8 @@ def test_a_controller_lost_mid_rollout_pauses_it_and_resume_finishes_once_it_is_
     inventory = inventory_with_driver(tb, tmp_path, DRIVER_UPGRADE)
     try:
         started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles", "nvidia_driver"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles", "nvidia_driver",
+                                 "--reboot", "always"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_for(lambda: _step(inventory, tb.computes[1], "drain") or proc.poll() is not None, timeout=400,
                  interval=0.2, what="the rollout at its second batch")
         tb.power_loss(tb.controller)
