@@ -157,6 +157,7 @@ class Deploy:
             stopped = self._preflight(state, active)
             if stopped:
                 return self._result(start, stopped)
+            active = [h for h in active if h in state.active_hosts]  # a node lost while read is out
             self._prepare(state, active)
             self._snapshot(state, [h for h in active if h in state.active_hosts])
             if self.dry_run:
@@ -202,9 +203,16 @@ class Deploy:
         for host, value in self._spawn(state, hosts, check).items():
             r = self.results[self.node(host)]
             if isinstance(value, Exception):
-                r.status, r.error = "failed", str(value)
+                r.status, r.error = "failed", str(value) or type(value).__name__
                 r.next_step = ("fix kiln_os in the inventory or the node's OS, then run kiln deploy again"
                                if isinstance(value, UnsupportedPlatform) else "check the node, then run kiln deploy again")
+                if not isinstance(value, UnsupportedPlatform):
+                    # a node that failed to answer is left out; the others go on (an OS mismatch stops all)
+                    r.failed_op = "(reading the node's OS)"
+                    self._if_lost(host, r)
+                    state.active_hosts.discard(host)
+                    state.failed_hosts.add(host)
+                    continue
                 bad.append(self.node(host))
                 continue
             platform, in_container = value
@@ -242,6 +250,8 @@ class Deploy:
                 r = self.results[self.node(host)]
                 r.status, r.error = "failed", f"could not read the node's state: {value}"
                 r.next_step = "check the node (disk full? /etc/passwd readable?), then run kiln deploy again"
+                r.failed_op = "(reading the node's state)"
+                self._if_lost(host, r)
                 state.active_hosts.discard(host)
                 state.failed_hosts.add(host)
 

@@ -155,6 +155,7 @@ class Rollout:
                 outcome.results[r["node"]] = {"result": r["result"], "detail": r["detail"]}
         self._start_sampler()
         try:
+            self._reassert(outcome)
             self._run(plan, outcome)
         except SlurmError as e:
             # The controller is gone (or its Slurm is): nothing more can be drained, checked or resumed.
@@ -171,6 +172,26 @@ class Rollout:
         self.record("end", result="stopped" if outcome.stopped else "completed", why=outcome.stopped,
                     failed=outcome.failed)
         return outcome
+
+    def _reassert(self, outcome: Outcome) -> None:
+        """A resumed rollout's finished nodes as the journal has them: a controller that lost power can
+        come back with node state saved before it, a node kiln already resumed drained again with this
+        rollout's reason (and a reboot still pending). Put back into service; nothing else is redone."""
+        patched = [n for n, r in outcome.results.items() if r["result"] == "patched"]
+        if not patched:
+            return
+        slurm = self.slurm.nodes()
+        reason = f"kiln: patch {self.rollout_id}"
+        for n in patched:
+            node = slurm.get(n)
+            if node is None or not (node.drained_by_kiln and node.reason.startswith(reason)):
+                continue
+            self.say(f"{n}: patched, but Slurm holds it drained for this rollout (its controller lost newer "
+                     "state): back into service")
+            if any(f.startswith("REBOOT") for f in node.flags):
+                self.slurm.cancel_reboot(n)
+            self.slurm.resume(n)
+            self.record("reasserted", node=n, state=node.state)
 
     def _run(self, plan: planning.Plan, outcome: Outcome) -> None:
         for name in plan.service:
@@ -292,7 +313,9 @@ class Rollout:
                     if h.reboot_required:
                         reboot.add(h.name)
                 else:
-                    detail = f"{h.status} at {h.failed_op!r}: {(h.error or '').splitlines()[-1:] or ''}"
+                    last = (h.error or "").strip().splitlines()
+                    detail = f"{h.status}" + (f" at {h.failed_op!r}" if h.failed_op else "") + \
+                        (f": {last[0] if h.status == 'unreachable' else last[-1]}" if last else "")
                     self._keep_drained(h.name, f"kiln: PATCH_FAILED {h.failed_op or h.status}", detail, outcome)
         batch = [n for n in batch if n not in outcome.results]
         if self.options.reboot == "always":

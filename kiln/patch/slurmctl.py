@@ -38,6 +38,10 @@ class SlurmControl:
     def resume(self, name: str) -> None:
         self._ok(command("scontrol", "update", f"nodename={name}", "state=resume"))
 
+    def cancel_reboot(self, name: str) -> None:
+        """Forget a reboot Slurm still holds as pending (a controller that lost its newer state)."""
+        self._ok(command("scontrol", "cancel_reboot", name))
+
     def reboot(self, names: list[str], reason: str) -> None:
         """Through Slurm's RebootProgram; a drained node comes back drained, with the reason kept."""
         self._ok(command("scontrol", "reboot", f"reason={reason}", ",".join(names)))

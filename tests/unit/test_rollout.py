@@ -186,7 +186,7 @@ class LostController(FakeSlurm):
 def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(cluster, tmp_path):
     from kiln.patch.plan import Plan
     names = compute_of(cluster)
-    slurm, recorder = LostController(names, after=6), Recorder()
+    slurm, recorder = LostController(names, after=12), Recorder()
     rollout, journal = make(cluster, tmp_path, recorder, slurm)
     outcome = rollout.run(rollout.start(names))
     journal.close()
@@ -195,9 +195,14 @@ def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(c
     assert records[-1]["event"] == "paused" and not any(r["event"] == "end" for r in records)
     assert journals.unfinished(tmp_path) == tmp_path / "rollout.jsonl"   # what kiln patch --resume continues
     slurm.lost, slurm.after = False, 10**6                               # the controller is back
+    first = next(r["node"] for r in records if r["event"] == "node" and r["result"] == "patched")  # ... with
+    # the state saved before kiln resumed it
+    slurm.state[first] = ["DOWN+DRAIN+REBOOT_ISSUED", f"kiln: patch {journal.start['rollout']}"]
+    slurm.cancel_reboot = lambda name: slurm.calls.append(("cancel_reboot", name))
     again = Recorder()
     rollout, journal = make(cluster, tmp_path, again, slurm, records=records)
     outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
     assert outcome.stopped is None and all(r["result"] == "patched" for r in outcome.results.values())
     assert not set(recorder.applied) & set(again.applied)                # nothing applied twice
     assert sorted(recorder.applied + again.applied) == sorted(names)
+    assert ("cancel_reboot", first) in slurm.calls and slurm.state[first] == ["IDLE", ""]
