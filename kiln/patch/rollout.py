@@ -189,7 +189,10 @@ class Rollout:
             self.say(f"{n}: patched, but Slurm holds it drained for this rollout (its controller lost newer "
                      "state): back into service")
             if any(f.startswith("REBOOT") for f in node.flags):
-                self.slurm.cancel_reboot(n)
+                try:
+                    self.slurm.cancel_reboot(n)
+                except SlurmError as e:  # Slurm 22.05 refuses it once the reboot was issued
+                    self.say(f"{n}: {e}")
             self.slurm.resume(n)
             self.record("reasserted", node=n, state=node.state)
 
