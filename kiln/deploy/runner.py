@@ -206,7 +206,8 @@ class Deploy:
                 r.status, r.error = "failed", str(value) or type(value).__name__
                 r.next_step = ("fix kiln_os in the inventory or the node's OS, then run kiln deploy again"
                                if isinstance(value, UnsupportedPlatform) else "check the node, then run kiln deploy again")
-                if not isinstance(value, UnsupportedPlatform):
+                # a node that died while asked reads as "an unknown OS": it is lost, not mismatched
+                if not isinstance(value, UnsupportedPlatform) or not _reachable(host):
                     # a node that failed to answer is left out; the others go on (an OS mismatch stops all)
                     r.failed_op = "(reading the node's OS)"
                     self._if_lost(host, r)
