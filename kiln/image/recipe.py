@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import roles
 from kiln.deploy import plan
 from kiln.image import base as image_base
+from kiln.inventory.formats import TOKEN
 from kiln.inventory.model import Cluster, Secrets
 from roles.platform import PLATFORMS
 from roles.snapshot import NodeSnapshot
@@ -90,6 +91,10 @@ def base_hash(os: str) -> str:
 
 
 def recipe(cluster: Cluster, target: str) -> ImageRecipe:
+    if not TOKEN.match(target):
+        # the target names the image, and the image is a directory of the store: a group name such as
+        # 'gpu/../../etc' (Ansible keeps it, with a warning) must never become a path
+        raise RecipeError(f"group {target!r}: an image target must be a plain name (letters, digits, '_', '.', '-')")
     hosts = targets(cluster).get(target)
     if not hosts:
         raise RecipeError(f"{target}: not a node type or group with hosts")

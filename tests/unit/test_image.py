@@ -97,3 +97,20 @@ def test_the_tar_output_keeps_owners_modes_and_links(tmp_path):
     assert "-rw-r----- 0/0" in next(line for line in listing.splitlines() if line.endswith("./etc/shadow"))
     assert "./etc/link -> f" in listing
     assert image.formats == ["dir", "tar"]
+
+
+def test_a_group_name_that_is_a_path_never_names_an_image():
+    """Ansible keeps group names such as 'gpu/../../x' (with a warning); the image, a directory of the
+    store, refuses them: by node type and by --group alike."""
+    from dataclasses import replace
+
+    from kiln.image.recipe import RecipeError, recipe, select
+    from kiln.inventory import load_cluster
+    cluster = load_cluster(INVENTORIES / "plan")
+    evil = "gpu/../../../tmp/evil"
+    bad = replace(cluster, node_types={evil: replace(cluster.node_types["gpu"], name=evil)},
+                  groups={**cluster.groups, evil: cluster.groups["gpu"]})
+    for target in select(bad) + select(bad, group=evil):
+        with pytest.raises(RecipeError, match="must be a plain name"):
+            recipe(bad, target)
+    assert recipe(cluster, "gpu").name.startswith("plan-gpu-")
