@@ -375,19 +375,24 @@ def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
             yield f"usermod -a -G {quote_all(missing, ',')} {name}"
 
 
-def settled(service: str, seconds: float = 3.0, ready: str | None = None, waiting: str | None = None) -> str:
+def settled(service: str, seconds: float = 3.0, ready: str | None = None, waiting: str | None = None,
+            ready_within: float = 90.0) -> str:
     """A command that fails unless ``service`` stays active for ``seconds`` after a (re)start: a
     daemon can exit right after systemd called its start a success (slurmd with a bad gres.conf).
     ``ready``: a command that succeeds once the daemon has finished starting (it answers its own
-    RPC): the wait ends there, since a daemon that answers has read its files. ``waiting``: a
-    pattern of the unit's journal that means "stopped to wait for another node, retried by
-    systemd" (a configless slurmd before slurmctld serves its files): that passes, said on stdout."""
-    steps = max(1, int(seconds / 0.5))
+    RPC): the wait ends there, since a daemon that answers has read its files; one that stays active
+    but does not answer within ``ready_within`` seconds fails (a slow node, software-emulated VMs,
+    takes several seconds to start slurmctld). ``waiting``: a pattern of the unit's journal that
+    means "stopped to wait for another node, retried by systemd" (a configless slurmd before
+    slurmctld serves its files): that passes, said on stdout."""
+    steps = max(1, int((ready_within if ready else seconds) / 0.5))
     early = f"{ready} >/dev/null 2>&1 && exit 0; " if ready else ""
     wait = (f"if journalctl -u {service} -n 20 --no-pager -o cat | grep -qE {quote(waiting)}; then "
             f"echo '{service} waits for its files from the controller; systemd retries it'; exit 0; fi; "
             if waiting else "")
+    late = (f"; echo '{service} is active but did not answer within {ready_within:.0f} s' >&2; exit 1"
+            if ready else "")
     return (f"for i in $(seq {steps}); do sleep 0.5; systemctl is-active --quiet {service} || "
             f"{{ {wait}echo '{service} stopped right after it started:' >&2; "
             f"journalctl -u {service} -n 15 --no-pager -o cat >&2; "
-            f"tail -n 15 /var/log/slurm/{service}.log >&2 2>/dev/null; exit 1; }}; {early}done")
+            f"tail -n 15 /var/log/slurm/{service}.log >&2 2>/dev/null; exit 1; }}; {early}done{late}")

@@ -1,4 +1,4 @@
-"""`kiln testbed up|status|ssh|stop|start|down|inject|clear`: the local cluster of systemd-nspawn nodes."""
+"""`kiln testbed up|status|ssh|stop|start|down|inject|clear`: the local cluster of systemd-nspawn nodes or VMs."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from kiln.testbed.simulate import FAULTS
 name_option = click.option("--name", default="kiln", show_default=True, help="testbed name (up to 8 letters/digits)")
 
 
-def _testbed(name: str):
+def _testbed(name: str, kind: str | None = None):
     from kiln.testbed.host import TestbedError
     from kiln.testbed.testbed import Testbed
 
     try:
-        return Testbed(name=name, progress=lambda m: click.echo(m, err=True))
+        return Testbed(name=name, progress=lambda m: click.echo(m, err=True), node_kind=kind)
     except TestbedError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -34,7 +34,7 @@ def _fail(exc: Exception) -> None:
 
 @click.group()
 def testbed() -> None:
-    """Local cluster of real systemd nodes (systemd-nspawn) on this host; needs root."""
+    """Local cluster of real systemd nodes (systemd-nspawn containers or QEMU VMs) on this host; needs root."""
 
 
 @testbed.command()
@@ -44,13 +44,16 @@ def testbed() -> None:
               help="boot the nodes an image was built for (its node type or group) from it (kiln image list); repeatable")
 @click.option("--fresh", is_flag=True, help="remove every node's disk first (a clean slate); by default a node "
               "that is down boots again from its own disk and a running one is left as it is")
+@click.option("--kind", type=click.Choice(["nspawn", "vm"]), default=None,
+              help="nspawn: containers sharing this host's kernel (default for a new testbed); vm: QEMU virtual "
+              "machines with their own kernel (cgroup v2, modules, real reboots; KVM where it works, else emulation)")
 @name_option
 @json_option
-def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, as_json: bool) -> None:
+def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | None, as_json: bool) -> None:
     """Build the testbed, or boot the nodes that are down from their own disks, and write inventory/testbed/."""
     from kiln.testbed.host import TestbedError
 
-    tb = _testbed(name)
+    tb = _testbed(name, kind)
     try:
         status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images, fresh=fresh)
     except TestbedError as exc:

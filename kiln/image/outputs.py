@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import subprocess
 
-from kiln.image.store import OUTPUTS, StoredImage
+from pathlib import Path
+
+from kiln.image.store import OUTPUTS, QCOW2_VERSION, StoredImage
 
 
 class OutputError(RuntimeError):
@@ -36,6 +38,48 @@ DHCP = "# Written by kiln image build (qcow2)\n[Match]\nName=en* eth*\n\n[Networ
 KERNEL_PACKAGES = ("linux-image-amd64", "initramfs-tools", "e2fsprogs")
 QCOW2_FILES = ("image.qcow2", "image.vmlinuz", "image.initrd")
 
+# A machine's own files from a seed disk (an ext4 file system labelled kilnseed holding seed-id and
+# root/): copied over / early in boot whenever the seed is new to the machine, before the network,
+# udev's device pass and sshd start. How the testbed gives each VM its name, address and host key; a
+# machine without a seed disk boots as it is (DHCP, first-boot host keys).
+SEED_SCRIPT = """#!/bin/sh
+# Written by kiln image build (qcow2): apply this machine's seed disk (label kilnseed), once per seed.
+set -eu
+dev=""
+for i in $(seq 30); do
+  dev=$(blkid -L kilnseed 2>/dev/null || true)
+  [ -n "$dev" ] && break
+  sleep 0.1
+done
+[ -n "$dev" ] || { echo "kiln-seed: no seed disk"; exit 0; }
+mkdir -p /run/kiln-seed
+mount -o ro "$dev" /run/kiln-seed
+if ! cmp -s /run/kiln-seed/seed-id /etc/kiln/seed-id; then
+  cp -a /run/kiln-seed/root/. /
+  mkdir -p /etc/kiln
+  cp /run/kiln-seed/seed-id /etc/kiln/seed-id
+  echo "kiln-seed: applied seed $(cat /etc/kiln/seed-id)"
+fi
+umount /run/kiln-seed
+hostname "$(cat /etc/hostname)"
+mount -a -t 9p 2>/dev/null || true
+"""
+SEED_UNIT = """[Unit]
+Description=kiln: this machine's own files from its seed disk
+DefaultDependencies=no
+After=systemd-remount-fs.service
+Before=systemd-tmpfiles-setup-dev.service systemd-tmpfiles-setup.service systemd-udev-trigger.service
+Before=systemd-networkd.service ssh.service kiln-ssh-hostkeys.service sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/kiln-seed
+
+[Install]
+WantedBy=sysinit.target
+"""
+
 
 def write_qcow2(image: StoredImage, proxy: str | None = None) -> None:
     """``image.qcow2`` (one ext4 file system labelled kilnroot, no partition table) with the kernel
@@ -43,59 +87,94 @@ def write_qcow2(image: StoredImage, proxy: str | None = None) -> None:
     -append "root=LABEL=kilnroot console=ttyS0"``). An image without a kernel (a testbed image: its
     nodes share the host's) gets Debian's kernel in the disk only; the disk's kernel is recorded in
     ``qcow2.json`` beside it. Needs qemu-img (qemu-utils) and mkfs.ext4 (e2fsprogs)."""
+    import shutil
+
+    work = image.path / "qcow2.tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        make_disk(image.rootfs, work, image.name, image.manifest, proxy)
+        for name in (*QCOW2_FILES, "qcow2.json"):
+            (work / name).rename(image.path / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: str | None,
+              extra: dict[str, str] | None = None) -> None:
+    """A bootable disk in ``work`` (image.qcow2, image.vmlinuz, image.initrd, qcow2.json) from a copy
+    of ``tree``: Debian's kernel added where the tree has none, cleaned, fstab, DHCP, the seed unit.
+    ``manifest``: the image's, written into the disk with the kernel it added (None: no manifest).
+    ``extra``: more files (path -> content) written into the copy after the kernel is added."""
     import json
     import shutil
     import sys
 
     for tool, package in (("qemu-img", "qemu-utils"), ("mkfs.ext4", "e2fsprogs")):
         if shutil.which(tool) is None:
-            raise OutputError(f"{image.name}: the qcow2 output needs {tool}: apt-get install {package}")
-    work = image.path / "qcow2.tmp"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    try:
-        root = work / "root"
-        _run(["cp", "-a", "--reflink=auto", str(image.rootfs), str(root)], "copy the tree", 600)
-        if not list((root / "boot").glob("vmlinuz-*")):
-            command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "kiln.image.chroot",
-                       "--root", str(root), "--command",
-                       "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-                       f"--no-install-recommends {' '.join(KERNEL_PACKAGES)} && apt-get clean"]
-            if proxy:
-                command[-2:-2] = ["--proxy", proxy]
-            result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-            if result.returncode != 0:
-                raise OutputError(f"{image.name}: installing a kernel into the disk failed: "
-                                  f"{(result.stderr or result.stdout).strip()[-500:]}")
-        from kiln.image.build import clean
-        from kiln.image.manifest import in_root
-        from checks.parsers.packages import PACKAGES, kernel_packages, parse_packages
-        clean(root)
+            raise OutputError(f"{name}: the qcow2 output needs {tool}: apt-get install {package}")
+    root = work / "root"
+    _run(["cp", "-a", "--reflink=auto", str(tree), str(root)], "copy the tree", 600)
+    if not list((root / "boot").glob("vmlinuz-*")):
+        command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "kiln.image.chroot",
+                   "--root", str(root), "--command",
+                   "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                   f"--no-install-recommends {' '.join(KERNEL_PACKAGES)} && apt-get clean"]
+        if proxy:
+            command[-2:-2] = ["--proxy", proxy]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+        if result.returncode != 0:
+            raise OutputError(f"{name}: installing a kernel into the disk failed: "
+                              f"{(result.stderr or result.stdout).strip()[-500:]}")
+    for rel, content in (extra or {}).items():
+        path = root / rel.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    from kiln.image.build import clean
+    from kiln.image.manifest import in_root
+    from checks.parsers.packages import PACKAGES, kernel_packages, parse_packages
+    clean(root)
+    if manifest is not None:
         # the disk's own manifest: the image's, with the kernel it added (the drift suite reads this one)
-        disk_manifest = dict(image.manifest, output="qcow2")
+        disk_manifest = dict(manifest, output="qcow2")
         disk_manifest["packages"] = parse_packages(in_root(root, PACKAGES))
         disk_manifest["kernel_packages"] = kernel_packages(disk_manifest["packages"])
+        (root / "etc/kiln").mkdir(parents=True, exist_ok=True)
         (root / "etc/kiln/image-manifest.json").write_text(json.dumps(disk_manifest, indent=1, sort_keys=True) + "\n")
-        (root / "etc" / "fstab").write_text(FSTAB)
-        (root / "etc" / "systemd" / "network" / "80-kiln-dhcp.network").write_text(DHCP)
-        kernel = sorted((root / "boot").glob("vmlinuz-*"))[-1]
-        initrd = root / "boot" / kernel.name.replace("vmlinuz-", "initrd.img-")
-        if not initrd.exists():
-            raise OutputError(f"{image.name}: {kernel.name} has no initramfs in /boot")
-        shutil.copyfile(kernel, work / "image.vmlinuz")
-        shutil.copyfile(initrd, work / "image.initrd")
-        used = int(subprocess.run(["du", "-sb", str(root)], capture_output=True, text=True).stdout.split()[0])
-        size_mb = used * 13 // 10 // 2**20 + 512  # room for the first boot's journal and a deploy's changes
-        raw = work / "disk.raw"
-        _run(["truncate", "-s", f"{size_mb}M", str(raw)], "make the disk", 60)
-        _run(["mkfs.ext4", "-q", "-L", "kilnroot", "-d", str(root), str(raw)], "fill the disk (mkfs.ext4 -d)", 1800)
-        _run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "image.qcow2")], "convert to qcow2", 1800)
-        (work / "qcow2.json").write_text(json.dumps({"kernel": kernel.name.removeprefix("vmlinuz-"),
-                                                     "root": "LABEL=kilnroot", "disk_mb": size_mb}) + "\n")
-        for name in (*QCOW2_FILES, "qcow2.json"):
-            (work / name).rename(image.path / name)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    (root / "etc" / "fstab").write_text(FSTAB)
+    (root / "etc" / "systemd" / "network").mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "systemd" / "network" / "80-kiln-dhcp.network").write_text(DHCP)
+    _install_unit(root, "kiln-seed.service", SEED_UNIT, "sysinit.target.wants")
+    script = root / "usr/local/sbin/kiln-seed"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(SEED_SCRIPT)
+    script.chmod(0o755)
+    kernel = sorted((root / "boot").glob("vmlinuz-*"))[-1]
+    initrd = root / "boot" / kernel.name.replace("vmlinuz-", "initrd.img-")
+    if not initrd.exists():
+        raise OutputError(f"{name}: {kernel.name} has no initramfs in /boot")
+    shutil.copyfile(kernel, work / "image.vmlinuz")
+    shutil.copyfile(initrd, work / "image.initrd")
+    used = int(subprocess.run(["du", "-sb", str(root)], capture_output=True, text=True).stdout.split()[0])
+    size_mb = used * 13 // 10 // 2**20 + 1024  # room for the first boot's journal and a deploy's changes
+    raw = work / "disk.raw"
+    _run(["truncate", "-s", f"{size_mb}M", str(raw)], "make the disk", 60)
+    _run(["mkfs.ext4", "-q", "-L", "kilnroot", "-d", str(root), str(raw)], "fill the disk (mkfs.ext4 -d)", 1800)
+    _run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "image.qcow2")], "convert to qcow2", 1800)
+    raw.unlink()
+    shutil.rmtree(root)
+    (work / "qcow2.json").write_text(json.dumps({"kernel": kernel.name.removeprefix("vmlinuz-"), "root": "LABEL=kilnroot",
+                                                 "disk_mb": size_mb, "version": QCOW2_VERSION}) + "\n")
+
+
+def _install_unit(root: Path, name: str, text: str, wants: str) -> None:
+    unit = root / "etc/systemd/system" / name
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text(text)
+    link = root / "etc/systemd/system" / wants / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(f"/etc/systemd/system/{name}")
 
 
 def _run(cmd: list[str], what: str, timeout: float) -> None:

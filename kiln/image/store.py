@@ -19,6 +19,9 @@ from pathlib import Path
 
 STORE = Path(os.environ.get("KILN_IMAGE_STORE", "/var/cache/kiln/images"))
 OUTPUTS = {"dir": "rootfs", "tar": "image.tar.zst", "qcow2": "image.qcow2"}
+# The qcow2 output's own version (qcow2.json): a disk written by an older kiln is written again.
+# 2: the seed unit (kiln-seed.service) and 1 GiB of free room; 3: seed before tmpfiles.
+QCOW2_VERSION = 3
 
 
 class ImageNotFound(LookupError):
@@ -43,7 +46,14 @@ class StoredImage:
 
     @property
     def formats(self) -> list[str]:
-        return [f for f, p in OUTPUTS.items() if (self.path / p).exists()]
+        return [f for f, p in OUTPUTS.items() if (self.path / p).exists() and (f != "qcow2" or self.qcow2_current)]
+
+    @property
+    def qcow2_current(self) -> bool:
+        try:
+            return json.loads((self.path / "qcow2.json").read_text()).get("version") == QCOW2_VERSION
+        except (OSError, ValueError):
+            return False
 
     def size(self, fmt: str) -> int:
         path = self.path / OUTPUTS[fmt]

@@ -98,3 +98,30 @@ def _customize(root: Path) -> None:
     (root / "etc" / "apt" / "sources.list.d" / "debian.sources").write_text(SOURCES)
     (root / "etc" / "apt" / "apt.conf.d" / "80kiln-retries").write_text(
         'Acquire::Retries "5";\nAcquire::http::Timeout "30";\nAPT::Install-Recommends "false";\n')
+
+
+# Testbed VMs have one kind of (virtual) hardware: their initramfs holds only the modules it needs,
+# which makes rebuilding it (after a blacklist change) minutes faster under software emulation.
+VM_INITRAMFS_CONF = "/etc/initramfs-tools/conf.d/kiln-testbed-vm.conf"
+VM_INITRAMFS = "# Written by kiln's testbed: VMs of one virtual machine type\nMODULES=dep\n"
+
+
+def ensure_vm_disk(progress: Callable[[str], None], proxy: str | None) -> Path:
+    """The bare base as a bootable qcow2 disk for VM nodes (Debian's kernel added, the image
+    pipeline's disk recipe: kiln/image/outputs.py), built if missing, cached beside the base."""
+    from kiln.image.outputs import make_disk
+    from kiln.image.store import QCOW2_VERSION
+    rootfs = ensure_base(progress)
+    final = CACHE / f"vmdisk-{recipe_hash()}-{QCOW2_VERSION}-{hashlib.sha256(VM_INITRAMFS.encode()).hexdigest()[:6]}"
+    if (final / "image.qcow2").is_file():
+        return final / "image.qcow2"
+    for stale in CACHE.glob("vmdisk-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # an older recipe's, or a build killed half-way
+    tmp = CACHE / f"{final.name}.tmp"
+    tmp.mkdir(parents=True)
+    started = time.monotonic()
+    progress(f"making the VM disk from the base (once; cached in {final})")
+    make_disk(rootfs, tmp, "testbed VM disk", None, proxy, extra={VM_INITRAMFS_CONF: VM_INITRAMFS})
+    tmp.rename(final)
+    progress(f"VM disk made in {time.monotonic() - started:.0f} s")
+    return final / "image.qcow2"

@@ -44,6 +44,16 @@ TESTBED_TEAMS = [
 ]
 
 
+# Containers: the host mounts cgroups as the hybrid (v1 + unified) hierarchy, where Slurm needs v1;
+# nodes get their own writable freezer and devices cgroups but share the host's cpuset and memory
+# hierarchies read-only, so Slurm constrains devices (GPUs) there, not cores or memory.
+NSPAWN_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v1", "kiln_slurm_constrain_cores_memory": False}
+# VMs have their own kernel: what a real node runs (cgroup v2; cores, memory and devices constrained;
+# jobacct_gather/cgroup follows from the constraints; reboots through RebootProgram are real).
+VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_cores_memory": True,
+               "kiln_slurm_constrain_devices": True}
+
+
 def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None:
     controller = [n for n in nodes if n.role == "controller"]
     compute = [n for n in nodes if n.role == "compute"] or controller
@@ -74,11 +84,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_ssh_config_file": str(testbed.ssh_config),
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True}],
         "kiln_teams": TESTBED_TEAMS,
-        # The host mounts cgroups as the hybrid (v1 + unified) hierarchy; Slurm needs v1 there.
-        "kiln_slurm_cgroup_plugin": "cgroup/v1",
-        # Nodes get their own writable freezer and devices cgroups, but share the host's cpuset and
-        # memory hierarchies read-only: Slurm constrains devices (GPUs) there, not cores or memory.
-        "kiln_slurm_constrain_cores_memory": False,
+        **(VM_SETTINGS if testbed.node_kind == "vm" else NSPAWN_SETTINGS),
         # Node checks: the simulated GPUs' kernel messages come from kiln-sim (kiln/testbed/simulators); nodes
         # share the host's clock and its 8 MiB locked-memory limit, so those two are not checked here.
         "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",
@@ -93,11 +99,15 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # machine's, not drift from the image.
         "kiln_drift_ignore_units": ["kiln-sim-*", "nvidia-fabricmanager.service"],
     }, sort_keys=False))
+    if testbed.node_kind == "vm":
+        from kiln.testbed.vm import VM_CPUS
+        cpus = VM_CPUS
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
         "kiln_cpus": cpus, "kiln_memory_mb": 1024, "kiln_gpu_count": GPUS_PER_NODE,
         "kiln_gpu_model": SIM_GPU_MODEL, "kiln_nvswitch": True, "kiln_nvidia_kernel_modules": "none",
         "kiln_fabric": {"type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE,
-                        "hcas": [f"mlx5_{i}" for i in range(SIM_HCAS)], "socket_ifname": "host0"},
+                        "hcas": [f"mlx5_{i}" for i in range(SIM_HCAS)],
+                        "socket_ifname": "eth0" if testbed.node_kind == "vm" else "host0"},
         "kiln_storage_mounts": [
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"},
             # the same host directory in every node (systemd-nspawn --bind): shared storage to check

@@ -29,6 +29,25 @@ for arg in "$@"; do
 done
 exec /usr/bin/apt-get "$@"
 """
+# VMs share the directory over virtio-9p, where QEMU grants every lock: mkdir (atomic on the host's
+# file system) is the lock there; one left by a VM that lost power is taken over after 10 minutes.
+APT_GET_WRAPPER_VM = f"""#!/bin/sh
+# Written by kiln's testbed: serialise index refreshes across VMs (see kiln/testbed/node_files.py).
+for arg in "$@"; do
+  if [ "$arg" = update ]; then
+    lock={SHARED_DIR}/.kiln-apt-update.lockdir
+    i=0
+    until mkdir "$lock" 2>/dev/null; do
+      i=$((i+1)); [ $i -gt 600 ] && break
+      sleep 1
+    done
+    /usr/bin/apt-get "$@"; status=$?
+    rmdir "$lock" 2>/dev/null
+    exit $status
+  fi
+done
+exec /usr/bin/apt-get "$@"
+"""
 
 
 def node_files(testbed: "Testbed", node: "Node", nodes: list["Node"], host_key: tuple[str, str]) -> dict[str, tuple[str, int]]:
@@ -44,18 +63,30 @@ def node_files(testbed: "Testbed", node: "Node", nodes: list["Node"], host_key: 
             f"c /dev/nvidia{i} 0666 root root - 195:{i}\n" for i in range(GPUS_PER_NODE)), 0o644)
         if simulate.available():
             files |= simulate.simulator_files()
+    network = f"[Network]\nAddress={node.address}/{node.prefix}\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n"
+    if testbed.node_kind == "vm":
+        from kiln.image.outputs import FSTAB
+        from kiln.testbed.vm import mac_address
+        files |= {
+            # the testbed's NIC by its MAC (the disk's own DHCP file matches any other NIC)
+            "/etc/systemd/network/10-kiln-testbed.network": (
+                f"[Match]\nMACAddress={mac_address(testbed.name, node.name)}\n\n{network}", 0o644),
+            "/etc/fstab": (FSTAB + f"kilnshared {SHARED_DIR} 9p trans=virtio,version=9p2000.L,nofail,x-mount.mkdir 0 0\n", 0o644),
+            "/usr/local/sbin/apt-get": (APT_GET_WRAPPER_VM, 0o755),
+        }
+    else:
+        files |= {
+            "/etc/machine-id": (hashlib.md5(f"{testbed.name}/{node.name}/{time.time()}".encode()).hexdigest() + "\n", 0o444),
+            "/etc/systemd/network/10-kiln-host0.network": (f"[Match]\nName=host0\n\n{network}", 0o644),
+            "/usr/local/sbin/apt-get": (APT_GET_WRAPPER, 0o755),
+        }
     return files | {
         "/etc/hostname": (f"{node.name}\n", 0o644),
         "/etc/hosts": (hosts, 0o644),
-        "/etc/machine-id": (hashlib.md5(f"{testbed.name}/{node.name}/{time.time()}".encode()).hexdigest() + "\n", 0o444),
-        "/etc/systemd/network/10-kiln-host0.network": (
-            f"[Match]\nName=host0\n\n[Network]\nAddress={node.address}/{node.prefix}\nLinkLocalAddressing=no\n"
-            "IPv6AcceptRA=no\n", 0o644),
         "/etc/ssh/ssh_host_ed25519_key": (host_key[0], 0o600),
         "/etc/ssh/ssh_host_ed25519_key.pub": (host_key[1], 0o644),
         "/etc/ssh/sshd_config.d/80-kiln.conf": ("HostKey /etc/ssh/ssh_host_ed25519_key\nUseDNS no\n"
                                                 "PermitRootLogin prohibit-password\n", 0o644),
-        "/usr/local/sbin/apt-get": (APT_GET_WRAPPER, 0o755),
         "/root/.ssh/authorized_keys": (testbed.key.with_suffix(".pub").read_text(), 0o600),
         # No HTTP pipelining through the proxy: pipelined requests are where apt and
         # apt-cacher-ng can wait on each other for minutes when many nodes fetch at once.

@@ -88,6 +88,13 @@ class NspawnNodes:
         return None
 
     # --- lifecycle ---
+    def lower_of(self, node: Node) -> str:
+        """What the node's disk is a layer over (its overlay's lower tree)."""
+        return str(self.lower.get(node.name, self.base))
+
+    def has_disk(self, node: Node) -> bool:
+        return (node.dir / "upper").is_dir()
+
     def prepare(self, node: Node, files: dict[str, tuple[str, int]]) -> None:
         """Mount the node's overlay and write its own files (hostname, network, keys)."""
         lower = self.lower.get(node.name, self.base)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from pathlib import Path
 from typing import Callable
 
 from kiln.testbed import base as base_image
-from kiln.testbed.host import TestbedError, TestbedUnavailable, link_exists, mounts_under, require_root, require_tools, run
+from kiln.testbed.host import (TestbedError, TestbedUnavailable, kill_and_wait, link_exists, mounts_under, require_root,
+                               require_tools, run)
 from kiln.testbed import simulate
 from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_NVLINKS, SIM_RATE,
                                     TESTBED_VERSIONS, write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
+from kiln.testbed.vm import VmNodes, stray_processes
 from kiln.versions import upstream
 from kiln.testbed.node_files import SHARED_DIR, node_files
 from kiln.testbed.proxy import AptProxy
@@ -34,6 +37,8 @@ APT_CACHE = Path("/var/cache/kiln/apt-cacher-ng")
 PROXY_PORT = 3149
 
 INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
+KINDS = ("nspawn", "vm")
+VM_TOOLS = ("qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debugfs")
 
 
 
@@ -43,11 +48,16 @@ class Testbed:
 
     name: str = "kiln"
     progress: Callable[[str], None] = print
+    node_kind: str | None = None  # nspawn | vm; None: what the testbed was made with (nspawn if new)
 
     def __post_init__(self) -> None:
         if not self.name.isalnum() or not self.name.islower() or len(self.name) > 8:
             raise TestbedError(f"testbed name {self.name!r}: use up to 8 lower-case letters and digits")
+        if self.node_kind not in (None, *KINDS):
+            raise TestbedError(f"--kind {self.node_kind}: use one of {', '.join(KINDS)}")
         self.state = STATE_ROOT / self.name
+        self.recorded_kind = self._recorded().get("kind", "nspawn" if (self.state / "testbed.json").exists() else None)
+        self.node_kind = self.node_kind or self.recorded_kind or "nspawn"
         index = 1 + int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 250 if self.name != "kiln" else 0
         self.subnet = f"10.213.{index}"
         self.bridge = f"kb-{self.name}"
@@ -73,14 +83,22 @@ class Testbed:
                      role="controller" if i == 1 else "compute", dir=self.state / "nodes" / f"{self.name}{i:02d}")
                 for i in range(1, count + 1)]
 
-    def recorded_nodes(self) -> list[Node]:
+    def _recorded(self) -> dict:
         try:
-            data = json.loads((self.state / "testbed.json").read_text())
+            return json.loads((self.state / "testbed.json").read_text())
         except (OSError, ValueError):
+            return {}
+
+    def recorded_nodes(self) -> list[Node]:
+        data = self._recorded()
+        if not data:
             return [Node(p.name, "", 24, "compute", p) for p in sorted((self.state / "nodes").glob("*"))]
         return [Node(n["name"], n["address"], 24, n["role"], Path(n["dir"])) for n in data["nodes"]]
 
-    def kind(self, base: Path | None = None) -> NspawnNodes:
+    def kind(self, base: Path | None = None, kind: str | None = None) -> NspawnNodes | VmNodes:
+        """The node kind's driver; ``base`` is what new nodes are made from (a tree or a disk)."""
+        if (kind or self.node_kind) == "vm":
+            return VmNodes(self.name, base, self.bridge, self.shared, self.ssh_config)
         return NspawnNodes(self.name, base, self.bridge, f"{self.shared}:{SHARED_DIR}")
 
     # --- up ---
@@ -93,13 +111,18 @@ class Testbed:
         inventory groups (a compute node type's image on compute nodes, a slurm_controller image on
         the controller), the others from the bare base; a node whose image changes gets a new disk."""
         require_root()
-        require_tools("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "ssh-keygen", "unshare",
-                      "nsenter")
+        require_tools("debootstrap", "apt-cacher-ng", "ip", "ssh", "ssh-keygen", "unshare",
+                      *(VM_TOOLS if self.node_kind == "vm" else ("systemd-nspawn", "nsenter")))
         if count < 1 or count > 200:
             raise TestbedError(f"--nodes {count}: give 1 to 200 nodes")
         started = time.monotonic()
         nodes = self.node_list(count)
         lowers = self._image_lowers(nodes, images)
+        if self.recorded_kind not in (None, self.node_kind):
+            self.progress(f"testbed {self.name} was made of {self.recorded_kind} nodes; making it again of "
+                          f"{self.node_kind} nodes")
+            self.teardown(remove_state=False, kind=self.recorded_kind)
+            fresh = True
         if not fresh and self._healthy(nodes, lowers):
             self._write_access(nodes, inventory_dir)
             try:
@@ -110,24 +133,31 @@ class Testbed:
                 self.progress(f"testbed {self.name} is up but unhealthy ({exc}); booting what is down")
         recorded = {n.name: n for n in self.recorded_nodes()} if not fresh else {}
         recorded_images = self._recorded_images()
+        recorded_lowers = {n["name"]: n.get("lower") for n in self._recorded().get("nodes", [])}
         if not recorded:
             self.progress(f"clearing what an earlier run of testbed {self.name} left behind")
             self.teardown(remove_state=False)
         base = base_image.ensure_base(self.progress)
         self.state.mkdir(parents=True, exist_ok=True)
         self.shared.mkdir(parents=True, exist_ok=True)
-        self._raise_inotify_limit(count)
+        if self.node_kind == "nspawn":
+            self._raise_inotify_limit(count)
         self._bridge_up()
         self.proxy.start()
         self._keys()
-        kind = self.kind(base)
-        kind.lower = {name: image.rootfs for name, image in lowers.items()}
+        if self.node_kind == "vm":
+            kind = self.kind(base_image.ensure_vm_disk(self.progress, self.proxy.url))
+            kind.lower = {name: self._image_disk(image) for name, image in lowers.items()}
+        else:
+            kind = self.kind(base)
+            kind.lower = {name: image.rootfs for name, image in lowers.items()}
         for gone in set(recorded) - {n.name for n in nodes}:
             kind.cleanup(recorded[gone])  # fewer nodes asked for than there were
         host_keys, booting, made = {}, [], []
         for node in nodes:
             image = lowers[node.name].name if node.name in lowers else None
-            kept = node.name in recorded and recorded_images.get(node.name) == image and (node.dir / "upper").is_dir()
+            kept = (node.name in recorded and recorded_images.get(node.name) == image
+                    and recorded_lowers.get(node.name) == kind.lower_of(node) and kind.has_disk(node))
             if kept and kind.running(node):
                 host_keys[node.name] = self._host_key(node, reuse=True)
                 continue
@@ -141,15 +171,15 @@ class Testbed:
                 kind.prepare(node, self._node_files(node, nodes, host_keys[node.name]))
                 made.append(node)
             booting.append(node)
-        self._record(nodes, lowers)
+        self._record(nodes, lowers, kind)
         self._write_known_hosts(nodes, host_keys)
+        self._write_access(nodes, inventory_dir)
         if booting:
             self.progress(f"booting {len(booting)} node(s): {', '.join(n.name for n in booting)}"
                           + (f" ({len(booting) - len(made)} from their own disks)" if len(booting) > len(made) else ""))
         for node in booting:
             kind.start(node)
         states = self._wait_all(kind, booting) if booting else {}
-        self._write_access(nodes, inventory_dir)
         self._wait_ssh(nodes)
         if made:
             self._warm_apt(made[0])
@@ -158,11 +188,29 @@ class Testbed:
                       f"({', '.join(f'{n}: {s}' for n, s in states.items()) or 'all were running'})")
         return self.status()
 
-    def _record(self, nodes: list[Node], lowers: dict) -> None:
+    def write_inventory(self, count: int, inventory_dir: Path) -> None:
+        """The inventory ``up`` with ``count`` nodes will have, written before any node exists (to build
+        the images its nodes then boot from)."""
+        require_root()
+        self.state.mkdir(parents=True, exist_ok=True)
+        self._keys()
+        self._write_access(self.node_list(count), inventory_dir)
+
+    def _image_disk(self, image) -> Path:
+        """A stored image's qcow2 disk, written first if the image has none (or an older kiln's)."""
+        if "qcow2" not in image.formats:
+            from kiln.image.outputs import write_qcow2
+            self.progress(f"{image.name}: writing its qcow2 disk for the VMs")
+            write_qcow2(image, self.proxy.url)
+        return image.path / "image.qcow2"
+
+    def _record(self, nodes: list[Node], lowers: dict, kind) -> None:
+        self.recorded_kind = self.node_kind
         (self.state / "testbed.json").write_text(json.dumps({
-            "name": self.name, "bridge": self.bridge, "subnet": self.subnet,
+            "name": self.name, "kind": self.node_kind, "bridge": self.bridge, "subnet": self.subnet,
             "nodes": [{"name": n.name, "address": n.address, "role": n.role, "dir": str(n.dir),
-                       "image": lowers[n.name].name if n.name in lowers else None} for n in nodes],
+                       "image": lowers[n.name].name if n.name in lowers else None, "lower": kind.lower_of(n)}
+                      for n in nodes],
         }, indent=2))
 
     # --- one node, as a machine ---
@@ -284,11 +332,13 @@ class Testbed:
         if inventory_dir is not None:
             write_inventory(inventory_dir, self, nodes)
 
-    def _wait_all(self, kind: NspawnNodes, nodes: list[Node]) -> dict[str, str]:
+    def _wait_all(self, kind: NspawnNodes | VmNodes, nodes: list[Node]) -> dict[str, str]:
         states: dict[str, str] = {}
         errors = []
+        # VMs under software emulation share the host's cores: about a minute each, booting together
+        timeout = 300 + 120 * len(nodes) if self.node_kind == "vm" else 120 + 3 * len(nodes)
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
-            futures = {pool.submit(kind.wait_ready, n, 120 + 3 * len(nodes)): n for n in nodes}
+            futures = {pool.submit(kind.wait_ready, n, timeout): n for n in nodes}
             for future in concurrent.futures.as_completed(futures):
                 node = futures[future]
                 try:
@@ -378,19 +428,24 @@ class Testbed:
                 "ssh_config": str(self.ssh_config), "shared_dir": SHARED_DIR, "nodes": out}
 
     # --- down ---
-    def teardown(self, remove_state: bool = True) -> None:
+    def teardown(self, remove_state: bool = True, kind: str | None = None) -> None:
         """Stop and remove everything this testbed made. Safe on a half-made or crashed testbed."""
-        kind = self.kind()
+        driver = self.kind(kind=kind)
         nodes = self.recorded_nodes()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(nodes)))) as pool:
-            list(pool.map(kind.stop, nodes))
+            list(pool.map(driver.stop, nodes))
         for node in nodes:
-            kind.cleanup(node)
+            driver.cleanup(node)
+        for pid in stray_processes(self.state):  # VMs of a run whose records were lost
+            kill_and_wait(pid, signal.SIGKILL, timeout=5)
+        for tap in Path("/sys/class/net").glob("kt-*"):
+            if (tap / "brport").exists() and (tap / "master").resolve().name == self.bridge:
+                run(["ip", "link", "delete", tap.name], check=False)
         for control in self.state.glob("cm-*"):
             run(["ssh", "-F", str(self.ssh_config), "-O", "exit", "-o", f"ControlPath={control}", "x"],
                 check=False, timeout=10)
             control.unlink(missing_ok=True)
-        kind.remove_testbed_cgroups()
+        driver.remove_testbed_cgroups()
         self.proxy.stop()
         if remove_state:
             self._restore_inotify_limit()

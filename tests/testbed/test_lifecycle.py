@@ -22,7 +22,7 @@ def leftovers(tb: Testbed) -> list[str]:
     with open("/proc/self/mounts") as mounts:
         found += [f"mount {line.split()[1]}" for line in mounts if str(tb.state) in line or f"kiln-{tb.name}" in line]
     found += [f"link {p.name}" for p in Path("/sys/class/net").iterdir()
-              if p.name == tb.bridge or p.name.startswith(f"vb-{tb.name}")]
+              if p.name == tb.bridge or p.name.startswith((f"vb-{tb.name}", f"kt-{tb.name}"))]
     found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/kiln-{tb.name}")]
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():

@@ -1,0 +1,189 @@
+"""One testbed VM's supervisor: runs QEMU and boots the VM again when it reboots itself.
+
+Started by ``kiln testbed up --kind vm`` in a session of its own, one per VM:
+
+    python -m kiln.testbed.vm_supervise NODE_JSON
+
+Each boot loads the kernel and initramfs the VM's own disk holds (``/vmlinuz``, ``/initrd.img``: what
+its package manager and ``update-initramfs`` last wrote), as a bootloader would, and boots them with
+QEMU's direct kernel boot. QEMU runs with ``-no-reboot``; its QMP socket says why it stopped: a guest
+reset (``systemctl reboot``, Slurm's RebootProgram) boots the VM again, a guest poweroff ends the
+supervisor. SIGTERM asks the guest to power off (ACPI) and, after a grace time, ends QEMU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POWERDOWN_GRACE = 90  # seconds a guest gets to shut down cleanly under software emulation
+
+
+class BootError(RuntimeError):
+    pass
+
+
+def boot_files(disk: str, workdir: Path) -> tuple[Path, Path]:
+    """The disk's current kernel and initramfs, copied out (``/vmlinuz`` and ``/initrd.img``, or the
+    newest pair in /boot). Reads the disk as raw through qemu-img and its ext4 file system with debugfs."""
+    raw = workdir / "boot.raw"
+    try:
+        _run(["qemu-img", "convert", "-O", "raw", disk, str(raw)])
+        out = {}
+        for name in ("vmlinuz", "initrd.img"):
+            path = _link_target(raw, f"/{name}") or _newest(raw, name)
+            if path is None:
+                raise BootError(f"{disk}: no /{name} and no /boot/{name}-* on the disk")
+            out[name] = workdir / f"boot.{name}"
+            out[name].unlink(missing_ok=True)
+            _run(["debugfs", "-R", f"dump {path} {out[name]}", str(raw)])
+            if not out[name].is_file() or out[name].stat().st_size == 0:
+                raise BootError(f"{disk}: could not read {path} from the disk")
+        return out["vmlinuz"], out["initrd.img"]
+    finally:
+        raw.unlink(missing_ok=True)
+
+
+def _link_target(raw: Path, link: str) -> str | None:
+    stat = _run(["debugfs", "-R", f"stat {link}", str(raw)], check=False)
+    match = re.search(r'Fast link dest: "([^"]+)"', stat.stdout)
+    if not match:
+        return None
+    target = match.group(1)
+    return target if target.startswith("/") else "/" + target
+
+
+def _newest(raw: Path, name: str) -> str | None:
+    listing = _run(["debugfs", "-R", "ls -p /boot", str(raw)], check=False).stdout
+    found = sorted(f for f in re.findall(r"/([^/\s]+)/$", listing, re.M) if f.startswith(f"{name}-"))
+    if not found:
+        found = sorted({m for m in re.findall(rf"({re.escape(name)}-[^/\s]+)", listing)})
+    return f"/boot/{found[-1]}" if found else None
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise BootError(f"{' '.join(cmd[:3])} failed: {(result.stderr or result.stdout).strip()[-300:]}")
+    return result
+
+
+def accelerator() -> str:
+    """``kvm`` where this host can run ordinary guests with it (a CPU with vmx or svm and /dev/kvm),
+    else QEMU's software emulation. ``KILN_VM_ACCEL`` (kvm or tcg) overrides."""
+    forced = os.environ.get("KILN_VM_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    usable = os.access("/dev/kvm", os.R_OK | os.W_OK) and re.search(r"^flags\s*:.*\b(vmx|svm)\b", flags, re.M)
+    return "kvm" if usable else "tcg"
+
+
+def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
+    accel = accelerator()
+    return ["qemu-system-x86_64", "-name", node["name"], "-uuid", node["uuid"],
+            "-accel", "kvm" if accel == "kvm" else "tcg,thread=multi,tb-size=256",
+            "-cpu", "host" if accel == "kvm" else "max", "-smp", str(node["cpus"]), "-m", str(node["memory_mb"]),
+            "-kernel", str(kernel), "-initrd", str(initrd),
+            "-append", f"root=LABEL=kilnroot ro console=ttyS0 net.ifnames=0 {node.get('cmdline', '')}".strip(),
+            "-drive", f"file={node['disk']},if=virtio,format=qcow2",
+            "-drive", f"file={node['seed']},if=virtio,format=raw,readonly=on",
+            "-netdev", f"tap,id=n0,ifname={node['tap']},script=no,downscript=no",
+            "-device", f"virtio-net-pci,netdev=n0,mac={node['mac']}",
+            "-virtfs", f"local,path={node['shared_host']},mount_tag=kilnshared,security_model=passthrough,id=fs0",
+            "-chardev", f"file,id=console,path={node['console']},append=on", "-serial", "chardev:console",
+            "-display", "none", "-qmp", f"unix:{node['qmp']},server=on,wait=off", "-no-reboot"]
+
+
+class Monitor:
+    """QEMU's QMP socket: the shutdown reason, and the ACPI power button."""
+
+    def __init__(self, path: str):
+        self.sock = None
+        deadline = time.monotonic() + 20
+        while self.sock is None and time.monotonic() < deadline:
+            try:
+                sock = socket.socket(socket.AF_UNIX)
+                sock.connect(path)
+                self.sock = sock
+            except OSError:
+                time.sleep(0.1)
+        if self.sock is None:
+            raise BootError(f"QEMU's QMP socket {path} does not answer")
+        self.file = self.sock.makefile("rwb", buffering=0)
+        self.file.readline()  # greeting
+        self.send({"execute": "qmp_capabilities"})
+        self.reason: str | None = None
+
+    def send(self, message: dict) -> None:
+        try:
+            self.file.write(json.dumps(message).encode() + b"\n")
+        except OSError:
+            pass
+
+    def read_events(self) -> None:
+        """Until QEMU closes the socket (it exits), remembering the last SHUTDOWN reason."""
+        for line in self.file:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "SHUTDOWN":
+                self.reason = event.get("data", {}).get("reason")
+
+
+def main(spec_path: str) -> int:
+    node = json.loads(Path(spec_path).read_text())
+    workdir = Path(spec_path).parent
+    stopping = False
+    monitor: Monitor | None = None
+
+    def on_term(signum, frame):  # noqa: ARG001
+        nonlocal stopping
+        stopping = True
+        if monitor is not None:
+            monitor.sock.settimeout(POWERDOWN_GRACE)  # a guest that never powers off is ended below
+            monitor.send({"execute": "system_powerdown"})
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    log = open(node["console"], "ab", buffering=0)
+    boots = 0
+    while not stopping:
+        boots += 1
+        kernel, initrd = boot_files(node["disk"], workdir)
+        log.write(f"\n=== kiln: boot {boots} at {time.strftime('%H:%M:%S')} ({accelerator()}) ===\n".encode())
+        Path(node["qmp"]).unlink(missing_ok=True)
+        child = subprocess.Popen(qemu_command(node, kernel, initrd), stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=log)
+        Path(node["pidfile"]).write_text(f"{child.pid}\n")
+        monitor = Monitor(node["qmp"])
+        if stopping:
+            on_term(signal.SIGTERM, None)
+        try:
+            monitor.read_events()
+            status = child.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):  # socket.timeout is an OSError
+            child.kill()
+            status = child.wait()
+        reason = monitor.reason
+        log.write(f"=== kiln: VM stopped (status {status}, {reason or 'no shutdown event'}) ===\n".encode())
+        monitor = None
+        if reason != "guest-reset":
+            break  # powered off (or QEMU died): a machine that stays off
+    Path(node["pidfile"]).unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

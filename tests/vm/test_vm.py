@@ -1,0 +1,95 @@
+"""On VMs with their own kernel: what Slurm's cgroup v2 limits, the initramfs and real reboots do.
+
+Every test runs on the shared VM cluster (conftest.py). Each limit is shown twice where it can be: the
+job that breaks it is stopped, and one within it is not (so a check that cannot fail would show)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from tests.testbed.slurm_helpers import job_state, ok, on, wait_for
+
+
+def _sbatch(tb, options: str, script: str) -> str:
+    out = ok(tb, tb.controller, f"sbatch --parsable {options} --wrap {_quote(script)}")
+    return out.strip().split(";")[0]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _finished(tb, job: str, timeout: float = 240) -> str:
+    """The job's final state, as accounting (slurmdbd) records it."""
+    done = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+    wait_for(lambda: job_state(tb, tb.controller, job).split()[0:1] and
+             job_state(tb, tb.controller, job).split()[0] in done, timeout=timeout, interval=3,
+             what=f"job {job} to end")
+
+    def accounted() -> str:
+        return on(tb, tb.controller, f"sacct -n -X -P -j {job} -o State").stdout.strip()
+    return wait_for(lambda: accounted() if accounted().split(" ")[0] in done else "", timeout=60, interval=2,
+                    what=f"job {job} in accounting")
+
+
+def test_vms_run_cgroup_v2_and_their_own_kernel(vms):
+    for node in [vms.controller, *vms.computes]:
+        assert ok(vms, node, "stat -fc %T /sys/fs/cgroup").strip() == "cgroup2fs"
+    config = ok(vms, vms.controller, "scontrol show config")
+    assert re.search(r"^JobAcctGatherType\s*=\s*jobacct_gather/cgroup", config, re.M), config
+    cgroup_conf = ok(vms, vms.computes[0], "cat /etc/slurm/cgroup.conf")
+    for line in ("CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainDevices=yes"):
+        assert line in cgroup_conf, cgroup_conf
+
+
+def test_a_job_over_its_memory_is_killed_by_the_cgroup_and_accounted_out_of_memory(vms):
+    # 600 MiB written (so resident) against --mem=256M: the job's memory.max stops it
+    over = _sbatch(vms, "-N1 --mem=256M -o /dev/null", "python3 -c \"b = b'x' * (600 << 20); print(len(b))\"")
+    within = _sbatch(vms, "-N1 --mem=256M -o /dev/null", "python3 -c \"b = b'x' * (64 << 20); print(len(b))\"")
+    assert _finished(vms, over).startswith("OUT_OF_MEMORY"), on(vms, vms.controller, f"sacct -j {over}").stdout
+    assert _finished(vms, within).startswith("COMPLETED")
+
+
+def test_a_one_cpu_job_is_confined_to_one_cpu(vms):
+    script = "cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/cpuset.cpus.effective; nproc"
+    one = ok(vms, vms.controller, f"timeout 120 srun -N1 -n1 --cpus-per-task=1 sh -c {_quote(script)}").split()
+    two = ok(vms, vms.controller, f"timeout 120 srun -N1 -n1 --cpus-per-task=2 sh -c {_quote(script)}").split()
+    print(f"cpuset of a 1-CPU job: {one[0]} (nproc {one[1]}); of a 2-CPU job: {two[0]} (nproc {two[1]})")
+    assert one[1] == "1" and re.fullmatch(r"\d+", one[0]), one
+    assert two[1] == "2", two
+
+
+def test_a_gpu_job_sees_only_its_stand_in_devices(vms):
+    # The stand-in /dev/nvidiaN have no driver: a device the job may use fails to open with ENXIO (6),
+    # one the cgroup's device filter denies with EPERM (1).
+    probe = ("import errno\nfor i in range(4):\n    try:\n        open(f'/dev/nvidia{i}')\n        print(i, 0)\n"
+             "    except OSError as e:\n        print(i, e.errno)\n")
+    ok(vms, vms.controller, f"printf %s {_quote(probe)} > /srv/kiln-shared/gpu-probe.py")
+    out = ok(vms, vms.controller, "timeout 120 srun -N1 --gres=gpu:1 sh -c "
+             "'echo cuda $CUDA_VISIBLE_DEVICES; python3 /srv/kiln-shared/gpu-probe.py'")
+    print(out)
+    errors = dict(line.split() for line in out.splitlines() if not line.startswith("cuda"))
+    assert sorted(errors.values()) == ["1", "1", "1", "6"], out
+    two = ok(vms, vms.controller, "timeout 120 srun -N1 --gres=gpu:2 python3 /srv/kiln-shared/gpu-probe.py")
+    assert sorted(dict(line.split() for line in two.splitlines()).values()) == ["1", "1", "6", "6"], two
+
+
+def test_nouveau_is_blacklisted_in_the_initramfs_and_absent_after_a_slurm_reboot(vms):
+    node = vms.computes[-1]
+    initramfs = ok(vms, node, "lsinitramfs /boot/initrd.img-$(uname -r)")
+    assert "etc/modprobe.d/kiln-nouveau.conf" in initramfs
+    boot_id = ok(vms, node, "cat /proc/sys/kernel/random/boot_id").strip()
+    started = time.monotonic()
+    ok(vms, vms.controller, f"scontrol reboot nextstate=resume reason=kiln-vm-test {node}")
+    wait_for(lambda: (on(vms, node, "cat /proc/sys/kernel/random/boot_id", timeout=20).stdout.strip() or boot_id)
+             != boot_id, timeout=420, interval=5, what=f"{node} to boot again")
+    wait_for(lambda: on(vms, vms.controller, f"sinfo -h -n {node} -o %T").stdout.strip() == "idle", timeout=240,
+             interval=3, what=f"{node} back in service")
+    print(f"{node}: scontrol reboot to idle in {time.monotonic() - started:.0f} s")
+    assert ok(vms, vms.controller, f"timeout 120 srun -w {node} hostname").strip() == node
+    assert "nouveau" not in ok(vms, node, "lsmod")
+    # what udev does for a device's alias: the blacklist applies, nothing is loaded
+    on(vms, node, "modprobe -b nouveau")
+    assert "nouveau" not in ok(vms, node, "lsmod")
+    assert ok(vms, node, "modprobe -n -v nouveau").strip(), "the kernel has a nouveau module to keep out"
