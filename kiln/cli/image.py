@@ -41,7 +41,7 @@ def _testbed_proxy(path: Path) -> str | None:
 @inventory_option
 @click.option("--node-type", default=None, help="the node type (a sub-group of compute) to build for")
 @click.option("--group", default=None, help="an inventory group to build for (e.g. slurm_controller)")
-@click.option("--format", "fmt", default="dir", show_default=True, help="outputs, comma-separated: dir, tar, qcow2")
+@click.option("--format", "fmt", default="dir", show_default=True, help="outputs, comma-separated: dir, tar, qcow2, vagrant-box")
 @click.option("--plan", is_flag=True, help="print the recipe (bootstrap, install-stage operations, files); build nothing")
 @json_option
 def build_cmd(inventory: Path | None, node_type: str | None, group: str | None, fmt: str, plan: bool,

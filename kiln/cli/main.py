@@ -14,6 +14,7 @@ from kiln.cli import image as image_cli
 from kiln.cli import inventory as inventory_cli
 from kiln.cli import patch as patch_cli
 from kiln.cli import testbed as testbed_cli
+from kiln.cli import vagrant as vagrant_cli
 
 
 class KilnGroup(click.Group):
@@ -35,5 +36,6 @@ def main() -> None:
     """kiln provisions, validates and patches GPU clusters."""
 
 
-for command in (check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, patch_cli.patch, testbed_cli.testbed):
+for command in (check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, patch_cli.patch, testbed_cli.testbed,
+                vagrant_cli.vagrant):
     main.add_command(command)

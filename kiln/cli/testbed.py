@@ -61,6 +61,22 @@ def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | 
     _print_status(status, as_json)
 
 
+@testbed.command("inventory")
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 200))
+@click.option("--kind", type=click.Choice(["nspawn", "vm"]), default=None, help="as for up")
+@name_option
+def inventory_cmd(nodes: int, kind: str | None, name: str) -> None:
+    """Write the inventory `up` with these options will have, before any node exists (to build its images first)."""
+    from kiln.testbed.host import TestbedError
+
+    tb = _testbed(name, kind)
+    try:
+        tb.write_inventory(nodes, testbed_inventory(name))
+    except TestbedError as exc:
+        _fail(exc)
+    click.echo(str(testbed_inventory(name)))
+
+
 @testbed.command()
 @name_option
 @json_option

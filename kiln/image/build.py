@@ -32,7 +32,7 @@ from kiln.image.chroot import BUILD_PROXY, POLICY_RC
 from kiln.image.recipe import ImageRecipe
 from kiln.inventory.model import Cluster
 
-FORMATS = ("dir", "tar", "qcow2")
+FORMATS = ("dir", "tar", "qcow2", "vagrant-box")
 
 # Removed from every image: per-machine identity, caches, logs, and the build's own helpers.
 CLEAN_GLOBS = ("etc/ssh/ssh_host_*", "var/lib/dbus/machine-id", "var/lib/systemd/random-seed",
@@ -95,6 +95,8 @@ def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: C
                 from kiln.image import outputs
                 if fmt == "qcow2":
                     outputs.write_qcow2(image, proxy)
+                elif fmt == "vagrant-box":
+                    outputs.write_vagrant_box(image, proxy)
                 else:
                     outputs.write_tar(image)
         return BuildResult(recipe.name, final, cached, time.monotonic() - started, image.formats,

@@ -81,6 +81,27 @@ WantedBy=sysinit.target
 """
 
 
+# Every boot, the machine's SSH host public keys on its serial console, between these lines: how a
+# host that made the VM (Vagrant's libvirt console log, a cloud's console output) learns the keys out
+# of band and verifies them strictly from the first connection on (kiln/vagrant.py reads them).
+HOSTKEYS_BEGIN, HOSTKEYS_END = "-----BEGIN KILN SSH HOST KEYS-----", "-----END KILN SSH HOST KEYS-----"
+CONSOLE_KEYS_UNIT = f"""[Unit]
+Description=kiln: this machine's SSH host public keys on the console
+After=kiln-ssh-hostkeys.service
+Before=ssh.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+StandardOutput=tty
+TTYPath=/dev/console
+ExecStart=/bin/sh -c 'echo {HOSTKEYS_BEGIN}; cat /etc/ssh/ssh_host_*_key.pub; echo {HOSTKEYS_END}'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def write_qcow2(image: StoredImage, proxy: str | None = None) -> None:
     """``image.qcow2`` (one ext4 file system labelled kilnroot, no partition table) with the kernel
     and initramfs beside it for direct kernel boot (``-kernel image.vmlinuz -initrd image.initrd
@@ -101,11 +122,12 @@ def write_qcow2(image: StoredImage, proxy: str | None = None) -> None:
 
 
 def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: str | None,
-              extra: dict[str, str] | None = None) -> None:
+              extra: dict[str, str] | None = None, setup: str | None = None) -> None:
     """A bootable disk in ``work`` (image.qcow2, image.vmlinuz, image.initrd, qcow2.json) from a copy
     of ``tree``: Debian's kernel added where the tree has none, cleaned, fstab, DHCP, the seed unit.
     ``manifest``: the image's, written into the disk with the kernel it added (None: no manifest).
-    ``extra``: more files (path -> content) written into the copy after the kernel is added."""
+    ``extra``: more files (path -> content) written into the copy after the kernel is added;
+    ``setup``: a shell command run in the copy (chroot) after that."""
     import json
     import shutil
     import sys
@@ -116,20 +138,15 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
     root = work / "root"
     _run(["cp", "-a", "--reflink=auto", str(tree), str(root)], "copy the tree", 600)
     if not list((root / "boot").glob("vmlinuz-*")):
-        command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "kiln.image.chroot",
-                   "--root", str(root), "--command",
-                   "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-                   f"--no-install-recommends {' '.join(KERNEL_PACKAGES)} && apt-get clean"]
-        if proxy:
-            command[-2:-2] = ["--proxy", proxy]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-        if result.returncode != 0:
-            raise OutputError(f"{name}: installing a kernel into the disk failed: "
-                              f"{(result.stderr or result.stdout).strip()[-500:]}")
+        _in_chroot(root, "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                   f"--no-install-recommends {' '.join(KERNEL_PACKAGES)} && apt-get clean", proxy,
+                   f"{name}: installing a kernel into the disk")
     for rel, content in (extra or {}).items():
         path = root / rel.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
+    if setup:
+        _in_chroot(root, setup, None, f"{name}: setting up the disk")
     from kiln.image.build import clean
     from kiln.image.manifest import in_root
     from checks.parsers.packages import PACKAGES, kernel_packages, parse_packages
@@ -145,6 +162,7 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
     (root / "etc" / "systemd" / "network").mkdir(parents=True, exist_ok=True)
     (root / "etc" / "systemd" / "network" / "80-kiln-dhcp.network").write_text(DHCP)
     _install_unit(root, "kiln-seed.service", SEED_UNIT, "sysinit.target.wants")
+    _install_unit(root, "kiln-console-hostkeys.service", CONSOLE_KEYS_UNIT, "multi-user.target.wants")
     script = root / "usr/local/sbin/kiln-seed"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(SEED_SCRIPT)
@@ -165,6 +183,74 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
     shutil.rmtree(root)
     (work / "qcow2.json").write_text(json.dumps({"kernel": kernel.name.removeprefix("vmlinuz-"), "root": "LABEL=kilnroot",
                                                  "disk_mb": size_mb, "version": QCOW2_VERSION}) + "\n")
+
+
+def _in_chroot(root: Path, command: str, proxy: str | None, what: str) -> None:
+    import sys
+    cmd = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "kiln.image.chroot",
+           "--root", str(root), "--command", command]
+    if proxy:
+        cmd[-2:-2] = ["--proxy", proxy]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise OutputError(f"{what} failed: {(result.stderr or result.stdout).strip()[-500:]}")
+
+
+# A Vagrant box (libvirt provider): the qcow2 disk, its kernel and initramfs (booted directly: the
+# disk has no bootloader), and Vagrant's user with Vagrant's well-known insecure key, which Vagrant
+# replaces with a key of its own at the first `vagrant up`. Nothing is downloaded.
+VAGRANT_KEY_GLOBS = ("/usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub",
+                     "/opt/vagrant/embedded/gems/gems/vagrant-*/keys/vagrant.pub",
+                     "/opt/vagrant/embedded/gems/*/gems/vagrant-*/keys/vagrant.pub")
+BOX_VAGRANTFILE = """# Written by kiln image build (vagrant-box): the box's defaults.
+Vagrant.configure("2") do |config|
+  config.vm.provider :libvirt do |libvirt|
+    libvirt.kernel = File.join(File.dirname(__FILE__), "vmlinuz")
+    libvirt.initrd = File.join(File.dirname(__FILE__), "initrd")
+    libvirt.cmd_line = "root=LABEL=kilnroot ro console=ttyS0 net.ifnames=0"
+    libvirt.disk_bus = "virtio"
+  end
+end
+"""
+VAGRANT_SETUP = ("id vagrant >/dev/null 2>&1 || useradd -m -s /bin/bash vagrant; install -d -m 700 -o vagrant -g vagrant "
+                 "/home/vagrant/.ssh; printf '%s\\n' 'vagrant ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/vagrant; "
+                 "chmod 440 /etc/sudoers.d/vagrant")
+
+
+def vagrant_public_key() -> str:
+    import glob
+    for pattern in VAGRANT_KEY_GLOBS:
+        for path in sorted(glob.glob(pattern)):
+            return Path(path).read_text()
+    raise OutputError("the vagrant-box output needs Vagrant's insecure public key from the vagrant package: "
+                      "apt-get install vagrant vagrant-libvirt")
+
+
+def write_vagrant_box(image: StoredImage, proxy: str | None = None) -> None:
+    """``image.box``: a libvirt box of the image (Vagrant's user added in the disk only)."""
+    import json
+    import shutil
+    import tarfile
+
+    key = vagrant_public_key()
+    work = image.path / "box.tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        make_disk(image.rootfs, work, image.name, image.manifest, proxy,
+                  extra={"/home/vagrant/.ssh/authorized_keys": key},
+                  setup=VAGRANT_SETUP + "; chown -R vagrant:vagrant /home/vagrant; chmod 600 /home/vagrant/.ssh/authorized_keys")
+        disk_gb = -(-json.loads((work / "qcow2.json").read_text())["disk_mb"] // 1024)
+        (work / "metadata.json").write_text(json.dumps({"provider": "libvirt", "format": "qcow2",
+                                                        "virtual_size": disk_gb}) + "\n")
+        (work / "Vagrantfile").write_text(BOX_VAGRANTFILE)
+        with tarfile.open(work / "image.box.tmp", "w:gz", compresslevel=1) as box:
+            for arcname, name in (("metadata.json", "metadata.json"), ("Vagrantfile", "Vagrantfile"),
+                                  ("box.img", "image.qcow2"), ("vmlinuz", "image.vmlinuz"), ("initrd", "image.initrd")):
+                box.add(work / name, arcname=arcname)
+        (work / "image.box.tmp").rename(image.path / "image.box")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _install_unit(root: Path, name: str, text: str, wants: str) -> None:

@@ -4,6 +4,7 @@
     NAME/manifest.json    what is in it (kiln/image/manifest.py)
     NAME/image.tar.zst    the tree as a tar, for diskless and PXE provisioning systems (--format tar)
     NAME/image.qcow2      a bootable disk, with vmlinuz and initrd.img beside it (--format qcow2)
+    NAME/image.box        a Vagrant box (libvirt provider) of the same disk (--format vagrant-box)
 
 NAME is ``CLUSTER-TARGET-HASH``, the hash of the image's recipe (kiln/image/recipe.py). A build
 writes NAME.tmp and renames it into place when complete, so a store never holds half an image.
@@ -18,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STORE = Path(os.environ.get("KILN_IMAGE_STORE", "/var/cache/kiln/images"))
-OUTPUTS = {"dir": "rootfs", "tar": "image.tar.zst", "qcow2": "image.qcow2"}
+OUTPUTS = {"dir": "rootfs", "tar": "image.tar.zst", "qcow2": "image.qcow2", "vagrant-box": "image.box"}
 # The qcow2 output's own version (qcow2.json): a disk written by an older kiln is written again.
-# 2: the seed unit (kiln-seed.service) and 1 GiB of free room; 3: seed before tmpfiles.
-QCOW2_VERSION = 3
+# 2: the seed unit (kiln-seed.service) and 1 GiB of free room; 3: seed before tmpfiles; 4: host keys
+# on the console.
+QCOW2_VERSION = 4
 
 
 class ImageNotFound(LookupError):

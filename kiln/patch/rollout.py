@@ -192,7 +192,8 @@ class Rollout:
                 try:
                     self.slurm.cancel_reboot(n)
                 except SlurmError as e:  # Slurm 22.05 refuses it once the reboot was issued
-                    self.say(f"{n}: {e}")
+                    self.say(f"{n}: {e}; set DOWN first to end the stale reboot")
+                    self.slurm.set_down(n, f"{reason}: stale reboot ended")
             self.slurm.resume(n)
             self.record("reasserted", node=n, state=node.state)
 

@@ -42,6 +42,10 @@ class SlurmControl:
         """Forget a reboot Slurm still holds as pending (a controller that lost its newer state)."""
         self._ok(command("scontrol", "cancel_reboot", name))
 
+    def set_down(self, name: str, reason: str) -> None:
+        """DOWN, which ends every pending or issued reboot Slurm holds for it (a ``resume`` follows)."""
+        self._ok(command("scontrol", "update", f"nodename={name}", "state=down", f"reason={reason[:200]}"))
+
     def reboot(self, names: list[str], reason: str) -> None:
         """Through Slurm's RebootProgram; a drained node comes back drained, with the reason kept."""
         self._ok(command("scontrol", "reboot", f"reason={reason}", ",".join(names)))

@@ -22,7 +22,7 @@ EXAMPLE = str(REPO / "inventory" / "example")
                                                                    "inventory; it has gpu_h100, gpu_l40s"),
     (["image", "build", "-i", EXAMPLE, "--group", "storage"], "--group storage: no such group with hosts"),
     (["image", "build", "-i", EXAMPLE, "--node-type", "gpu_h100", "--group", "login"], "not both"),
-    (["image", "build", "-i", EXAMPLE, "--format", "dir,iso"], "--format iso: give some of dir, tar, qcow2"),
+    (["image", "build", "-i", EXAMPLE, "--format", "dir,iso"], "--format iso: give some of dir, tar, qcow2, vagrant-box"),
     (["image", "build", "-i", str(INVENTORIES / "nonexistent")], "inventory directory not found"),
     (["image", "rm", "no-such-image"], "no-such-image: no such image"),
     (["drift", "-i", EXAMPLE, "--image", "no-such-image"], "no image 'no-such-image'"),

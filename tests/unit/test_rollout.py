@@ -183,8 +183,10 @@ class LostController(FakeSlurm):
         return super().nodes()
 
 
-def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(cluster, tmp_path):
+@pytest.mark.parametrize("cancel_refused", [False, True], ids=["cancel_reboot", "cancel_refused_then_down"])
+def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(cluster, tmp_path, cancel_refused):
     from kiln.patch.plan import Plan
+    from kiln.patch.slurmctl import SlurmError
     names = compute_of(cluster)
     slurm, recorder = LostController(names, after=12), Recorder()
     rollout, journal = make(cluster, tmp_path, recorder, slurm)
@@ -198,7 +200,12 @@ def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(c
     first = next(r["node"] for r in records if r["event"] == "node" and r["result"] == "patched")  # ... with
     # the state saved before kiln resumed it
     slurm.state[first] = ["DOWN+DRAIN+REBOOT_ISSUED", f"kiln: patch {journal.start['rollout']}"]
-    slurm.cancel_reboot = lambda name: slurm.calls.append(("cancel_reboot", name))
+    def cancel_reboot(name):
+        slurm.calls.append(("cancel_reboot", name))
+        if cancel_refused:  # what Slurm 22.05 says once the reboot was issued
+            raise SlurmError(f"'scontrol cancel_reboot {name}' on ctl exited 1: Invalid node state specified")
+    slurm.cancel_reboot = cancel_reboot
+    slurm.set_down = lambda name, reason: slurm.calls.append(("set_down", name))
     again = Recorder()
     rollout, journal = make(cluster, tmp_path, again, slurm, records=records)
     outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
@@ -206,3 +213,7 @@ def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(c
     assert not set(recorder.applied) & set(again.applied)                # nothing applied twice
     assert sorted(recorder.applied + again.applied) == sorted(names)
     assert ("cancel_reboot", first) in slurm.calls and slurm.state[first] == ["IDLE", ""]
+    assert (("set_down", first) in slurm.calls) == cancel_refused
+    if cancel_refused:
+        down = slurm.calls.index(("set_down", first))
+        assert slurm.calls[down + 1] == ("resume", first)

@@ -1,0 +1,81 @@
+"""The vm node kind and the Vagrant cluster without a VM: QEMU's command line, a node's seed files,
+host keys read from a console log, and the Vagrant inventory kiln writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kiln import vagrant
+from kiln.image.outputs import HOSTKEYS_BEGIN, HOSTKEYS_END
+from kiln.inventory.validate import validate
+from kiln.testbed import vm_supervise
+from kiln.testbed.nspawn import Node
+from kiln.testbed.vm import mac_address, tap_name
+
+NODE = {"name": "kilnvm02", "uuid": "6d1f0c4e-0000-5000-8000-000000000002", "cpus": 2, "memory_mb": 1536,
+        "disk": "/s/disk.qcow2", "seed": "/s/seed.img", "tap": "kt-kilnvm02", "mac": "52:54:00:aa:bb:cc",
+        "shared_host": "/s/shared", "console": "/s/console.log", "qmp": "/s/qmp.sock", "pidfile": "/s/qemu.pid"}
+
+
+def test_qemu_boots_the_disks_own_kernel_with_no_reboot_and_the_tap_on_the_bridge(monkeypatch):
+    monkeypatch.setenv("KILN_VM_ACCEL", "tcg")
+    cmd = vm_supervise.qemu_command(NODE, Path("/s/boot.vmlinuz"), Path("/s/boot.initrd.img"))
+    joined = " ".join(cmd)
+    assert cmd[cmd.index("-kernel") + 1] == "/s/boot.vmlinuz" and cmd[cmd.index("-initrd") + 1] == "/s/boot.initrd.img"
+    assert "root=LABEL=kilnroot" in cmd[cmd.index("-append") + 1]
+    assert "-no-reboot" in cmd and "tcg,thread=multi" in joined and "-cpu max" in joined
+    assert "tap,id=n0,ifname=kt-kilnvm02,script=no,downscript=no" in cmd
+    assert "file=/s/seed.img,if=virtio,format=raw,readonly=on" in cmd
+    monkeypatch.setenv("KILN_VM_ACCEL", "kvm")
+    assert "-cpu host" in " ".join(vm_supervise.qemu_command(NODE, Path("/k"), Path("/i")))
+
+
+def test_accelerator_is_emulation_without_vmx_or_svm(monkeypatch):
+    monkeypatch.delenv("KILN_VM_ACCEL", raising=False)
+    flags = Path("/proc/cpuinfo").read_text()
+    expected = "kvm" if (" vmx" in flags or " svm" in flags) and Path("/dev/kvm").exists() else "tcg"
+    assert vm_supervise.accelerator() in (expected, "tcg")
+
+
+def test_mac_and_tap_names_are_stable_and_fit_the_kernel_limit():
+    assert mac_address("kilnvm", "kilnvm02") == mac_address("kilnvm", "kilnvm02") != mac_address("kilnvm", "kilnvm03")
+    assert mac_address("a", "b").startswith("52:54:00:")
+    assert len(tap_name(Node("abcdefgh123", "", 24, "compute", Path("/x")))) <= 15
+
+
+def _console(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "console.log"
+    path.write_text(body)
+    return path
+
+
+def test_host_keys_come_from_the_last_block_on_the_console(tmp_path):
+    old = f"{HOSTKEYS_BEGIN}\r\nssh-ed25519 AAAAold root@x\r\n{HOSTKEYS_END}\r\n"
+    new = (f"[  OK  ] Started ssh.service\r\n{HOSTKEYS_BEGIN}\r\nssh-ed25519 AAAAnew root@kilnvag02\r\n"
+           f"ecdsa-sha2-nistp256 AAAAecdsa root@kilnvag02\r\nnoise line\r\n{HOSTKEYS_END}\r\nlogin: ")
+    assert vagrant.host_keys(_console(tmp_path, old + "reboot\r\n" + new)) == [
+        "ssh-ed25519 AAAAnew", "ecdsa-sha2-nistp256 AAAAecdsa"]
+    assert vagrant.host_keys(_console(tmp_path, f"{HOSTKEYS_BEGIN}\r\nssh-ed25519 AAAAcut")) == []  # not finished
+    assert vagrant.host_keys(tmp_path / "missing.log") == []
+
+
+def test_vagrant_inventory_validates_and_known_hosts_come_from_consoles(tmp_path, monkeypatch):
+    monkeypatch.setattr(vagrant, "CONSOLES", tmp_path / "console")
+    (tmp_path / "console").mkdir()
+    inv = tmp_path / "inventory" / "vagrant"
+    nodes = vagrant.write_inventory(inv, 2, tmp_path)
+    cluster, errors = validate(inv)
+    assert errors == [] and cluster is not None
+    assert [n["name"] for n in nodes] == ["kilnvag01", "kilnvag02", "kilnvag03"]
+    spec = json.loads((inv / ".vagrant.json").read_text())
+    assert [m["ip"] for m in spec["machines"]] == ["10.214.0.11", "10.214.0.12", "10.214.0.13"]
+    for m in spec["machines"]:
+        Path(m["console"]).write_text(f"{HOSTKEYS_BEGIN}\nssh-ed25519 AAAA{m['name']} root\n{HOSTKEYS_END}\n")
+    assert vagrant.write_known_hosts(inv, wait=0) == {n["name"]: 1 for n in nodes}
+    assert (inv / "known_hosts").read_text().splitlines()[1] == "kilnvag02,10.214.0.12 ssh-ed25519 AAAAkilnvag02"
+    Path(spec["machines"][2]["console"]).write_text("booting...\n")
+    with pytest.raises(vagrant.VagrantError, match="kilnvag03: no host keys on its console"):
+        vagrant.write_known_hosts(inv, wait=0)
