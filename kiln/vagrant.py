@@ -49,6 +49,11 @@ def machines(compute: int) -> list[dict]:
              "console": str(CONSOLES / f"{n}.log")} for i, n in enumerate(names)]
 
 
+def known_hosts_file() -> Path:
+    """Outside the inventory directory, whose every file is an inventory source."""
+    return STATE / "known_hosts"
+
+
 def write_inventory(path: Path, compute: int, repo: Path, boxes: dict[str, str] | None = None) -> list[dict]:
     """``path``/hosts.yml, group_vars and vagrant.json for a controller and ``compute`` compute VMs.
     ``repo``: the directory of the Vagrantfile (Vagrant keeps each machine's private key under it)."""
@@ -71,7 +76,7 @@ def write_inventory(path: Path, compute: int, repo: Path, boxes: dict[str, str] 
         "kiln_os": "debian12",
         "ansible_user": "root",
         "kiln_slurm_partitions": [{"name": "batch", "groups": [NODE_TYPE], "default": True}],
-        "kiln_ssh_known_hosts_file": str(path / "known_hosts"),
+        "kiln_ssh_known_hosts_file": str(known_hosts_file()),
         # What a real node runs: the VMs have their own kernel.
         "kiln_slurm_cgroup_plugin": "cgroup/v2",
         "kiln_slurm_constrain_cores_memory": True,
@@ -91,7 +96,6 @@ def write_inventory(path: Path, compute: int, repo: Path, boxes: dict[str, str] 
             "boxes": boxes or {}}
     (path / SPEC).write_text(json.dumps(spec, indent=2) + "\n")
     (path / ".kiln-vagrant").write_text(CLUSTER + "\n")
-    (path / "known_hosts").touch()
     return nodes
 
 
@@ -126,7 +130,8 @@ def write_known_hosts(path: Path, wait: float = 300) -> dict[str, int]:
             raise VagrantError(f"{m['name']}: no host keys on its console ({m['console']}); is it up (vagrant up)?")
         found[m["name"]] = keys
     lines = [f"{name},{m['ip']} {key}\n" for m in spec["machines"] for name in [m["name"]] for key in found[name]]
-    (path / "known_hosts").write_text("".join(lines))
+    known_hosts_file().parent.mkdir(parents=True, exist_ok=True)
+    known_hosts_file().write_text("".join(lines))
     return {name: len(keys) for name, keys in found.items()}
 
 
@@ -173,6 +178,21 @@ def host_start() -> list[str]:
         done.append(f"defined storage pool {POOL_NAME} ({POOL_DIR})")
     _run(["virsh", "-c", "qemu:///system", "pool-start", POOL_NAME], check=False)
     return done
+
+
+def forget_box_volumes(box: str) -> list[str]:
+    """Volumes vagrant-libvirt made in kiln's pool from an earlier box of this name: removed, so the next
+    ``vagrant up`` uploads the box just added instead of booting the old one."""
+    virsh = ["virsh", "-c", "qemu:///system"]
+    if shutil.which("virsh") is None or _run([*virsh, "pool-info", POOL_NAME], check=False).returncode != 0:
+        return []
+    prefix = box.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
+    gone = []
+    for line in _run([*virsh, "vol-list", POOL_NAME], check=False).stdout.splitlines()[2:]:
+        if line.split() and line.split()[0].startswith(prefix):
+            _run([*virsh, "vol-delete", "--pool", POOL_NAME, line.split()[0]], check=False)
+            gone.append(line.split()[0])
+    return gone
 
 
 def host_stop() -> list[str]:

@@ -9,7 +9,7 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
   (default 980, 981), created before any package would create them with a random one.
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
   group, /bin/bash, home created unless a storage mount provides /home).
-+ limits: memlock and nofile unlimited/65536 for everyone (RDMA, NCCL).
++ limits: memlock and nofile unlimited/65536 for everyone, root included (RDMA, NCCL).
 + sysctls from ``kiln_sysctls`` in /etc/sysctl.d/90-kiln.conf, applied when the file changes.
 + time: chrony, with ``kiln_ntp_servers`` when set; not started in containers (the host keeps the
   clock there, and chrony cannot set it).

@@ -53,6 +53,8 @@ def box(compute: int) -> None:
             if out.returncode != 0:
                 _fail(f"vagrant box add {name}: {(out.stderr or out.stdout).strip()[-400:]}")
             boxes[role] = name
+            for volume in vg.forget_box_volumes(name):
+                echo(f"removed {volume}, the libvirt volume of the box it replaces", err=True)
     except (ImageBuildError, OutputError, RecipeError, OSError) as exc:
         _fail(exc)
     vg.write_inventory(INVENTORY, compute, repo, boxes)

@@ -11,7 +11,7 @@ import subprocess
 
 from pathlib import Path
 
-from kiln.image.store import OUTPUTS, QCOW2_VERSION, StoredImage
+from kiln.image.store import BOX_VERSION, OUTPUTS, QCOW2_VERSION, StoredImage
 
 
 class OutputError(RuntimeError):
@@ -149,15 +149,8 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
         _in_chroot(root, setup, None, f"{name}: setting up the disk")
     from kiln.image.build import clean
     from kiln.image.manifest import in_root
-    from checks.parsers.packages import PACKAGES, kernel_packages, parse_packages
+    from checks.parsers.packages import ENABLED_UNITS, PACKAGES, kernel_packages, parse_enabled_units, parse_packages
     clean(root)
-    if manifest is not None:
-        # the disk's own manifest: the image's, with the kernel it added (the drift suite reads this one)
-        disk_manifest = dict(manifest, output="qcow2")
-        disk_manifest["packages"] = parse_packages(in_root(root, PACKAGES))
-        disk_manifest["kernel_packages"] = kernel_packages(disk_manifest["packages"])
-        (root / "etc/kiln").mkdir(parents=True, exist_ok=True)
-        (root / "etc/kiln/image-manifest.json").write_text(json.dumps(disk_manifest, indent=1, sort_keys=True) + "\n")
     (root / "etc" / "fstab").write_text(FSTAB)
     (root / "etc" / "systemd" / "network").mkdir(parents=True, exist_ok=True)
     (root / "etc" / "systemd" / "network" / "80-kiln-dhcp.network").write_text(DHCP)
@@ -167,6 +160,14 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(SEED_SCRIPT)
     script.chmod(0o755)
+    if manifest is not None:
+        # the disk's own manifest: the image's, with the kernel and units it added (the drift suite reads this one)
+        disk_manifest = dict(manifest, output="qcow2")
+        disk_manifest["packages"] = parse_packages(in_root(root, PACKAGES))
+        disk_manifest["kernel_packages"] = kernel_packages(disk_manifest["packages"])
+        disk_manifest["enabled_units"] = parse_enabled_units(in_root(root, ENABLED_UNITS))
+        (root / "etc/kiln").mkdir(parents=True, exist_ok=True)
+        (root / "etc/kiln/image-manifest.json").write_text(json.dumps(disk_manifest, indent=1, sort_keys=True) + "\n")
     kernel = sorted((root / "boot").glob("vmlinuz-*"))[-1]
     initrd = root / "boot" / kernel.name.replace("vmlinuz-", "initrd.img-")
     if not initrd.exists():
@@ -197,13 +198,14 @@ def _in_chroot(root: Path, command: str, proxy: str | None, what: str) -> None:
 
 
 # A Vagrant box (libvirt provider): the qcow2 disk, its kernel and initramfs (booted directly: the
-# disk has no bootloader), and Vagrant's user with Vagrant's well-known insecure key, which Vagrant
-# replaces with a key of its own at the first `vagrant up`. Nothing is downloaded.
+# disk has no bootloader), and Vagrant's well-known insecure key for root, which Vagrant replaces
+# with a key of its own at the first `vagrant up`. Nothing is downloaded.
 VAGRANT_KEY_GLOBS = ("/usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub",
                      "/opt/vagrant/embedded/gems/gems/vagrant-*/keys/vagrant.pub",
                      "/opt/vagrant/embedded/gems/*/gems/vagrant-*/keys/vagrant.pub")
 BOX_VAGRANTFILE = """# Written by kiln image build (vagrant-box): the box's defaults.
 Vagrant.configure("2") do |config|
+  config.ssh.username = "root"
   config.vm.provider :libvirt do |libvirt|
     libvirt.kernel = File.join(File.dirname(__FILE__), "vmlinuz")
     libvirt.initrd = File.join(File.dirname(__FILE__), "initrd")
@@ -212,9 +214,9 @@ Vagrant.configure("2") do |config|
   end
 end
 """
-VAGRANT_SETUP = ("id vagrant >/dev/null 2>&1 || useradd -m -s /bin/bash vagrant; install -d -m 700 -o vagrant -g vagrant "
-                 "/home/vagrant/.ssh; printf '%s\\n' 'vagrant ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/vagrant; "
-                 "chmod 440 /etc/sudoers.d/vagrant")
+# Vagrant logs in as root: compute nodes run pam_slurm_adopt, which refuses any other user without a
+# job on the node (root is never affected).
+VAGRANT_SETUP = "chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys"
 
 
 def vagrant_public_key() -> str:
@@ -238,8 +240,7 @@ def write_vagrant_box(image: StoredImage, proxy: str | None = None) -> None:
     work.mkdir()
     try:
         make_disk(image.rootfs, work, image.name, image.manifest, proxy,
-                  extra={"/home/vagrant/.ssh/authorized_keys": key},
-                  setup=VAGRANT_SETUP + "; chown -R vagrant:vagrant /home/vagrant; chmod 600 /home/vagrant/.ssh/authorized_keys")
+                  extra={"/root/.ssh/authorized_keys": key}, setup=VAGRANT_SETUP)
         disk_gb = -(-json.loads((work / "qcow2.json").read_text())["disk_mb"] // 1024)
         (work / "metadata.json").write_text(json.dumps({"provider": "libvirt", "format": "qcow2",
                                                         "virtual_size": disk_gb}) + "\n")
@@ -249,6 +250,7 @@ def write_vagrant_box(image: StoredImage, proxy: str | None = None) -> None:
                                   ("box.img", "image.qcow2"), ("vmlinuz", "image.vmlinuz"), ("initrd", "image.initrd")):
                 box.add(work / name, arcname=arcname)
         (work / "image.box.tmp").rename(image.path / "image.box")
+        (image.path / "box.json").write_text(json.dumps({"version": BOX_VERSION}) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -22,8 +22,11 @@ STORE = Path(os.environ.get("KILN_IMAGE_STORE", "/var/cache/kiln/images"))
 OUTPUTS = {"dir": "rootfs", "tar": "image.tar.zst", "qcow2": "image.qcow2", "vagrant-box": "image.box"}
 # The qcow2 output's own version (qcow2.json): a disk written by an older kiln is written again.
 # 2: the seed unit (kiln-seed.service) and 1 GiB of free room; 3: seed before tmpfiles; 4: host keys
-# on the console.
-QCOW2_VERSION = 4
+# on the console; 5: the disk's manifest lists the units the disk added.
+QCOW2_VERSION = 5
+# The vagrant-box output's (box.json): 2: root is Vagrant's user; the disk at QCOW2_VERSION.
+BOX_VERSION = f"2.{QCOW2_VERSION}"
+OUTPUT_VERSIONS = {"qcow2": ("qcow2.json", QCOW2_VERSION), "vagrant-box": ("box.json", BOX_VERSION)}
 
 
 class ImageNotFound(LookupError):
@@ -48,12 +51,15 @@ class StoredImage:
 
     @property
     def formats(self) -> list[str]:
-        return [f for f, p in OUTPUTS.items() if (self.path / p).exists() and (f != "qcow2" or self.qcow2_current)]
+        return [f for f, p in OUTPUTS.items() if (self.path / p).exists() and self.current(f)]
 
-    @property
-    def qcow2_current(self) -> bool:
+    def current(self, fmt: str) -> bool:
+        """False for an output an older kiln wrote (its version file says another version)."""
+        if fmt not in OUTPUT_VERSIONS:
+            return True
+        name, version = OUTPUT_VERSIONS[fmt]
         try:
-            return json.loads((self.path / "qcow2.json").read_text()).get("version") == QCOW2_VERSION
+            return json.loads((self.path / name).read_text()).get("version") == version
         except (OSError, ValueError):
             return False
 

@@ -1,6 +1,6 @@
 """`kiln patch` when a node dies under it (#21): a compute node that loses power in its batch is a
 failure against the budget, the others finish, the rollout does not hang and no job elsewhere dies.
-(A controller lost mid-rollout pauses it: tests/unit/test_rollout.py.) Runs after test_patch.py
+A controller lost mid-rollout pauses it; `--resume` once it is back finishes it. Runs after test_patch.py
 (pytest_collection_modifyitems) and leaves every node on the original driver."""
 
 from __future__ import annotations
@@ -74,5 +74,32 @@ def test_a_compute_node_lost_in_its_batch_fails_against_the_budget_and_the_rest_
                      "--reboot", "always")
         assert again.returncode == 0, again.stdout + again.stderr
         assert versions(tb)[lost] == DRIVER_UPGRADE
+    finally:
+        _restore(tb, tmp_path)
+
+
+def test_a_controller_lost_mid_rollout_pauses_it_and_resume_finishes_once_it_is_back(slurm, tmp_path):
+    tb = slurm
+    inventory = inventory_with_driver(tb, tmp_path, DRIVER_UPGRADE)
+    try:
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles", "nvidia_driver",
+                                 "--reboot", "always"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for(lambda: _step(inventory, tb.computes[1], "drain") or proc.poll() is not None, timeout=400,
+                 interval=0.2, what="the rollout at its second batch")
+        tb.power_loss(tb.controller)
+        out, _ = proc.communicate(timeout=600)
+        seconds = time.monotonic() - started
+        print(f"rollout with the controller lost: ended in {seconds:.0f} s, exit {proc.returncode}")
+        assert proc.returncode == 1 and "controller does not answer" in out and "--resume" in out, out
+        records = journal(inventory)
+        assert records[-1]["event"] == "paused" and not any(r["event"] == "end" for r in records)
+        tb.up(NODES, inventory_dir=tb.inventory)
+        wait_for(lambda: on(tb, tb.controller, "scontrol ping").stdout.count("UP") >= 1, timeout=120, interval=2,
+                 what="slurmctld back")
+        resumed = kiln("patch", "-i", str(inventory), "--resume")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert [r["result"] for r in journal(inventory) if r["event"] == "end"] == ["completed"]
+        assert set(versions(tb).values()) == {DRIVER_UPGRADE}
     finally:
         _restore(tb, tmp_path)

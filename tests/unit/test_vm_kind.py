@@ -64,6 +64,7 @@ def test_host_keys_come_from_the_last_block_on_the_console(tmp_path):
 
 def test_vagrant_inventory_validates_and_known_hosts_come_from_consoles(tmp_path, monkeypatch):
     monkeypatch.setattr(vagrant, "CONSOLES", tmp_path / "console")
+    monkeypatch.setattr(vagrant, "STATE", tmp_path / "state")
     (tmp_path / "console").mkdir()
     inv = tmp_path / "inventory" / "vagrant"
     nodes = vagrant.write_inventory(inv, 2, tmp_path)
@@ -75,7 +76,7 @@ def test_vagrant_inventory_validates_and_known_hosts_come_from_consoles(tmp_path
     for m in spec["machines"]:
         Path(m["console"]).write_text(f"{HOSTKEYS_BEGIN}\nssh-ed25519 AAAA{m['name']} root\n{HOSTKEYS_END}\n")
     assert vagrant.write_known_hosts(inv, wait=0) == {n["name"]: 1 for n in nodes}
-    assert (inv / "known_hosts").read_text().splitlines()[1] == "kilnvag02,10.214.0.12 ssh-ed25519 AAAAkilnvag02"
+    assert (tmp_path / "state" / "known_hosts").read_text().splitlines()[1] == "kilnvag02,10.214.0.12 ssh-ed25519 AAAAkilnvag02"
     Path(spec["machines"][2]["console"]).write_text("booting...\n")
     with pytest.raises(vagrant.VagrantError, match="kilnvag03: no host keys on its console"):
         vagrant.write_known_hosts(inv, wait=0)
