@@ -82,7 +82,7 @@ def first_job(tb: Testbed, size: int, inventory: Path) -> float:
     ctl, computes = nodes[0], nodes[1:]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        out = tb.ssh(ctl, ["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
+        out = tb.ssh(ctl, ["sinfo -h -N -o '%N %T'"], check=False).stdout
         if out.count("idle") == len(computes):
             break
         time.sleep(2)

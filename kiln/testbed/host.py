@@ -105,3 +105,12 @@ def mounts_under(path: Path) -> list[str]:
 
 def link_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
+
+
+def file_tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log (a node's console), indented for an error message."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no {path.name})"
+    return "\n".join("    " + line for line in text[-lines:])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kiln.testbed.host import (TestbedError, children, kill_and_wait, link_exists, mounted, pid_alive,
+from kiln.testbed.host import (TestbedError, children, file_tail, kill_and_wait, link_exists, mounted, pid_alive,
                                read_pid, run)
 from kiln.testbed.supervise import CGROUP_CONTROLLERS
 
@@ -163,11 +163,7 @@ class NspawnNodes:
                            "console log:\n" + self.console_tail(node))
 
     def console_tail(self, node: Node, lines: int = 25, name: str = "console.log") -> str:
-        try:
-            text = (node.dir / name).read_text(errors="replace").splitlines()
-        except OSError:
-            return f"(no {name})"
-        return "\n".join("    " + line for line in text[-lines:])
+        return file_tail(node.dir / name, lines)
 
     def running(self, node: Node) -> bool:
         """The node's supervisor and its init both alive (a killed supervisor means a node that will not

@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from kiln.testbed.host import TestbedError, kill_and_wait, link_exists, pid_alive, read_pid, run
+from kiln.testbed.host import TestbedError, file_tail, kill_and_wait, link_exists, pid_alive, read_pid, run
 from kiln.testbed.nspawn import Node, _kiln_path
 
 SUPERVISOR_MARKER = "kiln.testbed.vm_supervise"
@@ -152,11 +152,7 @@ class VmNodes:
                            "console log:\n" + self.console_tail(node))
 
     def console_tail(self, node: Node, lines: int = 25, name: str = "console.log") -> str:
-        try:
-            text = (node.dir / name).read_text(errors="replace").splitlines()
-        except OSError:
-            return f"(no {name})"
-        return "\n".join("    " + line for line in text[-lines:])
+        return file_tail(node.dir / name, lines)
 
     def running(self, node: Node) -> bool:
         return self._supervisor_pid(node) is not None and self._qemu_pid(node) is not None

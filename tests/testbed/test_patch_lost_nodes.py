@@ -98,6 +98,7 @@ def test_a_controller_lost_mid_rollout_pauses_it_and_resume_finishes_once_it_is_
         wait_for(lambda: on(tb, tb.controller, "scontrol ping").stdout.count("UP") >= 1, timeout=120, interval=2,
                  what="slurmctld back")
         resumed = kiln("patch", "-i", str(inventory), "--resume")
+        print(resumed.stdout[-1500:])
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert [r["result"] for r in journal(inventory) if r["event"] == "end"] == ["completed"]
         assert set(versions(tb).values()) == {DRIVER_UPGRADE}
