@@ -21,8 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from kiln.testbed import base
-from kiln.testbed.testbed import Testbed
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]  # kiln's own checks package, not benchmarks/checks.py beside this file
+
+from kiln.testbed import base  # noqa: E402
+from kiln.testbed.testbed import Testbed  # noqa: E402
 
 
 def pss_kib(pid: int) -> int:
