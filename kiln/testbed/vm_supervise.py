@@ -61,10 +61,10 @@ def _link_target(raw: Path, link: str) -> str | None:
 
 
 def _newest(raw: Path, name: str) -> str | None:
-    # debugfs's parseable listing: /INODE/MODE/UID/GID/NAME/SIZE/ per entry
     listing = _run(["debugfs", "-R", "ls -p /boot", str(raw)], check=False).stdout
-    found = sorted(f for f in (line.split("/")[5] for line in listing.splitlines() if line.count("/") >= 6)
-                   if f.startswith(f"{name}-"))
+    found = sorted(f for f in re.findall(r"/([^/\s]+)/$", listing, re.M) if f.startswith(f"{name}-"))
+    if not found:
+        found = sorted({m for m in re.findall(rf"({re.escape(name)}-[^/\s]+)", listing)})
     return f"/boot/{found[-1]}" if found else None
 
 
