@@ -7,47 +7,12 @@ that template slurm.conf from facts gathered on the hosts in the run).
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
-from itertools import groupby
 
+from kiln.hostlist import fold
 from kiln.inventory.model import Cluster, Host
 from roles.context import render
 
 STATE_SAVE = "/var/lib/slurm/slurmctld"
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-
-
-def compress_hostlist(names: list[str]) -> str:
-    """Slurm hostlist expression for ``names``: ``["n01", "n02", "n04"]`` -> ``n[01-02,04]``.
-    Order is kept per prefix; names without a numeric suffix are listed as they are."""
-    parts: list[str] = []
-    by_prefix: dict[tuple[str, int], list[int]] = defaultdict(list)
-    order: list[tuple[str, int] | str] = []
-    for name in names:
-        match = _NUMBERED.match(name)
-        if not match:
-            order.append(name)
-            continue
-        key = (match[1], len(match[2]))
-        if key not in by_prefix:
-            order.append(key)
-        by_prefix[key].append(int(match[2]))
-    for item in order:
-        if isinstance(item, str):
-            parts.append(item)
-            continue
-        prefix, width = item
-        numbers = sorted(set(by_prefix[item]))
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0]:0{width}d}")
-            continue
-        ranges = []
-        for _, run in groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
-            run = [n for _, n in run]
-            ranges.append(f"{run[0]:0{width}d}" if len(run) == 1 else f"{run[0]:0{width}d}-{run[-1]:0{width}d}")
-        parts.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(parts)
 
 
 def dbd_host(cluster: Cluster) -> str:
@@ -88,7 +53,7 @@ def _grouped(hosts: list[Host], key) -> list[tuple[tuple, list[str]]]:
 
 
 def node_lines(cluster: Cluster) -> list[str]:
-    return [f"NodeName={compress_hostlist(names)} {' '.join(attrs)} State=UNKNOWN"
+    return [f"NodeName={fold(names)} {' '.join(attrs)} State=UNKNOWN"
             for attrs, names in _grouped(cluster.compute, _node_attributes)]
 
 
@@ -98,12 +63,12 @@ def partition_lines(cluster: Cluster) -> list[str]:
     partitions = cluster.partitions
     if not partitions:
         names = [h.name for h in cluster.compute]
-        return [f"PartitionName=all Nodes={compress_hostlist(names)} Default=YES MaxTime=INFINITE State=UP"]
+        return [f"PartitionName=all Nodes={fold(names)} Default=YES MaxTime=INFINITE State=UP"]
     for part in partitions:
         members: list[str] = []
         for group in part.groups:
             members += [h for h in cluster.groups.get(group, ()) if h in compute and h not in members]
-        nodes = compress_hostlist(members) if members else '""'
+        nodes = fold(members) if members else '""'
         lines.append(f"PartitionName={part.name} Nodes={nodes} Default={'YES' if part.default else 'NO'} "
                      f"MaxTime={part.max_time} PriorityTier={part.priority_tier} State=UP")
     return lines
@@ -127,7 +92,7 @@ def gres_conf(cluster: Cluster) -> str:
     gpu_hosts = [h for h in cluster.compute if h.gpu_count]
     for (model, count), names in _grouped(gpu_hosts, lambda h: (h.gpu_model, h.gpu_count)):
         files = "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
-        lines.append(f"NodeName={compress_hostlist(names)} Name=gpu Type={model} File={files}")
+        lines.append(f"NodeName={fold(names)} Name=gpu Type={model} File={files}")
     return render("slurm/gres.conf.j2", cluster_name=cluster.name, lines=lines)
 
 
@@ -146,7 +111,7 @@ def topology_conf(cluster: Cluster) -> str | None:
         switches = [m for m in members if m not in cluster.hosts]
         line = f"SwitchName={switch}"
         if hosts:
-            line += f" Nodes={compress_hostlist(hosts)}"
+            line += f" Nodes={fold(hosts)}"
         if switches:
             line += f" Switches={','.join(switches)}"
         lines.append(line)

@@ -130,7 +130,6 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
     ``setup``: a shell command run in the copy (chroot) after that."""
     import json
     import shutil
-    import sys
 
     for tool, package in (("qemu-img", "qemu-utils"), ("mkfs.ext4", "e2fsprogs")):
         if shutil.which(tool) is None:

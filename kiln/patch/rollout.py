@@ -30,6 +30,7 @@ SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
 POLL = 1.0
 ROOM_WAIT = 60.0  # seconds a rollout waits for a node to come back into service before it stops
 SETTLE_WAIT = 20.0  # seconds a NOT_RESPONDING node gets to answer before the plan calls it down
+RESUME_RETRY_S = 5.0  # between tries to resume a node Slurm held out across a controller's power loss
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,26 @@ class Rollout:
                 except SlurmError as e:  # Slurm 22.05 refuses it once the reboot was issued
                     self.say(f"{n}: {e}; set DOWN first to end the stale reboot")
                     self.slurm.set_down(n, f"{reason}: stale reboot ended")
-            self.slurm.resume(n)
+            self._resume_held(n, reason)
             self.record("reasserted", node=n, state=node.state)
+
+    def _resume_held(self, name: str, reason: str) -> None:
+        """Resume ``name``, which Slurm held out with this rollout's ``reason``. Slurm may put it back
+        itself meanwhile (cancel_reboot undrains a node drained for its reboot; a node whose reboot is
+        done registers and takes its next state): a resume refused then is no error. Bounded retries."""
+        for attempt in range(3):
+            node = self.slurm.nodes().get(name)
+            held = any(f.startswith("DRAIN") or f == "DOWN" for f in node.flags) if node else False
+            if not (held and node.reason.startswith(reason)):
+                return
+            try:
+                self.slurm.resume([name])
+                return
+            except SlurmError as e:
+                if attempt == 2:
+                    raise
+                self.say(f"{name}: {e}; reading its state again")
+                time.sleep(RESUME_RETRY_S)
 
     def _run(self, plan: planning.Plan, outcome: Outcome) -> None:
         for name in plan.service:
@@ -291,7 +310,7 @@ class Rollout:
                     self.done(n, "jobs_done")
                     waiting.remove(n)
                 elif time.monotonic() > deadline[n]:
-                    self.slurm.resume(n)
+                    self.slurm.resume([n])
                     self._until(lambda: self.slurm.nodes()[n].in_service, self.options.boot_timeout)
                     waiting.remove(n)
                     batch = [b for b in batch if b != n]
@@ -368,6 +387,7 @@ class Rollout:
         for n in batch:
             self.begin(n, "check")
         results = self.check(self.cluster, batch)
+        passed = []
         for n in batch:
             failed: list[Verdict] = [v for v in results.get(n, []) if v.failed]
             self.done(n, "check", failed=[v.id for v in failed])
@@ -375,10 +395,17 @@ class Rollout:
                 first = failed[0]
                 self._keep_drained(n, f"kiln: {first.id} {first.message}", f"{first.id}: {first.message}", outcome)
                 continue
+            passed.append(n)
             self.begin(n, "resume")
-            if self.slurm.nodes()[n].drained_by_kiln:
-                self.slurm.resume(n)
-            self._until(lambda: self.slurm.nodes()[n].in_service, self.options.boot_timeout)
+        if not passed:
+            return
+        slurm = self.slurm.nodes()
+        drained = [n for n in passed if slurm[n].drained_by_kiln]
+        if drained:
+            self.slurm.resume(drained)  # the batch in one call
+        self._until(lambda: all(s.in_service for n, s in self.slurm.nodes().items() if n in passed),
+                    self.options.boot_timeout)
+        for n in passed:
             self.done(n, "resume")
             self.finish(n, "patched", "", outcome)
 

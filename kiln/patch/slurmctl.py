@@ -7,6 +7,7 @@ reboot through Slurm's RebootProgram, list the jobs on nodes, read node states a
 from __future__ import annotations
 
 from checks.node import Node, Result
+from kiln.hostlist import expand
 from kiln.shell import command
 from kiln.patch.plan import SlurmNode, parse_nodes
 
@@ -35,8 +36,9 @@ class SlurmControl:
         """Keep ``name`` drained, with ``reason`` (the check that failed)."""
         self._ok(command("scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason[:200]}"))
 
-    def resume(self, name: str) -> None:
-        self._ok(command("scontrol", "update", f"nodename={name}", "state=resume"))
+    def resume(self, names: list[str]) -> None:
+        """Back into service, all of ``names`` in one call."""
+        self._ok(command("scontrol", "update", f"nodename={','.join(names)}", "state=resume"))
 
     def cancel_reboot(self, name: str) -> None:
         """Forget a reboot Slurm still holds as pending (a controller that lost its newer state)."""
@@ -55,12 +57,9 @@ class SlurmControl:
         out = self._ok(command("squeue", "-h", "-w", ",".join(names), "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED",
                                "-o", "%i %N"))
         found: dict[str, list[str]] = {n: [] for n in names}
-        expand = {}
         for line in out.stdout.splitlines():
             job, _, nodelist = line.strip().partition(" ")
-            if nodelist not in expand:
-                expand[nodelist] = self._ok(command("scontrol", "show", "hostnames", nodelist)).stdout.split()
-            for n in expand[nodelist]:
+            for n in expand(nodelist):
                 if n in found:
                     found[n].append(job)
         return found

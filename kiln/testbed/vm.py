@@ -140,7 +140,8 @@ class VmNodes:
             proc = self._supervisors.get(node.name)
             alive = proc.poll() is None if proc else self._supervisor_pid(node) is not None
             if not alive:
-                raise TestbedError(f"VM {node.name} stopped while booting; console log:\n"
+                status = f" (supervisor exit {proc.returncode})" if proc else ""
+                raise TestbedError(f"VM {node.name} stopped while booting{status}; console log:\n"
                                    + self.console_tail(node) + "\nsupervisor log:\n"
                                    + self.console_tail(node, name="supervisor.log"))
             result = self._ssh(node, ["systemctl", "is-system-running"], timeout=20)

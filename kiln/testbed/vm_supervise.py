@@ -61,10 +61,11 @@ def _link_target(raw: Path, link: str) -> str | None:
 
 
 def _newest(raw: Path, name: str) -> str | None:
+    """The newest ``/boot/NAME-VERSION`` on the disk. debugfs's parseable listing has one entry a line,
+    ``/INODE/MODE/UID/GID/NAME/SIZE/``."""
     listing = _run(["debugfs", "-R", "ls -p /boot", str(raw)], check=False).stdout
-    found = sorted(f for f in re.findall(r"/([^/\s]+)/$", listing, re.M) if f.startswith(f"{name}-"))
-    if not found:
-        found = sorted({m for m in re.findall(rf"({re.escape(name)}-[^/\s]+)", listing)})
+    names = [fields[5] for fields in (line.split("/") for line in listing.splitlines()) if len(fields) > 6]
+    found = sorted(n for n in names if n.startswith(f"{name}-"))
     return f"/boot/{found[-1]}" if found else None
 
 
@@ -108,10 +109,13 @@ def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
 class Monitor:
     """QEMU's QMP socket: the shutdown reason, and the ACPI power button."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, qemu: subprocess.Popen, timeout: float = 120):
         self.sock = None
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + timeout  # QEMU makes the socket early; a loaded host can be slow
         while self.sock is None and time.monotonic() < deadline:
+            if qemu.poll() is not None:
+                raise BootError(f"QEMU exited with status {qemu.returncode} before its QMP socket answered "
+                                "(its own message is in console.log)")
             try:
                 sock = socket.socket(socket.AF_UNIX)
                 sock.connect(path)
@@ -119,7 +123,7 @@ class Monitor:
             except OSError:
                 time.sleep(0.1)
         if self.sock is None:
-            raise BootError(f"QEMU's QMP socket {path} does not answer")
+            raise BootError(f"QEMU's QMP socket {path} does not answer after {timeout:.0f} s")
         self.file = self.sock.makefile("rwb", buffering=0)
         self.file.readline()  # greeting
         self.send({"execute": "qmp_capabilities"})
@@ -142,15 +146,22 @@ class Monitor:
                 self.reason = event.get("data", {}).get("reason")
 
 
+def say(message: str) -> None:
+    """One line of the supervisor's log (its stderr: supervisor.log beside the VM's disk)."""
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
 def main(spec_path: str) -> int:
     node = json.loads(Path(spec_path).read_text())
     workdir = Path(spec_path).parent
     stopping = False
     monitor: Monitor | None = None
+    child: subprocess.Popen | None = None
 
     def on_term(signum, frame):  # noqa: ARG001
         nonlocal stopping
         stopping = True
+        say(f"signal {signum}: powering the VM off")
         if monitor is not None:
             monitor.sock.settimeout(POWERDOWN_GRACE)  # a guest that never powers off is ended below
             monitor.send({"execute": "system_powerdown"})
@@ -159,28 +170,39 @@ def main(spec_path: str) -> int:
     signal.signal(signal.SIGINT, on_term)
     log = open(node["console"], "ab", buffering=0)
     boots = 0
-    while not stopping:
-        boots += 1
-        kernel, initrd = boot_files(node["disk"], workdir)
-        log.write(f"\n=== kiln: boot {boots} at {time.strftime('%H:%M:%S')} ({accelerator()}) ===\n".encode())
-        Path(node["qmp"]).unlink(missing_ok=True)
-        child = subprocess.Popen(qemu_command(node, kernel, initrd), stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=log)
-        Path(node["pidfile"]).write_text(f"{child.pid}\n")
-        monitor = Monitor(node["qmp"])
-        if stopping:
-            on_term(signal.SIGTERM, None)
-        try:
-            monitor.read_events()
-            status = child.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):  # socket.timeout is an OSError
+    try:
+        while not stopping:
+            boots += 1
+            kernel, initrd = boot_files(node["disk"], workdir)
+            log.write(f"\n=== kiln: boot {boots} at {time.strftime('%H:%M:%S')} ({accelerator()}) ===\n".encode())
+            Path(node["qmp"]).unlink(missing_ok=True)
+            child = subprocess.Popen(qemu_command(node, kernel, initrd), stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=log)
+            Path(node["pidfile"]).write_text(f"{child.pid}\n")
+            say(f"boot {boots}: QEMU {child.pid} started")
+            monitor = Monitor(node["qmp"], child)
+            if stopping:
+                on_term(signal.SIGTERM, None)
+            try:
+                monitor.read_events()
+                status = child.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):  # socket.timeout is an OSError
+                child.kill()
+                status = child.wait()
+            reason = monitor.reason
+            say(f"boot {boots}: QEMU ended, status {status}, {reason or 'no shutdown event'}")
+            log.write(f"=== kiln: VM stopped (status {status}, {reason or 'no shutdown event'}) ===\n".encode())
+            monitor, child = None, None
+            if reason != "guest-reset":
+                break  # powered off (or QEMU died): a machine that stays off
+    except Exception as exc:  # noqa: BLE001 - whatever ends the supervisor, the VM goes with it, said why
+        say(f"supervisor failed: {type(exc).__name__}: {exc}")
+        log.write(f"=== kiln: supervisor failed: {exc} ===\n".encode())
+        if child is not None and child.poll() is None:
             child.kill()
-            status = child.wait()
-        reason = monitor.reason
-        log.write(f"=== kiln: VM stopped (status {status}, {reason or 'no shutdown event'}) ===\n".encode())
-        monitor = None
-        if reason != "guest-reset":
-            break  # powered off (or QEMU died): a machine that stays off
+            child.wait()
+        Path(node["pidfile"]).unlink(missing_ok=True)
+        return 1
     Path(node["pidfile"]).unlink(missing_ok=True)
     return 0
 

@@ -189,9 +189,14 @@ def test_prolog_and_epilog_drain_a_broken_node_and_requeue_its_job(nodes, tmp_pa
         ok(nodes, nodes.controller, f"scontrol update jobid={job} starttime=now")
         wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=60, what=f"job {job} done")
 
-        job = submit(nodes, nodes.controller, f"-w {node} -o /dev/null --wrap 'sleep 5'")
+        marker = "/var/tmp/kiln-epilog-test.out"
+        on(nodes, node, f"rm -f {marker}")
+        job = submit(nodes, nodes.controller, f"-w {node} -o {marker} --wrap 'echo started; sleep 5'")
         jobs.append(job)
-        wait_for(lambda: job_state(nodes, nodes.controller, job) == "RUNNING", timeout=60, what=f"job {job} running")
+        # RUNNING in squeue while the prolog still checks the node: a fault injected then is the prolog's
+        # (drain and requeue). The job's own first line means the prolog has passed.
+        wait_for(lambda: "started" in on(nodes, node, f"cat {marker}").stdout, timeout=60,
+                 what=f"job {job} past its prolog")
         ok(nodes, node, "kiln-sim inject remap-pending")
         try:  # the job's 5 s, then the epilog's checks and drain; CI's two busy cores can stretch both
             wait_for(lambda: job_state(nodes, nodes.controller, job) == "COMPLETED", timeout=180, what=f"job {job} done")

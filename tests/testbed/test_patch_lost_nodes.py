@@ -1,6 +1,7 @@
 """`kiln patch` when a node dies under it (#21): a compute node that loses power in its batch is a
 failure against the budget, the others finish, the rollout does not hang and no job elsewhere dies.
-A controller lost mid-rollout pauses it; `--resume` once it is back finishes it. Runs after test_patch.py
+A controller lost mid-rollout pauses it; `--resume` once it is back finishes it, and a job running
+on a later batch's node through all of it completes. Runs after test_patch.py
 (pytest_collection_modifyitems) and leaves every node on the original driver."""
 
 from __future__ import annotations
@@ -79,8 +80,11 @@ def test_a_compute_node_lost_in_its_batch_fails_against_the_budget_and_the_rest_
 
 
 def test_a_controller_lost_mid_rollout_pauses_it_and_resume_finishes_once_it_is_back(slurm, tmp_path):
-    tb = slurm
+    tb, busy = slurm, slurm.computes[-1]  # the last batch: still running its job when the controller goes
     inventory = inventory_with_driver(tb, tmp_path, DRIVER_UPGRADE)
+    job = submit(tb, tb.controller, f"-w {busy} -o /dev/null --wrap 'sleep 60'")
+    wait_for(lambda: on(tb, tb.controller, f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING", timeout=60,
+             what=f"job {job} running on {busy}")
     try:
         started = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles", "nvidia_driver",
@@ -102,5 +106,6 @@ def test_a_controller_lost_mid_rollout_pauses_it_and_resume_finishes_once_it_is_
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert [r["result"] for r in journal(inventory) if r["event"] == "end"] == ["completed"]
         assert set(versions(tb).values()) == {DRIVER_UPGRADE}
+        assert accounting(tb)[job] == "COMPLETED"  # ran on through the controller's power loss, not killed
     finally:
         _restore(tb, tmp_path)

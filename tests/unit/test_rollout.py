@@ -59,9 +59,10 @@ class FakeSlurm:
     def set_reason(self, name, reason):
         self.state[name][1] = reason
 
-    def resume(self, name):
-        self.calls.append(("resume", name))
-        self.state[name] = ["IDLE", ""]
+    def resume(self, names):
+        self.calls.append(("resume", tuple(names)))
+        for n in names:
+            self.state[n] = ["IDLE", ""]
 
     def reboot(self, names, reason):
         raise AssertionError("no reboot was asked for")
@@ -118,6 +119,17 @@ def test_every_node_is_patched_batch_by_batch_and_resumed(cluster, tmp_path):
     assert {n: r["result"] for n, r in outcome.results.items()} == {n: "patched" for n in compute_of(cluster)}
     assert [c for c in slurm.calls if c[0] == "drain"] == [("drain", (n,)) for n in compute_of(cluster)]
     assert all(s == "IDLE" for s, _ in slurm.state.values())
+
+
+def test_a_batch_is_drained_and_resumed_with_one_scontrol_call_each(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm, recorder = FakeSlurm(names), Recorder()
+    rollout, _ = make(cluster, tmp_path, recorder, slurm, max_unavailable="2", canary=0)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None and len(names) >= 2
+    drains = [c[1] for c in slurm.calls if c[0] == "drain"]
+    resumes = [c[1] for c in slurm.calls if c[0] == "resume"]
+    assert drains == resumes and len(drains[0]) == 2 and sum(map(len, resumes)) == len(names)
 
 
 def test_the_failure_budget_stops_the_rollout_and_the_failed_node_stays_drained(cluster, tmp_path):
@@ -183,8 +195,10 @@ class LostController(FakeSlurm):
         return super().nodes()
 
 
-@pytest.mark.parametrize("cancel_refused", [False, True], ids=["cancel_reboot", "cancel_refused_then_down"])
-def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(cluster, tmp_path, cancel_refused):
+@pytest.mark.parametrize("cancel_refused, cancel_undrains", [(False, False), (True, False), (False, True)],
+                         ids=["cancel_reboot", "cancel_refused_then_down", "cancel_reboot_undrains"])
+def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(cluster, tmp_path, cancel_refused,
+                                                                             cancel_undrains, monkeypatch):
     from kiln.patch.plan import Plan
     from kiln.patch.slurmctl import SlurmError
     names = compute_of(cluster)
@@ -204,7 +218,16 @@ def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(c
         slurm.calls.append(("cancel_reboot", name))
         if cancel_refused:  # what Slurm 22.05 says once the reboot was issued
             raise SlurmError(f"'scontrol cancel_reboot {name}' on ctl exited 1: Invalid node state specified")
+        if cancel_undrains:  # Slurm puts it back itself: a resume now would be refused
+            slurm.state[name] = ["IDLE", ""]
     slurm.cancel_reboot = cancel_reboot
+    resume = slurm.resume
+    def strict_resume(names):
+        if any("DRAIN" not in slurm.state[n][0] and "DOWN" not in slurm.state[n][0] for n in names):
+            raise SlurmError(f"'scontrol update nodename={names} state=resume' exited 1: Invalid node state specified")
+        resume(names)
+    slurm.resume = strict_resume
+    monkeypatch.setattr(rollout_module, "RESUME_RETRY_S", 0)
     slurm.set_down = lambda name, reason: slurm.calls.append(("set_down", name))
     again = Recorder()
     rollout, journal = make(cluster, tmp_path, again, slurm, records=records)
@@ -216,4 +239,4 @@ def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(c
     assert (("set_down", first) in slurm.calls) == cancel_refused
     if cancel_refused:
         down = slurm.calls.index(("set_down", first))
-        assert slurm.calls[down + 1] == ("resume", first)
+        assert slurm.calls[down + 1] == ("resume", (first,))

@@ -14,18 +14,6 @@ def example():
     return load_cluster(REPO / "inventory" / "example")
 
 
-@pytest.mark.parametrize("names, expected", [
-    (["n01", "n02", "n03"], "n[01-03]"),
-    (["n01", "n02", "n04", "n05", "n07"], "n[01-02,04-05,07]"),
-    (["gpu1"], "gpu1"),
-    (["hgx001", "l40s01", "hgx002"], "hgx[001-002],l40s01"),
-    (["login", "ctl01"], "login,ctl01"),
-    (["a9", "a10"], "a9,a10"),  # different widths are different ranges
-])
-def test_hostlists_are_compressed_as_slurm_writes_them(names, expected):
-    assert slurm_config.compress_hostlist(names) == expected
-
-
 def test_node_lines_group_identical_nodes(example):
     assert slurm_config.node_lines(example) == [
         "NodeName=hgx[001-032] CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 RealMemory=2000000 "

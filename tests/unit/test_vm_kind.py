@@ -4,6 +4,7 @@ host keys read from a console log, and the Vagrant inventory kiln writes."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,24 @@ def test_vagrant_inventory_validates_and_known_hosts_come_from_consoles(tmp_path
     Path(spec["machines"][2]["console"]).write_text("booting...\n")
     with pytest.raises(vagrant.VagrantError, match="kilnvag03: no host keys on its console"):
         vagrant.write_known_hosts(inv, wait=0)
+
+
+@pytest.mark.skipif(not (Path("/sbin/mkfs.ext4").exists() and Path("/sbin/debugfs").exists()),
+                    reason="needs e2fsprogs (mkfs.ext4, debugfs) to make and read a small ext4 disk")
+def test_the_newest_kernel_is_found_in_boot_by_name_not_by_size(tmp_path):
+    boot = tmp_path / "tree" / "boot"
+    boot.mkdir(parents=True)
+    for name in ("vmlinuz-6.1.0-25-amd64", "vmlinuz-6.1.0-28-amd64", "initrd.img-6.1.0-28-amd64", "config-6.1.0-28"):
+        (boot / name).write_bytes(b"x" * 4096)
+    raw = tmp_path / "disk.raw"
+    subprocess.run(["truncate", "-s", "8M", str(raw)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-d", str(tmp_path / "tree"), str(raw)], check=True)
+    assert vm_supervise._newest(raw, "vmlinuz") == "/boot/vmlinuz-6.1.0-28-amd64"
+    assert vm_supervise._newest(raw, "initrd.img") == "/boot/initrd.img-6.1.0-28-amd64"
+    assert vm_supervise._newest(raw, "System.map") is None
+
+
+def test_a_qemu_that_exits_before_its_monitor_answers_is_reported_not_waited_for(tmp_path):
+    qemu = subprocess.Popen(["sh", "-c", "exit 1"])
+    with pytest.raises(vm_supervise.BootError, match="exited with status 1"):
+        vm_supervise.Monitor(str(tmp_path / "qmp.sock"), qemu, timeout=30)

@@ -1,0 +1,46 @@
+"""Host lists as Slurm and ClusterShell write them (``gpu[001-031,033]``), through ClusterShell's NodeSet.
+
+Used for every list kiln folds for a person (summaries, progress) or for Slurm (slurm.conf's NodeName and
+Nodes=), and to read the node lists Slurm prints (``squeue -o %N``) without asking ``scontrol show
+hostnames`` over SSH.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+
+class HostListError(ValueError):
+    pass
+
+
+def fold(names: Iterable[str]) -> str:
+    """``["gpu001", "gpu002", "gpu004"]`` -> ``gpu[001-002,004]`` (sorted, duplicates once)."""
+    names = list(names)
+    if not names:
+        return ""
+    try:
+        return str(NodeSet.fromlist(names))
+    except NodeSetParseError as e:
+        raise HostListError(f"cannot fold host names {names[:3]}...: {e}") from None
+
+
+def expand(expression: str) -> list[str]:
+    """``gpu[001-002,004],ctl`` -> its host names, as Slurm lists them (sorted)."""
+    expression = expression.strip()
+    if not expression or expression in ("(null)", "n/a"):
+        return []
+    try:
+        return list(NodeSet(expression))
+    except NodeSetParseError as e:
+        raise HostListError(f"not a host list: {expression!r}: {e}") from None
+
+
+def group(outcomes: dict[str, object]) -> list[tuple[object, list[str]]]:
+    """Hosts with the same outcome together: [(outcome, hosts)], in the order outcomes first appear."""
+    groups: dict[object, list[str]] = {}
+    for host, outcome in outcomes.items():
+        groups.setdefault(outcome, []).append(host)
+    return list(groups.items())
