@@ -191,8 +191,12 @@ def _sweep_stale(mine: Path) -> None:
 class RemoteCheck:
     """Holds the verdicts of a run; pytest reads them through the ``kiln_check`` fixture."""
 
-    def __init__(self, cluster: Cluster, hosts: list[Host], suites: list[str], progress=lambda line: None):
+    def __init__(self, cluster: Cluster, hosts: list[Host], suites: list[str], progress=lambda line: None,
+                 events=None, log=None, forks: int = 64):
+        """``events``: told each host's start and verdict (kiln.cli.progress.Progress); ``log``: the
+        run's log (kiln.runlog.RunLog); ``forks``: hosts checked at once."""
         self.cluster, self.hosts, self.suites, self.progress = cluster, hosts, suites, progress
+        self.events, self.log, self.forks = events, log, max(1, forks)
         self.results: dict[str, list[Verdict]] = {}
         self.token = f"kiln-{uuid.uuid4().hex}"
         self.shared = self._shared_mounts() if "storage" in suites else {}
@@ -227,6 +231,8 @@ class RemoteCheck:
 
     def _check_host(self, host: Host) -> list[Verdict]:
         start = time.monotonic()
+        if self.events:
+            self.events.step(host.name, f"checks: {', '.join(self.suites)}")
         node = self.node(host)
         self.outputs[host.name] = {}
         verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites,
@@ -234,12 +240,18 @@ class RemoteCheck:
         if any(v.id == "NODE_UNREACHABLE" for v in verdicts):
             del self.outputs[host.name]
         self.seconds[host.name] = time.monotonic() - start
-        failed = sum(v.failed for v in verdicts)
-        self.progress(f"  {host.name}: {len(verdicts)} checks, {failed} failed ({self.seconds[host.name]:.1f} s)")
+        failed = [v for v in verdicts if v.failed]
+        if self.log:
+            for v in verdicts:
+                self.log.event(host.name, f"{v.severity} {v.id}: {v.message}")
+        if self.events:
+            worst = "failed" if failed else "warn" if any(v.severity == "warn" for v in verdicts) else "ok"
+            self.events.finish(host.name, worst, f"{len(verdicts)} checks, {len(failed)} failed "
+                               f"({self.seconds[host.name]:.1f} s)" + (f": {failed[0].id}" if failed else ""))
         return verdicts
 
     def collect(self) -> None:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, max(1, len(self.hosts)))) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(self.hosts)))) as pool:
             for host, verdicts in zip(self.hosts, pool.map(self._check_host, self.hosts)):
                 self.results[host.name] = verdicts
         if "storage" in self.suites:
@@ -363,8 +375,9 @@ class RemoteCheck:
         self.collect()
         ini = self.tmp / "pytest.ini"
         ini.write_text("[pytest]\n")  # not the repository's test settings
+        # pytest's own terminal output off: kiln prints the verdicts (its table); junit XML still written
         args = [str(CHECKS_DIR / "test_nodes.py"), "-c", str(ini), "-q", "-p", "no:cacheprovider", "--no-header",
-                "--rootdir", str(CHECKS_DIR), "-p", "no:warnings"]
+                "--rootdir", str(CHECKS_DIR), "-p", "no:warnings", "-p", "no:terminal"]
         if junit:
             args.append(f"--junitxml={junit}")
         return int(pytest.main(args, plugins=[_Plugin(self)]))

@@ -7,6 +7,7 @@ import json
 import time
 
 from checks.verdict import Verdict
+from kiln.hostlist import fold, group
 
 ORDER = {"fail": 0, "warn": 1, "ok": 2}
 
@@ -16,10 +17,11 @@ def summary(results: dict[str, list[Verdict]]) -> dict[str, str]:
     return {n: min((v.severity for v in vs), key=ORDER.__getitem__, default="ok") for n, vs in results.items()}
 
 
-def table(results: dict[str, list[Verdict]], suites: list[str]) -> str:
+def table(results: dict[str, list[Verdict]], suites: list[str], verbose: int = 0) -> str:
+    """One row per node with ``verbose``; else nodes whose rows read the same share one row, their
+    names folded (``kilntest[02-05]``). A failing node always has its own row."""
     worst = summary(results)
-    width = max([len(n) for n in results] + [4])
-    lines = [f"{'node':<{width}}  {'verdict':<7}  " + "  ".join(f"{s:<8}" for s in suites) + "  first problem"]
+    rows: dict[str, str] = {}
     for node, verdicts in results.items():
         cells = []
         for suite in suites:
@@ -29,8 +31,16 @@ def table(results: dict[str, list[Verdict]], suites: list[str]) -> str:
             cells.append(f"{'FAIL ' + str(len(bad)) if bad else 'warn ' + str(len(warned)) if warned else 'ok' if vs else '-':<8}")
         problems = sorted((v for v in verdicts if v.severity != "ok"), key=lambda v: ORDER[v.severity])
         first = f"{problems[0].id}: {problems[0].message}" if problems else ""
-        lines.append(f"{node:<{width}}  {worst[node].upper():<7}  " + "  ".join(cells) + f"  {first[:110]}")
-    return "\n".join(lines)
+        rows[node] = f"{worst[node].upper():<7}  " + "  ".join(cells) + f"  {first[:110]}"
+    if verbose:
+        lines = [(node, row) for node, row in rows.items()]
+    else:
+        alone = {n: (n, row) for n, row in rows.items() if worst[n] == "fail"}
+        lines = [(fold(nodes), row) for row, nodes in group({n: r for n, r in rows.items() if n not in alone})]
+        lines = sorted(lines + list(alone.values()), key=lambda line: ORDER[line[1].split()[0].lower()])
+    width = max([len(name) for name, _ in lines] + [4])
+    head = f"{'node':<{width}}  {'verdict':<7}  " + "  ".join(f"{s:<8}" for s in suites) + "  first problem"
+    return "\n".join([head] + [f"{name:<{width}}  {row}".rstrip() for name, row in lines])
 
 
 def as_json(results: dict[str, list[Verdict]], seconds: dict[str, float]) -> str:

@@ -11,11 +11,14 @@ import click
 
 from kiln.inventory.location import default_inventory, testbed_inventory
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "default_inventory", "testbed_inventory", "echo", "visible",
-           "inventory_option", "json_option", "load_or_exit", "validate_inventory"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_CHANGES", "default_inventory", "testbed_inventory",
+           "echo", "visible", "inventory_option", "json_option", "forks_option", "verbose_option", "load_or_exit",
+           "validate_inventory", "allow_open_files"]
 
-# Exit codes (README, Exit codes): 0 all good, 1 something failed on a node, 2 bad input or usage.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# Exit codes (README, Exit codes): 0 all good, 1 something failed on a node, 2 bad input or usage,
+# 3 a dry run found changes pending (deploy --dry-run, patch --dry-run).
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CHANGES = 0, 1, 2, 3
+DEFAULT_FORKS = 256
 
 
 _HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -60,7 +63,25 @@ def inventory_option(command):
                         help="inventory directory (default: $KILN_INVENTORY, else ./inventory/testbed)")(command)
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table (and nothing else "
+                           "on standard output)")
+verbose_option = click.option("-v", "--verbose", count=True, help="per-host detail instead of folded host lists; "
+                              "on a terminal, one line per event instead of the live display")
+def forks_option(default: int = DEFAULT_FORKS):
+    return click.option("--forks", default=default, show_default=True, type=click.IntRange(min=1),
+                        help="hosts worked on at once")
+
+
+def allow_open_files(connections: int) -> None:
+    """Raise this process's open-file limit (toward its hard limit) when ``connections`` ssh
+    connections, held for the whole run, could pass the soft one (often 1024)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 64 + 2 * connections
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
 
 
 def load_or_exit(path: Path, untouched: str = "nothing was touched"):
@@ -72,3 +93,40 @@ def load_or_exit(path: Path, untouched: str = "nothing was touched"):
             echo(f"  {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     return cluster
+
+
+# --- shell completion (README, Shell completion): click asks these while the user presses Tab ---
+def _last_word(incomplete: str) -> tuple[str, str]:
+    """(what is before the word being typed, the word) in a comma list such as ``slurm,nv``."""
+    head, _, word = incomplete.rpartition(",")
+    return (head + "," if head else ""), word
+
+
+def complete_hosts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Host and group names of the inventory in ``-i`` (or the default one), read without ansible-core."""
+    from kiln.inventory.files import read_inventory_files
+
+    root = ctx.params.get("inventory") or default_inventory()
+    try:
+        files = read_inventory_files(Path(root).resolve())
+    except Exception:  # noqa: BLE001 - a completion never fails the shell
+        return []
+    groups = set(files.group_vars) | {"all"}
+    head, word = _last_word(incomplete)
+    head += word[: len(word) - len(word.lstrip("!&"))]  # a pattern's ! (not) or & (and) stays
+    word = word.lstrip("!&")
+    return [head + n for n in sorted(set(files.host_source) | groups) if n.startswith(word)]
+
+
+def complete_roles(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    import roles
+
+    head, word = _last_word(incomplete)
+    return [head + r for r in roles.ORDER if r.startswith(word)]
+
+
+def complete_suites(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    from checks.suites import SUITES
+
+    head, word = _last_word(incomplete)
+    return [head + s for s in SUITES if s.startswith(word)]

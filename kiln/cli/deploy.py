@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option,
-                             json_option, load_or_exit)
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK, allow_open_files, complete_hosts,
+                             complete_roles, default_inventory, echo, forks_option, inventory_option, json_option,
+                             load_or_exit, verbose_option)
+from kiln.hostlist import fold, group
 
 
 def gevent_patch() -> None:
@@ -21,17 +23,25 @@ def gevent_patch() -> None:
 
 @click.command()
 @inventory_option
-@click.option("--roles", "role_list", default=None, help="comma-separated roles to run (default: each host's roles)")
-@click.option("--limit", default=None, help="Ansible host pattern: hosts, groups, globs, ~regex, a,b, !x, &y")
-@click.option("--dry-run", is_flag=True, help="show what would change on each host, with file diffs; change nothing")
+@click.option("--roles", "role_list", shell_complete=complete_roles, default=None,
+              help="comma-separated roles to run (default: each host's roles)")
+@click.option("--limit", shell_complete=complete_hosts, default=None,
+              help="Ansible host pattern: hosts, groups, globs, ~regex, a,b, !x, &y")
+@click.option("--dry-run", is_flag=True, help="show what would change on each host, with file diffs; change "
+              "nothing. Exit 0: nothing would change, 3: changes pending, 1: a host failed")
+@forks_option()
+@verbose_option
 @json_option
-def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry_run: bool, as_json: bool) -> None:
-    """Converge hosts: exit 0 all good, 1 some host failed, 2 bad input (nothing touched)."""
+def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry_run: bool, forks: int,
+           verbose: int, as_json: bool) -> None:
+    """Converge hosts: exit 0 all good, 1 some host failed, 2 bad input (nothing touched), 3 (--dry-run)
+    changes pending."""
     import roles
     from kiln.inventory.limit import LimitError, resolve_limit
     from kiln.secrets import SecretsError, load_or_create
 
-    cluster = load_or_exit(inventory or default_inventory())
+    inventory = inventory or default_inventory()
+    cluster = load_or_exit(inventory)
     names = None
     if role_list is not None:
         names = [r.strip() for r in role_list.split(",") if r.strip()]
@@ -50,40 +60,68 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
     # After the inventory is loaded: ansible-core probes socket behaviour at import, which a patched
     # socket module reports as an error.
     gevent_patch()
+    from kiln.cli.progress import Progress
     from kiln.deploy.runner import Deploy
-    say = (lambda line: echo(line, err=True)) if as_json else echo
-    result = Deploy(cluster, secrets, hosts, names, dry_run=dry_run, progress=say).run()
+    from kiln.runlog import RunLog
+
+    allow_open_files(len(hosts))
+    log = RunLog(inventory, cluster.name, "deploy-dry-run" if dry_run else "deploy", sys.argv[1:])
+    try:
+        with Progress.for_command("dry run" if dry_run else "deploy", hosts, as_json, verbose, log) as progress:
+            result = Deploy(cluster, secrets, hosts, names, dry_run=dry_run, progress=progress.note,
+                            events=progress, log=log, forks=forks).run()
+        for h in result.hosts:
+            if h.error:
+                log.event(h.name, f"{h.status} at {h.failed_op!r}: next: {h.next_step}\n{h.error}")
+    finally:
+        log.close()
     if as_json:
-        echo(json.dumps(result.as_dict(), indent=2))
+        echo(json.dumps({**result.as_dict(), "log": str(log.path)}, indent=2))
     else:
-        _print_summary(result)
-    sys.exit(EXIT_FAILED if result.failed or result.stopped else EXIT_OK)
+        print_summary(result, verbose)
+        echo(f"log: {log.path}")
+    if result.failed or result.stopped:
+        sys.exit(EXIT_FAILED)
+    sys.exit(EXIT_CHANGES if dry_run and any(h.status == "would change" for h in result.hosts) else EXIT_OK)
 
 
-def _print_summary(result) -> None:
+def print_summary(result, verbose: int = 0) -> None:
+    """Hosts with the same outcome on one line (``changed  gpu[001-031,033]``); a failed host always on
+    its own, with what it printed and what to do; every host on its own with ``-v``."""
     echo("")
     what = "dry run (nothing changed)" if result.dry_run else "deploy"
     echo(f"{what}: roles {', '.join(result.roles) or '(none)'}, {len(result.hosts)} host(s), "
                f"{result.seconds:.1f} s")
-    width = max([len(h.name) for h in result.hosts] + [4])
-    for h in result.hosts:
-        detail = f"{len(h.changed)} of {h.ops} operations" if h.status in ("changed", "would change") else ""
-        if h.status == "changed":
-            detail += f" ({len(h.install_changed)} of them install stage)"
-        if h.failed_op:
-            detail = f"at {h.failed_op!r}"
-        echo(f"  {h.name:<{width}}  {h.status:<12} {detail}".rstrip())
+    ok = [h for h in result.hosts if not h.error and not h.failed_op]
+    if verbose:
+        rows = [([h.name], h) for h in ok]
+    else:  # one row per outcome and, in a dry run, the same pending operations
+        key = (lambda h: (h.status, tuple(h.changed), tuple(h.diffs))) if result.dry_run else (lambda h: h.status)
+        rows = [(hosts, next(h for h in ok if h.name == hosts[0])) for _, hosts in
+                group({h.name: key(h) for h in ok})]
+    for names, h in rows:
+        detail = f"({len(names)} hosts)" if len(names) > 1 else ""
+        if verbose and h.status in ("changed", "would change"):
+            detail = f"{len(h.changed)} of {h.ops} operations"
+            if h.status == "changed":
+                detail += f" ({len(h.install_changed)} of them install stage)"
+        echo(f"  {h.status:<12} {fold(names)}  {detail}".rstrip())
         if result.dry_run:
             for name in h.changed:
                 echo(f"      ~ {name}")
             for diff in h.diffs:
                 echo("\n".join("      " + line for line in diff.splitlines()))
+    for h in result.hosts:
+        if h in ok:
+            continue
+        echo(f"  {h.status:<12} {h.name}  at {h.failed_op!r}" if h.failed_op else f"  {h.status:<12} {h.name}")
         if h.error:
             echo("\n".join("      | " + line for line in h.error.splitlines()))
         if h.next_step:
             echo(f"      next: {h.next_step}")
-        for reason in h.reboot_required:
-            echo(f"      ! {reason} (kiln patch --reboot needed reboots nodes batch by batch)")
+    for reason, names in group({h.name: tuple(h.reboot_required) for h in result.hosts if h.reboot_required}):
+        for line in reason:
+            echo(f"  ! {fold(names)}: {line} (kiln patch --reboot needed reboots nodes batch by batch)")
     if result.stopped:
         echo(f"stopped: {result.stopped}")
     counts = result.as_dict()["summary"]

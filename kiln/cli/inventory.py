@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_OK, default_inventory, echo, inventory_option, json_option,
-                             validate_inventory)
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_OK, complete_hosts, default_inventory, echo, inventory_option,
+                             json_option, validate_inventory)
 
 
 @click.group()
@@ -53,8 +53,10 @@ def validate_cmd(inventory: Path | None, as_json: bool) -> None:
 
 @inventory.command("show")
 @inventory_option
-@click.option("--host", "host_name", default=None, help="show one host only")
-@click.option("--limit", default=None, help="Ansible host pattern: list only the matching hosts' names (as "
+@click.option("--host", "host_name", shell_complete=complete_hosts, default=None,
+              help="show one host only")
+@click.option("--limit", shell_complete=complete_hosts, default=None,
+              help="Ansible host pattern: list only the matching hosts' names (as "
               "ansible --list-hosts does)")
 @json_option
 def show_cmd(inventory: Path | None, host_name: str | None, limit: str | None, as_json: bool) -> None:

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option,
-                             json_option, load_or_exit)
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK, complete_hosts, complete_roles,
+                             default_inventory, echo, forks_option, inventory_option, json_option, load_or_exit,
+                             verbose_option)
 
 
 @click.command()
 @inventory_option
-@click.option("--roles", "role_list", default=None, help="comma-separated roles to apply (required unless --resume)")
-@click.option("--limit", default=None, help="Ansible host pattern: the hosts to patch")
+@click.option("--roles", "role_list", shell_complete=complete_roles, default=None,
+              help="comma-separated roles to apply (required unless --resume)")
+@click.option("--limit", shell_complete=complete_hosts, default=None,
+              help="Ansible host pattern: the hosts to patch")
 @click.option("--max-unavailable", default="1", show_default=True,
               help="compute nodes out of service at once, counting any already out: N or P%")
 @click.option("--canary", default=1, show_default=True, help="compute nodes in the first batch")
@@ -26,11 +29,16 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inven
 @click.option("--drain-timeout", default="1h", show_default=True,
               help="how long to wait for a drained node's jobs (e.g. 90s, 30m, 2h); then it is left unpatched")
 @click.option("--resume", is_flag=True, help="continue the rollout whose process stopped (from its journal)")
-@click.option("--dry-run", is_flag=True, help="print the batches; change nothing")
+@click.option("--dry-run", is_flag=True, help="print the batches; change nothing. Exit 3: nodes would be patched, "
+              "0: none")
+@forks_option()
+@verbose_option
 @json_option
 def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_unavailable: str, canary: int,
-          failure_budget: int, reboot: str, drain_timeout: str, resume: bool, dry_run: bool, as_json: bool) -> None:
-    """Patch a live cluster: exit 0 every node patched, 1 a node failed or the rollout stopped, 2 bad input."""
+          failure_budget: int, reboot: str, drain_timeout: str, resume: bool, dry_run: bool, forks: int,
+          verbose: int, as_json: bool) -> None:
+    """Patch a live cluster: exit 0 every node patched, 1 a node failed or the rollout stopped, 2 bad input,
+    3 (--dry-run) nodes would be patched."""
     import roles
     from kiln.inventory.limit import LimitError, resolve_limit
     from kiln.patch import journal as journals
@@ -90,7 +98,10 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     else:
         journal_path = pending if resume else directory / f"{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
         journal = journals.Journal(journal_path, journals.read(journal_path) if resume else None)
-    rollout = Rollout(cluster, secrets, journal, options, progress=say)
+    from functools import partial
+    from kiln.patch.rollout import check_nodes, deploy_roles
+    rollout = Rollout(cluster, secrets, journal, options, progress=say, apply=partial(deploy_roles, forks=forks),
+                      check=partial(check_nodes, forks=forks))
     try:
         if resume:
             plan = Plan.from_dict(journal.start["plan"])
@@ -108,17 +119,27 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     if dry_run:
         rollout.checker.close()
         echo(json.dumps(plan.as_dict(), indent=2) if as_json else report.plan_text(plan, options))  # JSON alone
-        sys.exit(EXIT_OK)
+        sys.exit(EXIT_CHANGES if plan.service or any(plan.compute) else EXIT_OK)
     say(report.plan_text(plan, options) + f"\njournal: {journal_path}")
-    outcome = rollout.run(plan)
+    from kiln.cli.progress import Progress
+    from kiln.runlog import RunLog
+    log = RunLog(inventory, cluster.name, "patch", sys.argv[1:])
+    nodes = [*plan.service, *(n for batch in plan.compute for n in batch)]
+    try:
+        with Progress.for_command("patch", nodes, as_json, verbose, log) as progress:
+            rollout.progress, rollout.events = progress.note, progress
+            outcome = rollout.run(plan)
+    finally:
+        log.close()
     journal.close()
     html = journal_path.with_suffix(".html")
     html.write_text(report.html(journals.read(journal_path), cluster.name))
-    summary = report.summary(outcome, str(journal_path), str(html))
+    summary = {**report.summary(outcome, str(journal_path), str(html)), "log": str(log.path)}
     if as_json:
         echo(json.dumps(summary, indent=2))
     else:
-        echo(report.summary_text(summary))
+        echo(report.summary_text(summary, verbose))
+        echo(f"log:     {log.path}")
     sys.exit(EXIT_FAILED if outcome.stopped or outcome.failed or
              any(r["result"] == "not patched" for r in outcome.results.values()) else EXIT_OK)
 

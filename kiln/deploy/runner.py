@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import gevent
+import gevent.pool
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.exceptions import PyinfraError
@@ -79,19 +80,52 @@ class DeployResult:
                             for s in ("changed", "no change", "would change", "failed", "unreachable")}}
 
 
-class _Progress(BaseStateCallback):
-    """Counts finished operations per host and reports each host once when it is done or fails."""
+class _Events(BaseStateCallback):
+    """Each operation as it starts and ends on a host: to the command's progress display (``events``:
+    step/finish, kiln.cli.progress.Progress) and the run's log (each operation with its result and
+    time, the full output of a failed one); a host is reported finished when its last operation is."""
 
-    def __init__(self, report: Callable[[str], None], totals: dict[str, int]):
-        self.report, self.totals, self.done = report, totals, {}
+    def __init__(self, deploy: "Deploy", totals: dict[str, int]):
+        self.deploy, self.totals = deploy, totals
+        self.done: dict[str, int] = {}
+        self.changed: dict[str, int] = {}
+        self.started: dict[tuple[str, str], float] = {}
+
+    def _name(self, state, host, op_hash) -> str:
+        data = state.ops[host].get(op_hash)
+        return (data.global_arguments.get("name") if data else None) or op_hash
+
+    def operation_host_start(self, state, host, op_hash):
+        self.started[(host.name, op_hash)] = time.monotonic()
+        if self.deploy.events:
+            self.deploy.events.step(self.deploy.node(host), self._name(state, host, op_hash))
+
+    def _seconds(self, host, op_hash) -> float:
+        return time.monotonic() - self.started.pop((host.name, op_hash), time.monotonic())
 
     def operation_host_success(self, state, host, op_hash, retry_count=0):
+        node, name = self.deploy.node(host), self._name(state, host, op_hash)
+        data = state.ops[host].get(op_hash)
+        changed = bool(data and data.operation_meta.did_change())
         self.done[host.name] = self.done.get(host.name, 0) + 1
-        if self.done[host.name] == self.totals.get(host.name):
-            self.report(f"  {host.name}: {self.totals[host.name]} operations done")
+        self.changed[host.name] = self.changed.get(host.name, 0) + changed
+        if self.deploy.log:
+            self.deploy.log.operation(node, name, "changed" if changed else "ok", self._seconds(host, op_hash))
+        if self.done[host.name] == self.totals.get(host.name) and self.deploy.events:
+            count = self.changed[host.name]
+            self.deploy.events.finish(node, "changed" if count else "no change",
+                                      f"{count} of {self.totals[host.name]} operations" if count else "")
 
     def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
-        self.report(f"  {host.name}: an operation failed (details in the summary)")
+        node, name = self.deploy.node(host), self._name(state, host, op_hash)
+        if self.deploy.log:
+            data = state.ops[host].get(op_hash)
+            output = data.operation_meta._combined_output if data else None
+            lines = [line.line for line in output] if output is not None else []
+            self.deploy.log.operation(node, name, "failed", self._seconds(host, op_hash),
+                                      self.deploy.secrets.mask("\n".join(lines)))
+        if self.deploy.events:
+            self.deploy.events.finish(node, "failed", f"at {name!r}")
 
 
 def _quiet_pyinfra() -> None:
@@ -109,10 +143,15 @@ def _tail(lines: list[str], secrets: Secrets) -> str:
 class Deploy:
     def __init__(self, cluster: Cluster, secrets: Secrets, hosts: list[str], role_names: list[str] | None,
                  dry_run: bool = False, progress: Callable[[str], None] = lambda line: None,
-                 stages: tuple[str, ...] = roles.STAGES, targets: dict[str, str] | None = None):
+                 stages: tuple[str, ...] = roles.STAGES, targets: dict[str, str] | None = None,
+                 events=None, log=None, forks: int = 0):
         """``stages``: the role stages to run (an image build runs ``("install",)``); ``targets``:
-        where to reach a host when not by its inventory connection (an image build's ``@chroot/DIR``)."""
+        where to reach a host when not by its inventory connection (an image build's ``@chroot/DIR``);
+        ``events``: told each host's operations as they start and end (kiln.cli.progress.Progress);
+        ``log``: the run's log (kiln.runlog.RunLog); ``forks``: hosts worked on at once (0: all)."""
         self.cluster, self.secrets, self.dry_run, self.progress = cluster, secrets, dry_run, progress
+        self.events, self.log = events, log
+        self.forks = forks if forks > 0 else max(1, len(hosts))
         self.stages = stages
         self.targets = targets or {}
         self._nodes = {self.targets.get(n, n): n for n in hosts}
@@ -135,7 +174,7 @@ class Deploy:
         _quiet_pyinfra()
         inventory = Inventory(([(self.targets[n], {}) if n in self.targets else (n, dict(self.cluster.hosts[n].connection))
                                 for n in self.host_names], {}))
-        config = Config(CONNECT_TIMEOUT=15, PARALLEL=max(1, len(self.host_names)), FAIL_PERCENT=None)
+        config = Config(CONNECT_TIMEOUT=15, PARALLEL=min(self.forks, max(1, len(self.host_names))), FAIL_PERCENT=None)
         # Operations are evaluated when they run (after the node snapshot), never while prepared.
         state = State(inventory, config, check_for_changes=False)
         ctx_state.set(state)
@@ -165,7 +204,7 @@ class Deploy:
                 return self._result(start)
             self.progress("running")
             totals = {h.name: len(h.op_hash_order) for h in active}
-            state.add_callback_handler(_Progress(self.progress, totals))
+            state.add_callback_handler(_Events(self, totals))
             try:
                 run_ops(state, no_wait=True)
             except PyinfraError:
@@ -189,7 +228,8 @@ class Deploy:
                     return work(host)
             except Exception as e:  # reported per host
                 return e
-        greenlets = {host: gevent.spawn(one, host) for host in hosts}
+        pool = gevent.pool.Pool(self.forks)
+        greenlets = {host: pool.spawn(one, host) for host in hosts}
         gevent.joinall(list(greenlets.values()))
         return {host: g.value for host, g in greenlets.items()}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html as html_lib
 
+from kiln.hostlist import fold, group
 from kiln.patch.plan import Plan
 
 
@@ -33,13 +34,26 @@ def summary(outcome, journal: str, page: str) -> dict:
             "report": page}
 
 
-def summary_text(s: dict) -> str:
+def summary_text(s: dict, verbose: int = 0) -> str:
+    """Nodes with the same result and detail on one line (``patched  gpu[001-064]``) unless ``verbose``;
+    a failed node always on its own."""
     lines = ["", f"rollout {s['result']}" + (f": {s['stopped']}" if s["stopped"] else "")]
-    width = max([len(n) for n in s["nodes"]] + [4])
-    for name, r in s["nodes"].items():
-        lines.append(f"  {name:<{width}}  {r['result']:<12} {r['detail']}".rstrip())
-    for b in s["batches"]:
-        lines.append(f"  batch {b['index'] + 1} ({', '.join(b['nodes']) or '-'}): {b['seconds']:.1f} s = jobs "
+    rows = [([n], r) for n, r in s["nodes"].items()]
+    if not verbose:
+        alone = [([n], r) for n, r in s["nodes"].items() if r["result"] == "failed"]
+        same = group({n: (r["result"], r["detail"]) for n, r in s["nodes"].items() if r["result"] != "failed"})
+        rows = [(names, {"result": key[0], "detail": key[1]}) for key, names in same] + alone
+    width = max([len(fold(names)) for names, _ in rows] + [4])
+    for names, r in rows:
+        lines.append(f"  {fold(names):<{width}}  {r['result']:<12} {r['detail']}".rstrip())
+    batches = s["batches"]
+    if len(batches) > 10 and not verbose:
+        seconds = sorted(b["seconds"] for b in batches)
+        lines.append(f"  {len(batches)} batches: median {seconds[len(seconds) // 2]:.1f} s, longest {seconds[-1]:.1f} s "
+                     "(each in the journal and the report; -v lists them)")
+        batches = []
+    for b in batches:
+        lines.append(f"  batch {b['index'] + 1} ({fold(b['nodes']) or '-'}): {b['seconds']:.1f} s = jobs "
                      f"{b['drain_s']:.1f} + patch {b['patch_s']:.1f} + reboot {b['reboot_s']:.1f} + kiln "
                      f"{b['overhead_s']:.1f}")
     lines.append("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items())))

@@ -63,16 +63,16 @@ class Outcome:
         return [n for n, r in self.results.items() if r["result"] == "failed"]
 
 
-def deploy_roles(cluster: Cluster, secrets: Secrets, names: list[str], role_names: list[str]) -> list:
-    """Apply ``role_names`` on ``names`` with kiln deploy; one result per host (status, changed,
-    failed_op, error, reboot_required)."""
+def deploy_roles(cluster: Cluster, secrets: Secrets, names: list[str], role_names: list[str], forks: int = 0) -> list:
+    """Apply ``role_names`` on ``names`` with kiln deploy, ``forks`` at once (0: all); one result per
+    host (status, changed, failed_op, error, reboot_required)."""
     from kiln.deploy.runner import Deploy
-    return Deploy(cluster, secrets, names, role_names).run().hosts
+    return Deploy(cluster, secrets, names, role_names, forks=forks).run().hosts
 
 
-def check_nodes(cluster: Cluster, names: list[str]) -> dict[str, list[Verdict]]:
-    """Node -> its verdicts, from kiln check's suites over SSH."""
-    with RemoteCheck(cluster, [cluster.hosts[n] for n in names], SUITES) as checker:
+def check_nodes(cluster: Cluster, names: list[str], forks: int = 64) -> dict[str, list[Verdict]]:
+    """Node -> its verdicts, from kiln check's suites over SSH, ``forks`` nodes at once."""
+    with RemoteCheck(cluster, [cluster.hosts[n] for n in names], SUITES, forks=forks) as checker:
         checker.collect()
     return checker.results
 
@@ -85,9 +85,11 @@ class Rollout:
 
     def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
                  progress: Callable[[str], None] = print, *, slurm=None, checker=None,
-                 apply: Callable = deploy_roles, check: Callable = check_nodes):
+                 apply: Callable = deploy_roles, check: Callable = check_nodes, events=None):
+        """``events``: told each node's steps and result as they happen (kiln.cli.progress.Progress,
+        which then also stamps ``progress``'s lines with the time)."""
         self.cluster, self.secrets, self.journal, self.options = cluster, secrets, journal, options
-        self.progress = progress
+        self.progress, self.events = progress, events
         self.checker = checker or RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
         self.slurm = slurm or SlurmControl(self.checker.node(cluster.controllers[0]))
         self.apply, self.check = apply, check
@@ -99,7 +101,7 @@ class Rollout:
 
     # --- journal helpers ---
     def say(self, message: str) -> None:
-        self.progress(f"[{time.monotonic() - self.started:7.1f}s] {message}")
+        self.progress(message if self.events else f"[{time.monotonic() - self.started:7.1f}s] {message}")
 
     def record(self, event: str, **fields) -> dict:
         with self._lock:
@@ -109,6 +111,8 @@ class Rollout:
         """Journal the start of ``step``; returns the earlier ``begin`` when the step was interrupted."""
         earlier = self.journal.begun(node, step)
         self.record("step", node=node, step=step, phase="resume" if earlier else "begin", **details)
+        if self.events:
+            self.events.step(node, step)
         return earlier
 
     def done(self, node: str, step: str, **details) -> None:
@@ -118,7 +122,10 @@ class Rollout:
         outcome.results[node] = {"result": result, "detail": detail}
         if not self.journal.result(node):
             self.record("node", node=node, result=result, detail=detail)
-        self.say(f"{node}: {result}{' - ' + detail if detail else ''}")
+        if self.events:
+            self.events.finish(node, result, detail)
+        else:
+            self.say(f"{node}: {result}{' - ' + detail if detail else ''}")
 
     # --- the run ---
     def new_plan(self, hosts: list[str]) -> planning.Plan:

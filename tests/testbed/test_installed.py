@@ -67,7 +67,7 @@ def test_testbed_up_dry_run_deploy_and_down_from_the_wheel(installed):
     node = run([str(kiln), "testbed", "ssh", "--name", NAME, f"{NAME}01", "--", "nvidia-smi -L"], ops, timeout=120)
     assert node.returncode == 0 and "GPU 0" in node.stdout, node.stdout + node.stderr  # simulators shipped
     dry = run([str(kiln), "deploy", "-i", str(inventory), "--dry-run"], ops)
-    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert dry.returncode == 3, dry.stdout + dry.stderr  # a fresh node: changes pending
     assert "dry run (nothing changed)" in dry.stdout, dry.stdout
     down = run([str(kiln), "testbed", "down", "--name", NAME], ops, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr

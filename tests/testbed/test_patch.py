@@ -92,13 +92,13 @@ def test_dry_run_prints_the_batches_and_changes_nothing(slurm, tmp_path):
     inventory = inventory_with_driver(slurm, tmp_path, DRIVER_UPGRADE)
     before = boot_times(slurm)
     out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--dry-run")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 3, out.stdout + out.stderr  # nodes would be patched
     c = slurm.computes
     assert f"canary 1: {c[0]}" in out.stdout and f"batch 2: {c[1]}" in out.stdout and f"batch 4: {c[3]}" in out.stdout
     assert set(versions(slurm).values()) == {ORIGINAL} and boot_times(slurm) == before and not drained(slurm)
     assert not list((inventory.parent / ".kiln").glob("rollouts/*/*.jsonl"))
     out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--dry-run", "--json")
-    assert out.returncode == 0 and json.loads(out.stdout)["compute_batches"][0] == [c[0]], out.stdout  # JSON alone
+    assert out.returncode == 3 and json.loads(out.stdout)["compute_batches"][0] == [c[0]], out.stdout  # JSON alone
 
 
 def test_rollout_upgrades_every_node_while_jobs_run_and_none_is_killed(slurm, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -180,10 +181,13 @@ def test_dry_run_shows_the_diff_and_changes_nothing(slurm, tmp_path):
     before = ok(slurm, slurm.controller, "sha256sum /etc/slurm/slurm.conf")
     out = kiln("deploy", "-i", str(changed), "--dry-run")
     slurm.outputs.append(out.stdout + out.stderr)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 3, out.stdout + out.stderr       # changes pending
+    assert re.search(r"would change +kilntest\[01-05\]", out.stdout), out.stdout   # one folded line
     assert "+PartitionName=batch Nodes=kilntest[02-05] Default=YES MaxTime=2-00:00:00" in out.stdout
     assert "-PartitionName=batch Nodes=kilntest[02-05] Default=YES MaxTime=INFINITE" in out.stdout
     assert ok(slurm, slurm.controller, "sha256sum /etc/slurm/slurm.conf") == before
+    same = kiln("deploy", "-i", str(slurm.inventory), "--dry-run")
+    assert same.returncode == 0 and re.search(r"no change +kilntest\[01-05\]", same.stdout), same.stdout
 
 
 def test_secrets_have_right_modes_and_never_leak(slurm):
