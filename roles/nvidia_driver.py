@@ -42,7 +42,7 @@ def modules(ctx: NodeContext) -> str:
 
 
 def rdma(ctx: NodeContext) -> bool:
-    return ctx.node.fabric.type in ("infiniband", "roce") and modules(ctx) != "none"
+    return ctx.node.gpudirect_rdma
 
 
 def repositories(ctx: NodeContext) -> None:

@@ -16,7 +16,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
     custom = cluster.setting("check_kernel_log")  # a program and its words, each quoted: never shell text
     # one read for gpu and fabric; "" leaves the suites their own default (checks.parsers.kernel_log)
     kernel_log = log_command(command(*custom.split(" "))) if custom else ""
-    rdma = host.fabric.type in ("infiniband", "roce")
+    rdma = host.gpudirect_rdma  # the same rule as the nvidia_driver role's: checked where it is set up
     return {
         "node": host.name,
         "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": upstream(cluster.versions.get("nvidia_driver") or ""),

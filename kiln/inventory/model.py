@@ -49,6 +49,12 @@ class Host:
         return group in self.groups
 
     @property
+    def gpudirect_rdma(self) -> bool:
+        """GPUDirect RDMA (nvidia_peermem) is set up and expected: an InfiniBand or RoCE fabric and
+        NVIDIA kernel modules kiln installs (``kiln_nvidia_kernel_modules`` not ``none``)."""
+        return self.fabric.type in ("infiniband", "roce") and self.setting("nvidia_kernel_modules") != "none"
+
+    @property
     def is_compute(self) -> bool:
         return COMPUTE in self.groups
 

@@ -8,6 +8,7 @@ the checks and the drain logic, never the GPUs. Faults: `kiln testbed inject NOD
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -70,6 +71,8 @@ def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert set(data["nodes"]) == {nodes.controller, *nodes.computes}
     assert data["summary"]["fail"] == 0
+    warned = {n: [c["id"] for c in v["checks"] if c["severity"] == "warn"] for n, v in data["nodes"].items()}
+    assert not any(warned.values()), warned    # a healthy testbed is all OK (the README's demo ends so)
     compute = {c["id"] for c in data["nodes"][nodes.computes[0]]["checks"]}
     assert {"GPU_COUNT", "GPU_DRIVER_VERSION", "FABRIC_PORT_DOWN", "FABRIC_BANDWIDTH", "STORAGE_MOUNTED",
             "STORAGE_SHARED", "SLURM_GRES", "SLURM_REGISTERED", "SYSTEM_SWAP", "SYSTEM_KERNEL_SAME"} <= compute
@@ -77,7 +80,9 @@ def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path)
     assert junit.count("<testcase") == (1 + len(nodes.computes)) * len(SUITES) and 'failures="0"' in junit
     page = (tmp_path / "r.html").read_text()
     assert all(n in page for n in nodes.computes) and "GPU_ECC_UNCORRECTED" in page and "<script" not in page
-    assert "verdict" in out.stdout and "summary: " in out.stdout
+    assert "verdict" in out.stdout and "summary: 5 ok, 0 warn, 0 failed" in out.stdout
+    assert re.search(r"^kilntest\[02-05\]\s+OK\s", out.stdout, re.M), out.stdout  # the computes fold
+    assert "....." not in out.stdout                                          # no pytest progress dots
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))

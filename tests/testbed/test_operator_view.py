@@ -1,0 +1,64 @@
+"""What a person sees while kiln works on the shared testbed (#19): the live panel in a terminal
+(recorded with tmux capture-pane), the stamped lines of the same command when its output is not a
+terminal, and the run's log."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.testbed.slurm_helpers import kiln
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux to give kiln a terminal and record it")
+def test_deploy_draws_a_live_panel_in_a_terminal_and_prints_lines_elsewhere(slurm, tmp_path):
+    session = f"kiln-progress-{os.getpid()}"
+    done = tmp_path / "exit"
+    command = (f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m kiln deploy -i "
+               f"{shlex.quote(str(slurm.inventory))}; echo $? > {done}; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", command], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "NO_COLOR"})
+    frames = []
+    try:
+        deadline = time.monotonic() + 600
+        while not done.exists() and time.monotonic() < deadline:
+            frames.append(subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                         text=True).stdout)
+            time.sleep(0.25)
+        final = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+    assert done.read_text().strip() == "0", final
+    panel = re.compile(r"^deploy  \d+/5 done .*\d+ s$", re.M)
+    live = [f for f in frames if panel.search(f)]
+    assert live, "no frame showed the live panel:\n" + "\n----\n".join(frames[-3:])
+    # a frame where hosts were still at work names what they were doing
+    busy = [f for f in live if re.search(r"^  kilntest0\d  \S.*  \d+ s$", f, re.M)]
+    assert busy, live[-1]
+    assert "summary: " in final and not panel.search(final)   # the panel leaves; the summary stays
+    assert re.search(r"no change +kilntest\[01-05\]", final), final
+    recording = ("A frame of `kiln deploy` on a terminal (tmux capture-pane), the 5-node testbed:\n\n"
+                 + busy[-1].rstrip() + "\n\nThe end of the same run:\n\n" + final.rstrip() + "\n")
+    (tmp_path / "recording.txt").write_text(recording)
+    print(recording)  # docs/progress-recording.txt is one such recording
+
+    piped = kiln("deploy", "-i", str(slurm.inventory))
+    assert piped.returncode == 0, piped.stdout + piped.stderr
+    lines = piped.stdout.splitlines()
+    events = [line for line in lines if re.match(r"^\[\s*\d+\.\ds\] kilntest0\d: no change \(\d/5 done\)$", line)]
+    assert len(events) == 5, piped.stdout                    # one line per host, stamped, with the count
+    assert "\x1b[" not in piped.stdout                       # no escape codes when not a terminal
+    log = Path(re.search(r"^log: (\S+)$", piped.stdout, re.M).group(1))
+    text = log.read_text()
+    assert log.is_relative_to(slurm.inventory.parent / ".kiln" / "logs")
+    for node in ["kilntest01", "kilntest05"]:
+        assert re.search(rf"^\s+[\d.]+ {node} ok '[^']+' in \d+\.\d\d s$", text, re.M), text[:2000]
+        assert re.search(rf"^\s+[\d.]+ {node} no change$", text, re.M)
