@@ -376,7 +376,8 @@ class RemoteCheck:
         ini = self.tmp / "pytest.ini"
         ini.write_text("[pytest]\n")  # not the repository's test settings
         # pytest's own terminal output off: kiln prints the verdicts (its table); junit XML still written
-        args = [str(CHECKS_DIR / "test_nodes.py"), "-c", str(ini), "-q", "-p", "no:cacheprovider", "--no-header",
+        # (-q and --no-header belong to that plugin: not given)
+        args = [str(CHECKS_DIR / "test_nodes.py"), "-c", str(ini), "-p", "no:cacheprovider",
                 "--rootdir", str(CHECKS_DIR), "-p", "no:warnings", "-p", "no:terminal"]
         if junit:
             args.append(f"--junitxml={junit}")

@@ -70,6 +70,9 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
         with Progress.for_command("dry run" if dry_run else "deploy", hosts, as_json, verbose, log) as progress:
             result = Deploy(cluster, secrets, hosts, names, dry_run=dry_run, progress=progress.note,
                             events=progress, log=log, forks=forks).run()
+            for h in result.hosts:  # those that ended before any operation ran (lost, refused, a dry run)
+                if h.name not in progress.done:
+                    progress.finish(h.name, h.status, f"at {h.failed_op!r}" if h.failed_op else "")
         for h in result.hosts:
             if h.error:
                 log.event(h.name, f"{h.status} at {h.failed_op!r}: next: {h.next_step}\n{h.error}")

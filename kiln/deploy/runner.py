@@ -182,7 +182,10 @@ class Deploy:
         connect_errors = _ConnectErrors()
         state.add_callback_handler(connect_errors)
         self.progress(f"connecting to {len(self.host_names)} host(s)")
-        connect_all(state)
+        try:
+            connect_all(state)
+        except PyinfraError:
+            pass  # every host failed to connect: each is reported unreachable below, with why
         for host in inventory:
             if host not in state.active_hosts:
                 r = self.results[self.node(host)]

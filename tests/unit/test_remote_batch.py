@@ -214,3 +214,20 @@ def test_shared_storage_asks_only_a_few_writers_when_none_can_write(tmp_path, mo
     writes = [n for n, script in calls if "@@kiln-out" not in script and "/home/.kiln-shared-check" in script]
     assert writes == ["hgx001", "hgx002"]  # the first WRITER_TRIES reachable nodes, in order
     assert not empty.exists()
+
+
+def test_pytest_reports_the_verdicts_with_its_own_terminal_output_off(tmp_path, capfd):
+    """kiln check drives pytest for the JUnit report and exit code; pytest's progress dots stay off
+    (kiln prints its own table), and the options pytest then no longer knows are not passed (exit 4)."""
+    from checks.verdict import Verdict
+    from kiln.inventory import load_cluster
+    from tests.conftest import INVENTORIES
+    cluster = load_cluster(INVENTORIES / "small")
+    host = cluster.hosts["cpu01"]
+    for verdict, code in (("ok", 0), ("fail", 1)):
+        with RemoteCheck(cluster, [host], ["system"]) as check:
+            check._check_host = lambda h, v=verdict: [Verdict("SYSTEM_SWAP", v, "swap", suite="system")]
+            assert check.run_pytest(str(tmp_path / "junit.xml")) == code
+        assert "<testcase" in (tmp_path / "junit.xml").read_text()
+    out = capfd.readouterr().out
+    assert "passed" not in out and "[100%]" not in out, out
