@@ -32,6 +32,7 @@ from pyinfra.facts.server import LinuxDistribution
 
 import roles
 from kiln.deploy import plan
+from kiln.deploy.events import OperationEvents
 from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
 from roles.facts import IsContainer
@@ -78,54 +79,6 @@ class DeployResult:
                 "stopped": self.stopped, "hosts": [h.as_dict() for h in self.hosts],
                 "summary": {s: sum(h.status == s for h in self.hosts)
                             for s in ("changed", "no change", "would change", "failed", "unreachable")}}
-
-
-class _Events(BaseStateCallback):
-    """Each operation as it starts and ends on a host: to the command's progress display (``events``:
-    step/finish, kiln.cli.progress.Progress) and the run's log (each operation with its result and
-    time, the full output of a failed one); a host is reported finished when its last operation is."""
-
-    def __init__(self, deploy: "Deploy", totals: dict[str, int]):
-        self.deploy, self.totals = deploy, totals
-        self.done: dict[str, int] = {}
-        self.changed: dict[str, int] = {}
-        self.started: dict[tuple[str, str], float] = {}
-
-    def _name(self, state, host, op_hash) -> str:
-        data = state.ops[host].get(op_hash)
-        return (data.global_arguments.get("name") if data else None) or op_hash
-
-    def operation_host_start(self, state, host, op_hash):
-        self.started[(host.name, op_hash)] = time.monotonic()
-        if self.deploy.events:
-            self.deploy.events.step(self.deploy.node(host), self._name(state, host, op_hash))
-
-    def _seconds(self, host, op_hash) -> float:
-        return time.monotonic() - self.started.pop((host.name, op_hash), time.monotonic())
-
-    def operation_host_success(self, state, host, op_hash, retry_count=0):
-        node, name = self.deploy.node(host), self._name(state, host, op_hash)
-        data = state.ops[host].get(op_hash)
-        changed = bool(data and data.operation_meta.did_change())
-        self.done[host.name] = self.done.get(host.name, 0) + 1
-        self.changed[host.name] = self.changed.get(host.name, 0) + changed
-        if self.deploy.log:
-            self.deploy.log.operation(node, name, "changed" if changed else "ok", self._seconds(host, op_hash))
-        if self.done[host.name] == self.totals.get(host.name) and self.deploy.events:
-            count = self.changed[host.name]
-            self.deploy.events.finish(node, "changed" if count else "no change",
-                                      f"{count} of {self.totals[host.name]} operations" if count else "")
-
-    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
-        node, name = self.deploy.node(host), self._name(state, host, op_hash)
-        if self.deploy.log:
-            data = state.ops[host].get(op_hash)
-            output = data.operation_meta._combined_output if data else None
-            lines = [line.line for line in output] if output is not None else []
-            self.deploy.log.operation(node, name, "failed", self._seconds(host, op_hash),
-                                      self.deploy.secrets.mask("\n".join(lines)))
-        if self.deploy.events:
-            self.deploy.events.finish(node, "failed", f"at {name!r}")
 
 
 def _quiet_pyinfra() -> None:
@@ -207,11 +160,13 @@ class Deploy:
                 return self._result(start)
             self.progress("running")
             totals = {h.name: len(h.op_hash_order) for h in active}
-            state.add_callback_handler(_Events(self, totals))
+            events = OperationEvents(self, totals)
+            state.add_callback_handler(events)
             try:
                 run_ops(state, no_wait=True)
             except PyinfraError:
                 pass  # per-host results below say which hosts failed and why
+            events.wait()
             if "configure" in self.stages:
                 self._after_run(state, active)
             self._collect(state, active)
