@@ -170,9 +170,22 @@ class Deploy:
             if "configure" in self.stages:
                 self._after_run(state, active)
             self._collect(state, active)
+            self._left_out(inventory)
             return self._result(start)
         finally:
             disconnect_all(state)
+
+    def _left_out(self, inventory) -> None:
+        """A host pyinfra dropped on its own (a fact read on a connection that died marks it failed
+        without raising) has no result yet: it is reported, lost or failed, never left pending."""
+        for host in inventory:
+            r = self.results[self.node(host)]
+            if r.status != "pending":
+                continue
+            r.status, r.failed_op = "failed", "(before its operations ran)"
+            r.error = "the host was dropped from the run before its operations ran"
+            r.next_step = f"check the node, then run kiln deploy --limit {self.node(host)} again"
+            self._if_lost(host, r)
 
     def _result(self, start: float, stopped: str | None = None) -> DeployResult:
         return DeployResult(sorted({r for n in self.host_names for r in self.roles_for(n)}, key=roles.ORDER.index),

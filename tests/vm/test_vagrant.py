@@ -59,7 +59,7 @@ def test_vagrant_up_deploy_check_and_destroy_leaves_nothing():
         check = _run(*kiln, "check", "-i", "inventory/vagrant")
         times["kiln check"] = time.monotonic() - started
         print(check.stdout[-1500:])
-        summary = check.stdout.strip().splitlines()[-1]
+        summary = next((line for line in check.stdout.splitlines() if line.startswith("summary:")), "")
         assert summary.startswith("summary:") and summary.endswith(" 0 failed"), check.stdout
         ssh = ["ssh", "-o", f"UserKnownHostsFile={vg.known_hosts_file()}", "-o", "StrictHostKeyChecking=yes",
                "-i", str(REPO / ".vagrant/machines/kilnvag01/libvirt/private_key"), "root@10.214.0.11"]
