@@ -100,8 +100,8 @@ def print_summary(result, verbose: int = 0) -> None:
         rows = [([h.name], h) for h in ok]
     else:  # one row per outcome and, in a dry run, the same pending operations
         key = (lambda h: (h.status, tuple(h.changed), tuple(h.diffs))) if result.dry_run else (lambda h: h.status)
-        rows = [(hosts, next(h for h in ok if h.name == hosts[0])) for _, hosts in
-                group({h.name: key(h) for h in ok})]
+        by_name = {h.name: h for h in ok}
+        rows = [(hosts, by_name[hosts[0]]) for _, hosts in group({h.name: key(h) for h in ok})]
     for names, h in rows:
         detail = f"({len(names)} hosts)" if len(names) > 1 else ""
         if verbose and h.status in ("changed", "would change"):

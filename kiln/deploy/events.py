@@ -8,6 +8,8 @@ import time
 import gevent
 from pyinfra.api.state import BaseStateCallback
 
+from kiln.deploy.plan import op_name
+
 
 class OperationEvents(BaseStateCallback):
     """Each operation as it starts and ends on a host: to the command's progress display (``events``:
@@ -22,8 +24,7 @@ class OperationEvents(BaseStateCallback):
         self.started: dict[tuple[str, str], float] = {}
 
     def _name(self, state, host, op_hash) -> str:
-        data = state.ops[host].get(op_hash)
-        return (data.global_arguments.get("name") if data else None) or op_hash
+        return op_name(state.ops[host].get(op_hash), op_hash)
 
     def operation_host_start(self, state, host, op_hash):
         self.started[(host.name, op_hash)] = time.monotonic()

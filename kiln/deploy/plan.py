@@ -20,13 +20,18 @@ def describe(command) -> str:
     return str(command)
 
 
+def op_name(data, op_hash: str) -> str:
+    """An operation's name as kiln reports it (its ``name=``, else pyinfra's hash)."""
+    return (data.global_arguments.get("name") if data is not None else None) or op_hash
+
+
 def op_data(state, host) -> list[tuple[str, object]]:
     """(name, StateOperationHostData) of each operation prepared for ``host``, in order."""
     out = []
     for op_hash in host.op_hash_order:
         data = state.ops[host].get(op_hash)
         if data is not None:
-            out.append((data.global_arguments.get("name") or op_hash, data))
+            out.append((op_name(data, op_hash), data))
     return out
 
 
