@@ -72,15 +72,23 @@ def build_cmd(inventory: Path | None, node_type: str | None, group: str | None, 
         sys.exit(EXIT_BAD_INPUT)
     from kiln.image.build import ImageBuildError, build
     from kiln.image.outputs import OutputError
-    say = (lambda line: echo(line, err=True)) if as_json else echo
+    from kiln.cli.progress import Progress
+
     proxy = _testbed_proxy(path)
     results, failed = [], []
-    for r in recipes:
-        try:
-            results.append(build(cluster, r, formats, progress=say, proxy=proxy))
-        except (ImageBuildError, OutputError) as e:
-            failed.append({"name": r.name, "error": str(e)})
-            echo(f"{r.name}: {e}", err=True)
+    # each image's stage and install-stage operation, live on a terminal; with --json on standard error
+    with Progress.for_command("image build", [r.name for r in recipes], as_json,
+                              stream=sys.stderr if as_json else sys.stdout) as progress:
+        for r in recipes:
+            try:
+                result = build(cluster, r, formats, progress=progress.note, proxy=proxy, events=progress)
+                results.append(result)
+                progress.finish(r.name, "found" if result.cached else "built", f"{result.seconds:.0f} s")
+            except (ImageBuildError, OutputError) as e:
+                failed.append({"name": r.name, "error": str(e)})
+                progress.finish(r.name, "failed", str(e).splitlines()[0])
+    for f in failed:
+        echo(f"{f['name']}: {f['error']}", err=True)
     if as_json:
         echo(json.dumps({"images": [b.as_dict() for b in results], "failed": failed}, indent=2))
     else:

@@ -41,15 +41,18 @@ class Progress:
         self._live = None
 
     @classmethod
-    def for_command(cls, title: str, hosts: list[str], as_json: bool, verbose: int = 0, log=None) -> "Progress":
-        """``quiet`` with --json, ``live`` on a terminal, else ``lines``."""
-        if as_json:
+    def for_command(cls, title: str, hosts: list[str], as_json: bool, verbose: int = 0, log=None,
+                    stream: TextIO | None = None) -> "Progress":
+        """``quiet`` with --json (when shown on standard output, which then carries the JSON alone),
+        ``live`` on a terminal, else ``lines``. ``stream``: where to show it (default standard output)."""
+        stream = stream or sys.stdout
+        if as_json and stream is sys.stdout:
             mode = "quiet"
-        elif sys.stdout.isatty() and not verbose:
+        elif stream.isatty() and not verbose:
             mode = "live"
         else:
             mode = "lines"
-        return cls(title, hosts, mode, verbose, log=log)
+        return cls(title, hosts, mode, verbose, stream=stream, log=log)
 
     # --- the run's events ---
     def note(self, line: str) -> None:

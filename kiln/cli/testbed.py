@@ -53,11 +53,18 @@ def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | 
     """Build the testbed, or boot the nodes that are down from their own disks, and write inventory/testbed/."""
     from kiln.testbed.host import TestbedError
 
+    from kiln.cli.progress import Progress
+
     tb = _testbed(name, kind)
-    try:
-        status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images, fresh=fresh)
-    except TestbedError as exc:
-        _fail(exc)
+    # what each node is doing, live on a terminal (on standard error: --json keeps standard output)
+    with Progress.for_command(f"testbed {name} up", [n.name for n in tb.node_list(nodes)], as_json,
+                              stream=sys.stderr) as progress:
+        tb.progress, tb.events = progress.note, progress
+        try:
+            status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images, fresh=fresh)
+        except TestbedError as exc:
+            progress.__exit__(None, None, None)
+            _fail(exc)
     _print_status(status, as_json)
 
 

@@ -20,6 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Callable
 from kiln import __version__
 from kiln.image import manifest as manifest_mod
 from kiln.image import store as image_store
-from kiln.image.chroot import BUILD_PROXY, POLICY_RC
+from kiln.image.chroot import BUILD_PROXY, POLICY_RC, STEP
 from kiln.image.recipe import ImageRecipe
 from kiln.inventory.model import Cluster
 
@@ -78,8 +79,11 @@ class BuildResult:
 
 
 def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: Callable[[str], None] = print,
-          proxy: str | None = None, store: Path | None = None) -> BuildResult:
+          proxy: str | None = None, store: Path | None = None, events=None) -> BuildResult:
+    """Build (or find) the image of ``recipe`` with ``formats``. ``progress``: one line per stage;
+    ``events``: told what the build does now (step(image, what), kiln.cli.progress.Progress)."""
     started = time.monotonic()
+    step = (lambda what: events.step(recipe.name, what)) if events is not None else (lambda what: None)
     root_store = store or image_store.STORE
     root_store.mkdir(parents=True, exist_ok=True)
     final = root_store / recipe.name
@@ -87,11 +91,12 @@ def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: C
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: any NAME.tmp found now is a crashed one's
         cached = (final / "manifest.json").is_file()
         if not cached:
-            _build_tree(cluster, recipe, final, progress, proxy, root_store)
+            _build_tree(cluster, recipe, final, progress, proxy, root_store, step)
         image = image_store.StoredImage(final)
         for fmt in formats:
             if fmt not in image.formats:
                 progress(f"{recipe.name}: writing the {fmt} output")
+                step(f"writing the {fmt} output")
                 from kiln.image import outputs
                 if fmt == "qcow2":
                     outputs.write_qcow2(image, proxy)
@@ -104,7 +109,7 @@ def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: C
 
 
 def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, proxy: str | None,
-                root_store: Path) -> None:
+                root_store: Path, step: Callable[[str], None]) -> None:
     if recipe.os != "debian12":
         raise ImageBuildError(f"{recipe.target}: kiln builds {recipe.os} images as a plan only "
                               "(kiln image build --plan); live builds are Debian 12")
@@ -115,6 +120,7 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     base = testbed_base.ensure_base(progress)
     tmp = root_store / f"{recipe.name}.tmp"
     progress(f"{recipe.name}: copying the Debian 12 base")
+    step("copying the Debian 12 base")
     tmp.mkdir()
     _run(["cp", "-a", "--reflink=auto", str(base), str(tmp / "rootfs")], "copy the base", 600)
     root = tmp / "rootfs"
@@ -124,19 +130,19 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     if proxy:
         command += ["--proxy", proxy]
     log = tmp / "build.log"
-    with open(log, "w") as err:
-        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600)
+    returncode, stdout = _install_stage(command, log, step)
     try:
-        deploy = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
+        deploy = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
     except ValueError:
         deploy = {}
-    if result.returncode != 0:
+    if returncode != 0:
         host = (deploy.get("hosts") or [{}])[0]
         raise ImageBuildError(f"{recipe.name}: the install stage failed"
                               + (f" at {host.get('failed_operation')!r}:\n{host.get('error')}" if host else "")
                               + f"\n(the build's log: {log}; the half-built tree stays in {tmp} until the next build)")
     progress(f"{recipe.name}: {len((deploy.get('hosts') or [{}])[0].get('changed', []))} operations changed the "
              "image; cleaning it")
+    step("cleaning the tree")
     clean(root)
     unit = root / "etc/systemd/system/kiln-ssh-hostkeys.service"
     unit.write_text(HOSTKEYS_UNIT)
@@ -151,6 +157,31 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     (root / "etc" / "kiln" / "image-manifest.json").write_text(text)  # the drift suite's reference on nodes
     log.unlink()
     tmp.rename(final)
+
+
+def _install_stage(command: list[str], log: Path, step: Callable[[str], None],
+                   timeout: float = 3600) -> tuple[int, str]:
+    """Run the install stage (kiln.image.chroot): its standard error into ``log``, each operation it
+    starts (a ``STEP`` line) told to ``step``; (exit status, standard output)."""
+    with open(log, "w") as err, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                  text=True) as proc:
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        try:
+            for line in proc.stderr:
+                if line.startswith(STEP):
+                    step("install: " + line[len(STEP):].strip())
+                err.write(line)
+            proc.wait()
+            reader.join()
+        finally:
+            timer.cancel()
+    if proc.returncode < 0:
+        return proc.returncode, f"(the install stage was killed after {timeout:.0f} s)"
+    return proc.returncode, "".join(out)
 
 
 def clean(root: Path) -> None:

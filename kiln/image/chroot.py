@@ -54,6 +54,22 @@ def prepare_root(root: Path, proxy: str | None) -> None:
         (root / BUILD_PROXY).write_text(f'Acquire::http::Proxy "{proxy}";\nAcquire::http::Pipeline-Depth "0";\n')
 
 
+STEP = "kiln-step\t"  # a line on standard error: the operation the install stage starts now
+
+
+class StepLines:
+    """The deploy's events as ``STEP`` lines on standard error, for the build that runs this process to
+    show (kiln.image.build); the outcome is in the JSON on standard output."""
+
+    done: dict = {}
+
+    def step(self, host: str, what: str) -> None:
+        print(STEP + " ".join(what.split()), file=sys.stderr, flush=True)
+
+    def finish(self, host: str, outcome: str, detail: str = "") -> None:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kiln.image.chroot")
     parser.add_argument("--inventory", type=Path)
@@ -79,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from kiln.deploy.runner import Deploy
     result = Deploy(cluster, NO_SECRETS, [args.host], None, stages=("install",),
                     targets={args.host: f"@chroot{args.root}"},
-                    progress=lambda line: print(line, file=sys.stderr, flush=True)).run()
+                    progress=lambda line: print(line, file=sys.stderr, flush=True), events=StepLines()).run()
     print(json.dumps(result.as_dict()))
     return 1 if result.failed or result.stopped else 0
 

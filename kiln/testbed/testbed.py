@@ -18,7 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from kiln.testbed import base as base_image
 from kiln.testbed.host import (TestbedError, TestbedUnavailable, kill_and_wait, link_exists, mounts_under, require_root,
@@ -49,6 +49,9 @@ class Testbed:
     name: str = "kiln"
     progress: Callable[[str], None] = print
     node_kind: str | None = None  # nspawn | vm; None: what the testbed was made with (nspawn if new)
+    # what each node is doing during ``up`` (step(node, what) / finish(node, outcome, detail)):
+    # kiln.cli.progress.Progress, or None
+    events: Any = None
 
     def __post_init__(self) -> None:
         if not self.name.isalnum() or not self.name.islower() or len(self.name) > 8:
@@ -127,6 +130,7 @@ class Testbed:
             self._write_access(nodes, inventory_dir)
             try:
                 self._wait_ssh(nodes, timeout=10)
+                self._init_simulators([n for n in nodes if n.role == "compute" or len(nodes) == 1])
                 self.progress(f"testbed {self.name} already up with {count} nodes")
                 return self.status()
             except TestbedError as exc:
@@ -160,12 +164,15 @@ class Testbed:
                     and recorded_lowers.get(node.name) == kind.lower_of(node) and kind.has_disk(node))
             if kept and kind.running(node):
                 host_keys[node.name] = self._host_key(node, reuse=True)
+                self._finish(node, "running", "left as it was")
                 continue
             if kept:
+                self._step(node, "reusing its disk")
                 kind.release(node)  # a crash's or a power loss's leftovers; the disk stays
                 host_keys[node.name] = self._host_key(node, reuse=True)
                 kind.prepare(node, {})
             else:
+                self._step(node, "making its disk" if self.node_kind == "vm" else "making its tree")
                 kind.cleanup(node)
                 host_keys[node.name] = self._host_key(node)
                 kind.prepare(node, self._node_files(node, nodes, host_keys[node.name]))
@@ -178,12 +185,16 @@ class Testbed:
             self.progress(f"booting {len(booting)} node(s): {', '.join(n.name for n in booting)}"
                           + (f" ({len(booting) - len(made)} from their own disks)" if len(booting) > len(made) else ""))
         for node in booting:
+            self._step(node, "booting")
             kind.start(node)
         states = self._wait_all(kind, booting) if booting else {}
         self._wait_ssh(nodes)
         if made:
             self._warm_apt(made[0])
-            self._init_simulators([n for n in made if n.role == "compute" or len(nodes) == 1])
+        # Every node booted, not only new ones: a run that crashed between making a disk and this step
+        # left a node without simulated hardware (its health check would drain it). Idempotent: a node
+        # with a state keeps it, and its injected faults.
+        self._init_simulators([n for n in booting if n.role == "compute" or len(nodes) == 1])
         self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
                       f"({', '.join(f'{n}: {s}' for n, s in states.items()) or 'all were running'})")
         return self.status()
@@ -344,8 +355,10 @@ class Testbed:
                 try:
                     states[node.name] = future.result()
                     self.progress(f"  {node.name} {node.address}: {states[node.name]}")
+                    self._step(node, "waiting for ssh")
                 except TestbedError as exc:
                     errors.append(str(exc))
+                    self._finish(node, "failed", str(exc))
         if errors:
             raise TestbedError("\n".join(errors))
         return dict(sorted(states.items()))
@@ -358,12 +371,23 @@ class Testbed:
                 result = run(["ssh", "-F", str(self.ssh_config), "-o", "ControlMaster=no", "-o", "ControlPath=none",
                               node.name, "true"], check=False, timeout=15)
                 if result.returncode == 0:
+                    self._finish(node, "running")
                     break
                 if time.monotonic() > deadline:
                     raise TestbedError(f"node {node.name}: ssh does not answer: {result.stderr.strip()}")
                 time.sleep(0.3)
 
+    def _step(self, node: Node, what: str) -> None:
+        if self.events is not None:
+            self.events.step(node.name, what)
+
+    def _finish(self, node: Node, outcome: str, detail: str = "") -> None:
+        if self.events is not None and node.name not in self.events.done:
+            self.events.finish(node.name, outcome, detail)
+
     def _init_simulators(self, nodes: list[Node]) -> None:
+        if not nodes:
+            return
         if not simulate.available():
             self.progress("tool simulators not found (kiln/testbed/simulators): GPU checks will see no nvidia-smi")
             return

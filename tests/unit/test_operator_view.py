@@ -188,3 +188,32 @@ def test_open_files_are_raised_for_many_connections_within_the_hard_limit():
         assert new_soft >= min(hard, 64 + 2 * 10_000) or new_soft == resource.RLIM_INFINITY
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_progress_on_standard_error_stays_in_lines_with_json_so_standard_output_is_the_json(monkeypatch):
+    err = io.StringIO()
+    err.isatty = lambda: False
+    progress = Progress.for_command("image build", ["img"], True, stream=err)
+    assert progress.mode == "lines"
+    progress.note("copying the base")
+    assert "copying the base" in err.getvalue()
+
+
+def test_an_image_builds_install_stage_steps_are_shown_and_its_output_kept_in_the_log(tmp_path):
+    """The install stage (kiln.image.chroot) prints a STEP line per operation on standard error and the
+    deploy's JSON on standard output; the build shows each step and keeps every line in its log."""
+    import sys
+
+    from kiln.image.build import _install_stage
+    from kiln.image.chroot import STEP
+
+    script = (f"import sys; print({STEP!r} + 'slurm: packages', file=sys.stderr); print('apt output', file=sys.stderr);"
+              f"print({STEP!r} + 'slurm:  munge   key', file=sys.stderr); print('{{\"hosts\": []}}')")
+    steps: list[str] = []
+    log = tmp_path / "build.log"
+    rc, out = _install_stage([sys.executable, "-c", script], log, steps.append)
+    assert (rc, out.strip()) == (0, '{"hosts": []}')
+    assert steps == ["install: slurm: packages", "install: slurm:  munge   key"]
+    assert "apt output" in log.read_text()
+    rc, out = _install_stage([sys.executable, "-c", "import time; time.sleep(30)"], log, steps.append, timeout=0.5)
+    assert rc < 0 and "killed after" in out

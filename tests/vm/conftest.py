@@ -52,14 +52,20 @@ def vms(tmp_path_factory):
     tb.images = (build_image(inventory, "--node-type", "testbed_compute"),
                  build_image(inventory, "--group", "slurm_controller"))
     built = time.monotonic()
-    tb.up(VM_NODES, inventory_dir=inventory, images=tb.images)
+    tb.up(VM_NODES, inventory_dir=inventory, images=tb.images, fresh=True)  # nothing of an earlier run's Slurm state
     booted = time.monotonic()
     rc, data, text = deploy_json(inventory)
     assert rc == 0, text
     nodes = [n.name for n in tb.recorded_nodes()]
     tb.controller, tb.computes = nodes[0], nodes[1:]
-    wait_for(lambda: on(tb, tb.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == len(tb.computes),
-             timeout=180, interval=3, what="every compute VM idle in sinfo")
+    try:
+        wait_for(lambda: on(tb, tb.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == len(tb.computes),
+                 timeout=180, interval=3, what="every compute VM idle in sinfo")
+    except AssertionError as timed_out:
+        # Say why: the node states with their reasons, and the compute VMs' slurmd logs.
+        why = on(tb, tb.controller, "sinfo -N -o '%N %T %E'; scontrol show nodes | grep -E 'NodeName|State|Reason'").stdout
+        logs = "".join(on(tb, n, "journalctl -u slurmd --no-pager -n 30").stdout for n in tb.computes)
+        raise AssertionError(f"{timed_out}\n{why}\n{logs}") from None
     ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=180)
     done = time.monotonic()
     print(f"VM tier: images {built - started:.0f} s, {VM_NODES} VMs booted from them {booted - built:.0f} s, "
