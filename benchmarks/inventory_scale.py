@@ -1,8 +1,9 @@
-"""Inventory scale: load and validate a 2,000-node inventory; kiln beside `ansible-inventory --list`.
+"""Inventory scale: load and validate a large inventory; kiln beside `ansible-inventory --list`.
 
-Targets (issue 2): validate + summary in <= 5 s and <= 300 MB peak memory.
+Targets: 2,000 hosts validated with their summary in <= 5 s and <= 300 MB (issue 2); 10,000 hosts,
+the whole `kiln inventory validate` command, in <= 5 s and <= 500 MB (issue 19).
 
-    python benchmarks/inventory_scale.py [--nodes 2000] [--runs 3]
+    python benchmarks/inventory_scale.py [--nodes 10000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -65,11 +66,16 @@ def run_kiln(path: Path) -> dict:
     return result
 
 
-def run_cli(path: Path) -> float:
+def run_cli(path: Path) -> tuple[float, float]:
+    """(wall seconds, peak MB) of the whole command, in a process of its own."""
+    measure = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+               "subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+               "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)")
     kiln = Path(sys.executable).with_name("kiln")
-    start = time.perf_counter()
-    subprocess.run([str(kiln), "inventory", "validate", "-i", str(path)], check=True, capture_output=True)
-    return time.perf_counter() - start
+    out = subprocess.run([sys.executable, "-c", measure, str(kiln), "inventory", "validate", "-i", str(path)],
+                         check=True, capture_output=True, text=True)
+    wall, peak = out.stdout.split()
+    return float(wall), float(peak)
 
 
 def run_ansible(path: Path) -> tuple[float, float]:
@@ -85,7 +91,7 @@ def run_ansible(path: Path) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--nodes", type=int, default=10000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,12 +108,18 @@ def main() -> None:
     print(f"{'kiln: import ansible-core + kiln':46} {med('import'):8.2f} {'':>8}")
     print(f"{'kiln: load (ansible-core, vars, templates)':46} {med('load'):8.2f} {'':>8}")
     print(f"{'kiln: load + validate + summary':46} {med('validate'):8.2f} {rss:8.0f}")
-    print(f"{'kiln inventory validate (whole command)':46} {statistics.median(cli_runs):8.2f} {'':>8}")
+    cli_wall, cli_peak = statistics.median(w for w, _ in cli_runs), max(m for _, m in cli_runs)
+    print(f"{'kiln inventory validate (whole command)':46} {cli_wall:8.2f} {cli_peak:8.0f}")
     print(f"{'ansible-inventory --list (same inventory)':46} {statistics.median(w for w, _ in ansible_runs):8.2f} "
           f"{max(m for _, m in ansible_runs):8.0f}")
-    ok = med("validate") <= 5 and rss <= 300
-    print(f"\ntarget: validate + summary <= 5 s and <= 300 MB: {'met' if ok else 'NOT met'} "
-          f"({med('validate'):.2f} s, {rss:.0f} MB)")
+    if hosts <= 2000:
+        ok = med("validate") <= 5 and rss <= 300
+        print(f"\ntarget ({hosts} hosts): validate + summary <= 5 s and <= 300 MB: {'met' if ok else 'NOT met'} "
+              f"({med('validate'):.2f} s, {rss:.0f} MB)")
+    else:
+        ok = cli_wall <= 5 and cli_peak <= 500
+        print(f"\ntarget ({hosts} hosts): kiln inventory validate <= 5 s and <= 500 MB: {'met' if ok else 'NOT met'} "
+              f"({cli_wall:.2f} s, {cli_peak:.0f} MB)")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ os.environ.setdefault("ANSIBLE_LOCALHOST_WARNING", "False")
 os.environ.setdefault("ANSIBLE_HOST_PATTERN_MISMATCH", "ignore")
 # Group names other tools use (kube-master) are fine for kiln: no warning about them on every run.
 os.environ.setdefault("ANSIBLE_TRANSFORM_INVALID_GROUP_CHARS", "ignore")
+# An inventory has no gathered facts: not injecting them spares a per-host scan of Ansible's plugin
+# directories (a fifth of reading 10,000 hosts).
+os.environ.setdefault("ANSIBLE_INJECT_FACT_VARS", "False")
 
 # The only variables kiln reads (and so renders); every other variable belongs to another tool and is
 # never rendered, decrypted or reported.
@@ -91,13 +94,16 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def _origin(value: Any, root: Path, default: str) -> tuple[str, int | None]:
+def _origin(value: Any, root: Path, default: str, relative: dict[str, str]) -> tuple[str, int | None]:
+    """The file (relative to ``root``; ``relative`` caches them) and line Ansible tagged ``value`` with."""
     from ansible.module_utils._internal._datatag import AnsibleTagHelper
 
     for tag in AnsibleTagHelper.tags(value):
         path = getattr(tag, "path", None)
         if path:
-            return os.path.relpath(path, root), getattr(tag, "line_num", None)
+            if path not in relative:
+                relative[path] = os.path.relpath(path, root)
+            return relative[path], getattr(tag, "line_num", None)
     return default, None
 
 
@@ -147,7 +153,7 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
         secrets = [("default", secret)]
         loader.set_vault_secrets(secrets)
     try:
-        with _lookups_refused(), _vault_secrets(secrets):
+        with _lookups_refused(), _vault_secrets(secrets), _group_vars_read_once():
             inventory = InventoryManager(loader=loader, sources=[str(root)])
             variables = VariableManager(loader=loader, inventory=inventory)
     except AnsibleError as exc:
@@ -164,7 +170,12 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
 
     templar = _caching_templar(Templar(loader=loader))
     default_source = files.sources[0]
-    with _lookups_refused(), _vault_secrets(secrets):
+    relative: dict[str, str] = {}
+    # id(Ansible's value) -> (the value, kept alive so its id is not reused; its plain form, or None when
+    # it is a template; its file and line): hosts that read a value from one group_vars file get the
+    # same object from Ansible, and the same plain object here (kiln.inventory.validate checks it once).
+    shared: dict[int, tuple[Any, Any, tuple[str, int | None]]] = {}
+    with _lookups_refused(), _vault_secrets(secrets), _group_vars_read_once():
         for host in inventory.get_hosts():
             name = str(host.name)
             source = files.host_source.get(name, default_source)
@@ -173,16 +184,26 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
             except AnsibleError as exc:
                 raw.errors.append(InventoryError(source, name, _ansible_message(exc), files.host_line.get(name)))
                 continue
-            own = {str.__str__(k): v for k, v in resolved.items() if read_by_kiln(str(k))}
-            origins = {k: _origin(v, root, source) for k, v in own.items()}
+            origins: dict[str, tuple[str, int | None]] = {}
             values: dict[str, Any] = {}
-            for key, value in own.items():
-                file, line = origins[key]
+            for key, value in resolved.items():
+                if not read_by_kiln(str(key)):
+                    continue
+                key = str.__str__(key)
+                known = shared.get(id(value))
+                if known is None or known[0] is not value:
+                    known = (value, _Template if _needs_template(value) else _plain_or_error(value),
+                             _origin(value, root, "", relative))
+                    shared[id(value)] = known
+                origins[key] = file, line = known[2] if known[2][0] else (source, None)
                 try:
-                    if _needs_template(value):
+                    if known[1] is _Template:
                         templar.available_variables = resolved
-                        value = templar.template(value)
-                    values[key] = plain(value)
+                        values[key] = plain(templar.template(value))
+                    elif isinstance(known[1], Exception):
+                        raise known[1]
+                    else:
+                        values[key] = known[1]
                 except (AnsibleError, ReferenceError) as exc:
                     message = _ansible_message(exc)
                     if "vault" in message.lower() and not password_file:
@@ -194,6 +215,20 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
             groups = [g.name for g in host.get_groups() if g.name != "all"]
             raw.hosts[name] = RawHost(name, groups, values, origins, source)
     return raw
+
+
+class _Template:
+    """Marks a value that is a template: rendered per host, never shared."""
+
+
+def _plain_or_error(value: Any) -> Any:
+    """``plain(value)``, or the error reading it raised (an Ansible Vault value without its password)."""
+    from ansible.errors import AnsibleError
+
+    try:
+        return plain(value)
+    except (AnsibleError, ReferenceError) as exc:
+        return exc
 
 
 def _plain_or_none(value: Any) -> Any:
@@ -252,6 +287,49 @@ def _lookups_refused() -> Iterator[None]:
         yield
     finally:
         _jinja_plugins.lookup_loader = saved
+
+
+@contextlib.contextmanager
+def _group_vars_read_once() -> Iterator[None]:
+    """While kiln reads an inventory, each group's variables (its group_vars files and its inventory
+    variables) are gathered once, not once per host of the group.
+
+    ansible-core's VariableManager.get_vars looks every group of a host up again for each host: the
+    vars plugins search group_vars/ for each (globbing per group and host) and merge what they find.
+    The files do not change while an inventory is read, and Ansible's merge copies what it is given, so
+    the result for one list of groups is kept and reused; a list with a host in it is never kept. If
+    ansible-core's internals change shape, reading works as before, only slower."""
+    from ansible.inventory.group import Group
+    from ansible.vars import manager
+
+    names = ("get_vars_from_inventory_sources", "get_vars_from_path", "get_group_vars")
+    saved = {n: getattr(manager, n, None) for n in names}
+    if None in saved.values():
+        yield
+        return
+    cache: dict[tuple, Any] = {}
+
+    def remembering(name: str, function: Any, entities_at: int) -> Any:
+        def call(*args: Any) -> Any:
+            entities = args[entities_at]
+            if not all(isinstance(e, Group) for e in entities):
+                return function(*args)
+            key = (name, tuple(e.name for e in entities),
+                   *(tuple(a) if isinstance(a, list) else a for i, a in enumerate(args) if i and i != entities_at))
+            if key not in cache:
+                cache[key] = function(*args)
+            return cache[key]
+        return call
+
+    # (loader, sources, entities, stage), (loader, path, entities, stage), (groups)
+    manager.get_vars_from_inventory_sources = remembering(names[0], saved[names[0]], 2)
+    manager.get_vars_from_path = remembering(names[1], saved[names[1]], 2)
+    manager.get_group_vars = remembering(names[2], saved[names[2]], 0)
+    try:
+        yield
+    finally:
+        for n, function in saved.items():
+            setattr(manager, n, function)
 
 
 def _caching_templar(templar: Any) -> Any:

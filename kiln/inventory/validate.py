@@ -67,13 +67,16 @@ def validate(root: Path | str, vault_password_file: str | None = None
         return None, out.errors
     identities.check_host_names(raw, out.add)
     kiln_groups = [g for g in model.KILN_GROUPS if g in raw.groups]
-    managed = [n for n, h in raw.hosts.items() if set(h.groups) & set(kiln_groups)]
-    ignored = tuple(n for n in raw.hosts if n not in set(managed))
-    settings = {name: _host_settings(raw, raw.hosts[name], out) for name in managed}
+    managed = [n for n, h in raw.hosts.items() if not set(kiln_groups).isdisjoint(h.groups)]
+    managed_set = set(managed)
+    ignored = tuple(n for n in raw.hosts if n not in managed_set)
+    checked: dict = {}  # hosts share their group_vars' values: each distinct value is checked once
+    settings = {name: _host_settings(raw, raw.hosts[name], out, checked) for name in managed}
     cluster_values = _cluster_settings(raw, settings, out)
     hosts = {name: _build_host(raw.hosts[name], settings[name], out) for name in managed}
     node_types = _node_types(raw, hosts, out)
-    hosts = {n: _with_node_type(h, node_types) for n, h in hosts.items()}
+    type_of = {h: t for t, members in reversed(node_types.items()) for h in members}  # the first type wins
+    hosts = {n: _with_node_type(h, type_of) for n, h in hosts.items()}
     cluster_checks.check_groups(raw, cluster_values, out.add)
     cluster_checks.check_compute(raw, hosts, out.add)
     cluster_checks.check_addresses(raw, hosts, out.add)
@@ -173,23 +176,34 @@ def _fields_at(annotation: Any, loc: tuple) -> list[str]:
     return _fields_at(field.annotation, loc[1:]) if field else list(fields)
 
 
-def _host_settings(raw: RawInventory, host: RawHost, out: _Collector) -> dict[str, Any]:
-    """The host's kiln settings that are known and well typed; the rest become errors."""
+def _host_settings(raw: RawInventory, host: RawHost, out: _Collector, checked: dict) -> dict[str, Any]:
+    """The host's kiln settings that are known and well typed; the rest become errors.
+
+    ``checked``: (key, id(value)) -> (problems, typed value) of values checked already. The loader
+    gives hosts that read one value from the same file the same object (kiln.inventory.loader), so
+    10,000 hosts of one group_vars file check its values once; ``raw`` keeps every value alive, so an
+    id is never reused for another value while ``checked`` is in use."""
     good: dict[str, Any] = {}
     for key, value in host.vars.items():
         if not key.startswith(PREFIX):
             continue
-        file, line = raw.origin(key, host.name)
         setting = SETTINGS.get(key)
-        if setting is None:
-            out.add(file, key, f"unknown kiln setting{suggest(key, SETTINGS)}; kiln's settings are "
-                    "listed in kiln/inventory/schema.py", line)
-            continue
-        problems = _control_characters(key, value) or _check_type(setting, value)
-        for path, message in problems:
-            out.add(file, path, message, line)
-        if not problems:
-            good[key] = _ADAPTERS[key].validate_python(value)
+        known = checked.get((key, id(value)))
+        if known is None:
+            if setting is None:
+                known = ([(key, f"unknown kiln setting{suggest(key, SETTINGS)}; kiln's settings are "
+                           "listed in kiln/inventory/schema.py")], None)
+            else:
+                problems = _control_characters(key, value) or _check_type(setting, value)
+                known = (problems, None if problems else _ADAPTERS[key].validate_python(value))
+            checked[(key, id(value))] = known
+        problems, typed = known
+        if problems:
+            file, line = raw.origin(key, host.name)
+            for path, message in problems:
+                out.add(file, path, message, line)
+        else:
+            good[key] = typed
     return good
 
 
@@ -197,13 +211,16 @@ def _cluster_settings(raw: RawInventory, settings: dict[str, dict], out: _Collec
     """Cluster-wide settings must have one value on every host: set once, in group_vars/all/."""
     values: dict[str, Any] = {}
     for setting in (s for s in SETTINGS.values() if s.scope == "cluster"):
-        seen: dict[str, list[str]] = defaultdict(list)
+        by_object: dict[int, tuple[Any, list[str]]] = {}  # hosts mostly share one value object
         for name, host_settings in settings.items():
-            if setting.name in raw.hosts[name].vars and setting.name not in host_settings:
-                break  # already reported as badly typed
             value = host_settings.get(setting.name, setting.default)
-            seen[json.dumps(_jsonable(value), sort_keys=True)].append(name)
+            if value is setting.default and setting.name in raw.hosts[name].vars and setting.name not in host_settings:
+                break  # already reported as badly typed
+            by_object.setdefault(id(value), (value, []))[1].append(name)
         else:
+            seen: dict[str, list[str]] = defaultdict(list)
+            for value, names in by_object.values():
+                seen[json.dumps(_jsonable(value), sort_keys=True)].extend(names)
             if len(seen) > 1:
                 files = sorted({raw.hosts[h].origins[setting.name][0]
                                 for hs in seen.values() for h in hs if setting.name in raw.hosts[h].origins})
@@ -303,10 +320,7 @@ def _node_types(raw: RawInventory, hosts: dict[str, model.Host], out: _Collector
     return types
 
 
-def _with_node_type(host: model.Host, types: dict[str, list[str]]) -> model.Host:
+def _with_node_type(host: model.Host, type_of: dict[str, str]) -> model.Host:
     from dataclasses import replace
 
-    for name, members in types.items():
-        if host.name in members:
-            return replace(host, node_type=name)
-    return host
+    return replace(host, node_type=type_of[host.name]) if host.name in type_of else host

@@ -134,3 +134,86 @@ def test_hosts_get_only_roles_that_exist_and_every_pin_belongs_to_one():
     cluster = load_cluster(REPO / "inventory" / "example")
     assert set().union(*(h.roles for h in cluster.hosts.values())) <= set(roles.ORDER)
     assert {pin.role for pin in PINS.values()} <= set(roles.ORDER)
+
+
+def _ansible_alone(root, vault_password_file=None) -> dict[str, dict]:
+    """Each host's kiln variables as ansible-core resolves them with nothing of kiln's speed-ups: one
+    VariableManager.get_vars per host, every template rendered."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    from kiln.inventory.loader import _needs_template, _vault_secret, _vault_secrets, read_by_kiln
+
+    loader = DataLoader()
+    loader.set_basedir(str(root))
+    secrets = []
+    if vault_password_file:
+        secrets = [("default", _vault_secret(loader, str(vault_password_file))[0])]
+        loader.set_vault_secrets(secrets)
+    with _vault_secrets(secrets):
+        inventory = InventoryManager(loader=loader, sources=[str(root)])
+        variables = VariableManager(loader=loader, inventory=inventory)
+        templar = Templar(loader=loader)
+        hosts = {}
+        for host in inventory.get_hosts():
+            resolved = variables.get_vars(host=host, include_hostvars=False)
+            values = {}
+            for key, value in resolved.items():
+                if read_by_kiln(str(key)):
+                    if _needs_template(value):
+                        templar.available_variables = resolved
+                        value = templar.template(value)
+                    values[str(key)] = plain(value)
+            hosts[str(host.name)] = values
+    return hosts
+
+
+def _precedence_inventory(root):
+    """Every layer Ansible merges: group_vars/all as a directory, parent and child groups (one with a
+    priority), inline group and host variables, host_vars file and directory, a template per host."""
+    (root / "group_vars" / "all").mkdir(parents=True)
+    (root / "group_vars" / "all" / "a.yml").write_text(
+        'kiln_cluster_name: prec\nkiln_cpus: 1\nkiln_features: [all]\nkiln_memory_mb: 100\n'
+        'ansible_host: "10.9.0.{{ inventory_hostname[3:] | int }}"\n')
+    (root / "group_vars" / "all" / "b.yml").write_text("kiln_gpu_model: from-all\n")
+    (root / "group_vars" / "compute.yml").write_text("kiln_cpus: 8\nkiln_features: [compute]\n")
+    (root / "group_vars" / "gpu_a.yml").write_text("kiln_cpus: 32\nkiln_gpu_count: 4\n")
+    (root / "group_vars" / "gpu_b.yml").write_text("kiln_cpus: 64\nansible_group_priority: 5\n")
+    (root / "host_vars" / "gpu02").mkdir(parents=True)
+    (root / "host_vars" / "gpu02" / "x.yml").write_text("kiln_cpus: 2\n")
+    (root / "host_vars" / "gpu03.yml").write_text("kiln_features: [own]\nansible_host: 10.9.9.9\n")
+    (root / "hosts.yml").write_text(
+        "all:\n  children:\n    slurm_controller:\n      hosts:\n        ctl01:\n"
+        "    compute:\n      vars:\n        kiln_memory_mb: 200\n      children:\n"
+        "        gpu_a:\n          vars:\n            kiln_memory_mb: 300\n          hosts:\n"
+        "            gpu[01:04]:\n            gpu05:\n              kiln_cpus: 5\n"
+        "        gpu_b:\n          hosts:\n            gpu04:\n            gpu06:\n")
+
+
+@pytest.mark.parametrize("name", ["small", "small_ini", "plan", "foreign/deepops_shaped",
+                                  "foreign/appliance_shaped", "precedence", "example"])
+def test_kilns_reading_resolves_every_host_as_ansible_alone_does(tmp_path, name):
+    """kiln reads each group's variables once and each distinct value once (inventory_scale.py: 10,000
+    hosts); what every host ends up with is exactly what ansible-core gives host by host."""
+    if name == "precedence":
+        root = tmp_path / "precedence"
+        _precedence_inventory(root)
+    else:
+        root = REPO / "inventory" / "example" if name == "example" else INVENTORIES / name
+    password = INVENTORIES / "foreign" / "vault-password" if name.startswith("foreign") else None
+    raw = load_raw(root, str(password) if password else None)
+    assert not raw.errors, raw.errors
+    assert {h: r.vars for h, r in raw.hosts.items()} == _ansible_alone(root, password)
+    if name == "precedence":
+        gpu = raw.hosts
+        assert gpu["gpu04"].vars["kiln_cpus"] == 64 and gpu["gpu01"].vars["kiln_cpus"] == 32  # priority 5 wins
+        assert gpu["gpu02"].vars["kiln_cpus"] == 2 and gpu["gpu05"].vars["kiln_cpus"] == 5
+        assert gpu["gpu03"].vars["ansible_host"] == "10.9.9.9" and gpu["gpu01"].vars["ansible_host"] == "10.9.0.1"
+        # Ansible's order: a group's variables in hosts.yml lose even to group_vars/all/ files
+        assert gpu["gpu01"].vars["kiln_memory_mb"] == 100 and gpu["ctl01"].vars["kiln_memory_mb"] == 100
+        # hosts that read one value from one file share it (checked once by validate)
+        assert gpu["gpu01"].vars["kiln_features"] is gpu["gpu02"].vars["kiln_features"]
+        assert gpu["gpu01"].origins["kiln_cpus"][0] == "group_vars/gpu_a.yml"
+        assert gpu["gpu05"].origins["kiln_cpus"][0] == "hosts.yml"
