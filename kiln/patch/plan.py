@@ -124,11 +124,12 @@ def next_batch(queue: list[str], slurm: dict[str, SlurmNode], all_compute: list[
     already out of service for another reason takes no room either; the others join while ``room``
     allows, up to ``size``. Empty: no node may leave service now."""
     left = room(slurm, all_compute, max_unavailable)
-    batch = [n for n in queue if n in held and slurm.get(n) and slurm[n].drained_by_kiln]
+    batch = [n for n in queue if n in held and slurm.get(n) and slurm[n].drained_by_kiln] if held else []
+    chosen = set(batch)
     for n in queue:
         if len(batch) >= size:
             break
-        if n in batch:
+        if n in chosen:
             continue
         if slurm.get(n) and not slurm[n].in_service:
             batch.append(n)

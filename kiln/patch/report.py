@@ -17,9 +17,9 @@ def plan_text(plan: Plan, options) -> str:
         lines.append(f"  service node {name} (not drained)")
     for i, batch in enumerate(plan.compute):
         kind = "canary" if i == 0 and options.canary else "batch"
-        lines.append(f"  {kind} {i + 1}: {', '.join(batch)}")
-    for name, why in plan.skipped.items():
-        lines.append(f"  skipped {name}: {why}")
+        lines.append(f"  {kind} {i + 1}: {fold(batch)}" + (f"  ({len(batch)} nodes)" if len(batch) > 1 else ""))
+    for why, names in group(plan.skipped):  # nodes skipped for one reason on one line
+        lines.append(f"  skipped {fold(names)}: {why}")
     if not plan.service and not plan.compute:
         lines.append("  nothing to patch")
     return "\n".join(lines)

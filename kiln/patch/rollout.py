@@ -129,8 +129,9 @@ class Rollout:
 
     # --- the run ---
     def new_plan(self, hosts: list[str]) -> planning.Plan:
-        chosen = [h for h in hosts if self._has_roles(h)]
-        service = [h for h in chosen if h not in self.compute]
+        chosen = {h for h in hosts if self._has_roles(h)}
+        compute_set = set(self.compute)
+        service = [h for h in hosts if h in chosen and h not in compute_set]
         compute = [h for h in self.compute if h in chosen]
         # A node that just came back (a reboot, a resume) can be NOT_RESPONDING for a few seconds: give it
         # SETTLE_WAIT before it is called down and skipped.
