@@ -1,14 +1,17 @@
 """Converge benchmark: base + slurm on N testbed nodes with kiln, bare pyinfra and Ansible, side by side.
 
 The same work three ways, writing the same bytes (the files kiln renders):
-- kiln: ``kiln deploy`` (roles/base.py, roles/slurm.py);
+- kiln: ``kiln deploy --roles base,slurm`` (``ROLES``: roles/base.py, roles/slurm.py; the testbed
+  inventory has more roles, which the other two do not do);
 - bare pyinfra: pyinfra's stock operations (benchmarks/converge/pyinfra_deploy.py) with a plain
   pyinfra inventory file, no kiln code at all;
 - Ansible: benchmarks/converge/playbook.yml at its best settings: pipelining, forks = hosts, no fact
   gathering, SSH ControlMaster through the testbed's ssh_config (strict host keys).
 For each size (1 controller + N-1 compute) and tool: a fresh testbed, the fresh converge, then the
 no-op converge (median of --runs). Targets (issue #4): no-op at 32 nodes at least 15x faster than
-Ansible; kiln's overhead over bare pyinfra at most 30 %.
+Ansible; kiln's overhead over bare pyinfra at most 30 %. The work is kept equal by
+tests/unit/test_converge_fairness.py: every file, package and service kiln's ``ROLES`` manage on a
+controller and a compute node of this benchmark's inventory is managed by the other two, and no more.
 
 Needs root and the testbed's host tools; takes a while (every tool gets fresh nodes at every size).
 
@@ -31,6 +34,7 @@ from kiln.inventory import load_cluster
 from kiln.secrets import load_or_create
 from kiln.testbed.host import TestbedError
 from kiln.testbed.testbed import Testbed
+from roles import slurm as slurm_role
 from roles import slurm_config
 from roles.base import account_specs
 from roles.context import render
@@ -41,6 +45,7 @@ HERE = Path(__file__).resolve().parent / "converge"
 WORK = Path("/var/lib/kiln/bench-converge")
 BIN = Path(sys.executable).parent
 NAME = "kbench"
+ROLES = ("base", "slurm")  # what all three tools do: kiln is limited to these, the others do them by hand
 
 
 def write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
@@ -65,6 +70,8 @@ def render_files(inventory: Path, dest: Path) -> None:
     write(dest / "cgroup.conf", slurm_config.cgroup_conf(cluster))
     write(dest / "slurmdbd.conf", slurm_config.slurmdbd_conf(cluster, secrets.dbd_password), 0o600)
     write(dest / "slurmd-kiln.conf", render("slurm/slurmd-kiln.conf.j2"))
+    write(dest / "munge-kiln.conf", slurm_role.MUNGE_DROPIN)
+    write(dest / "slurmctld-kiln.conf", slurm_role.SLURMCTLD_DROPIN)
     groups, users = account_specs(cluster, platform, next(iter(cluster.hosts.values())))
     write(dest / "groups.json", json.dumps([{"name": n, "gid": g, "system": s} for n, g, s in groups]))
     write(dest / "users.json", json.dumps(users))
@@ -80,7 +87,7 @@ def render_files(inventory: Path, dest: Path) -> None:
 def command(tool: str, inventory: Path, rendered: Path, tb: Testbed, size: int) -> tuple[list[str], dict]:
     env = dict(os.environ, RENDERED=str(rendered))
     if tool == "kiln":
-        return [str(BIN / "kiln"), "deploy", "-i", str(inventory), "--json"], env
+        return [str(BIN / "kiln"), "deploy", "-i", str(inventory), "--roles", ",".join(ROLES), "--json"], env
     if tool == "pyinfra":
         return [str(BIN / "pyinfra"), str(rendered / "inventory.py"), str(HERE / "pyinfra_deploy.py"), "-y",
                 "--parallel", str(size)], env

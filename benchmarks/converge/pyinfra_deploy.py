@@ -33,6 +33,7 @@ for u in json.load(open(f"{R}/users.json")):
                 shell=u["shell"], home=u["home"], create_home=u["create_home"], system=u["system"])
 put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 apt.packages(name="chrony", packages=["chrony"], update=True, cache_time=3600, no_recommends=True)
+systemd.service(name="chrony running", service="chrony", running=True, enabled=True)
 pkgs = ["munge", f"slurm-client={V}"]
 held = ["slurm-client"]
 if is_ctl:
@@ -46,6 +47,10 @@ if is_compute:
     held += ["slurmd", "libpam-slurm-adopt"]
 install = apt.packages(name="slurm packages", packages=pkgs, no_recommends=True)
 server.shell(name="hold", commands=["apt-mark hold " + " ".join(held)], _if=install.did_change)
+files.directory(name="munge drop-in dir", path="/etc/systemd/system/munge.service.d", mode="755", user="root",
+                group="root")
+munge_unit = put("munge-kiln.conf", "/etc/systemd/system/munge.service.d/kiln.conf")
+systemd.daemon_reload(name="reload for munge", _if=munge_unit.did_change)
 key = put("munge.key", "/etc/munge/munge.key", mode="400", user="munge", group="munge")
 files.directory(name="etc/slurm", path="/etc/slurm", mode="755", user="root", group="root")
 files.directory(name="log", path="/var/log/slurm", mode="755", user="slurm", group="slurm")
@@ -54,6 +59,10 @@ conf = put("slurm.conf", "/etc/slurm/slurm.conf")
 node_conf = [put("gres.conf", "/etc/slurm/gres.conf"), put("cgroup.conf", "/etc/slurm/cgroup.conf")]
 if is_ctl:
     files.directory(name="state", path="/var/lib/slurm/slurmctld", mode="700", user="slurm", group="slurm")
+    files.directory(name="slurmctld drop-in dir", path="/etc/systemd/system/slurmctld.service.d", mode="755",
+                    user="root", group="root")
+    ctld_unit = put("slurmctld-kiln.conf", "/etc/systemd/system/slurmctld.service.d/kiln.conf")
+    systemd.daemon_reload(name="reload for slurmctld", _if=ctld_unit.did_change)
 dbd_conf = put("slurmdbd.conf", "/etc/slurm/slurmdbd.conf", mode="600", user="slurm", group="slurm") if is_dbd else None
 if is_compute:
     files.directory(name="spool", path="/var/lib/slurm/slurmd", mode="755", user="root", group="root")

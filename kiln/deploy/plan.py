@@ -56,11 +56,12 @@ def evaluate(state, host, commands: bool = False) -> list[tuple[str, list[str]]]
     return result
 
 
-def plan_host(cluster, name: str, platform, snapshot, secrets, stages=None, in_container: bool = False):
+def plan_host(cluster, name: str, platform, snapshot, secrets, stages=None, in_container: bool = False,
+              role_names: list[str] | None = None):
     """(commands per operation, the node's NodeContext) for inventory host ``name`` prepared against
     ``snapshot`` with no connection: what the roles' ``stages`` would do to a node in that state. The
     stages must read no fact but the snapshot; any other fact answers what a fresh node would (its
-    default: a file absent, a daemon down)."""
+    default: a file absent, a daemon down). ``role_names``: only these of the host's roles (default all)."""
     from pyinfra.api import Config, Inventory, State
     from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state
 
@@ -73,7 +74,7 @@ def plan_host(cluster, name: str, platform, snapshot, secrets, stages=None, in_c
     host.get_fact = _fresh_node_fact  # this host only: it is never connected
     ctx = NodeContext(cluster, cluster.hosts[name], platform, secrets, in_container)
     with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(state.config.copy()), ctx_host.use(host):
-        roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles), stages or roles.STAGES)
+        roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles, role_names), stages or roles.STAGES)
         ctx.snapshot = snapshot
         result = evaluate(state, host, commands=True)
     return result, ctx

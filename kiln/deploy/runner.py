@@ -25,13 +25,13 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
-from pyinfra.api.state import BaseStateCallback
 from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution
 
 import roles
 from kiln.deploy import plan
+from kiln.deploy.connections import ConnectErrors, bound_connection, quiet_idle_connections, reachable
 from kiln.deploy.events import OperationEvents
 from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
@@ -123,18 +123,52 @@ class Deploy:
 
     # --- the run ---
     def run(self) -> DeployResult:
+        """Deploy: one wave of every host, or, with more hosts than ``forks``, waves of ``forks`` hosts
+        (connected, worked and disconnected in turn, so connections, open files and memory stay bounded
+        at any cluster size). Waves read every host's OS first, so a mismatch anywhere still stops the
+        run before any change; compute hosts come first and the others (the controller) last, so the
+        controller's end-of-run step (``scontrol reconfigure``) sees every node's files."""
         start = time.monotonic()
         _quiet_pyinfra()
+        quiet_idle_connections()
+        waves = self.waves()
+        if len(waves) == 1:
+            return self._result(start, self._run_wave(waves[0]))
+        self.progress(f"{len(self.host_names)} hosts in {len(waves)} waves of at most {self.forks} (--forks)")
+        for number, wave in enumerate(waves, 1):
+            stopped = self._run_wave(wave, f"reading the OS, wave {number} of {len(waves)}", os_only=True)
+            if stopped:
+                for r in self.results.values():
+                    if r.status == "pending":
+                        r.status = "no change"
+                return self._result(start, stopped)
+        for number, wave in enumerate(waves, 1):
+            left = [n for n in wave if self.results[n].status == "pending" and n in self.contexts]
+            if left:
+                self._run_wave(left, f"wave {number} of {len(waves)}", os_known=True)
+        return self._result(start)
+
+    def waves(self) -> list[list[str]]:
+        """The hosts in waves of at most ``forks``: compute hosts first, the others last."""
+        if len(self.host_names) <= self.forks:
+            return [list(self.host_names)]
+        compute = {h.name for h in self.cluster.compute}
+        ordered = sorted(self.host_names, key=lambda n: n not in compute)  # stable: inventory order kept
+        return [ordered[i:i + self.forks] for i in range(0, len(ordered), self.forks)]
+
+    def _run_wave(self, names: list[str], label: str = "", os_only: bool = False, os_known: bool = False) -> str | None:
+        """Connect to ``names``, read their OS (unless ``os_known``: an earlier pass did), and (unless
+        ``os_only``) prepare, snapshot and run; disconnect. Returns why the run stopped, or None."""
         inventory = Inventory(([(self.targets[n], {}) if n in self.targets else (n, dict(self.cluster.hosts[n].connection))
-                                for n in self.host_names], {}))
-        config = Config(CONNECT_TIMEOUT=15, PARALLEL=min(self.forks, max(1, len(self.host_names))), FAIL_PERCENT=None)
+                                for n in names], {}))
+        config = Config(CONNECT_TIMEOUT=15, PARALLEL=min(self.forks, max(1, len(names))), FAIL_PERCENT=None)
         # Operations are evaluated when they run (after the node snapshot), never while prepared.
         state = State(inventory, config, check_for_changes=False)
         ctx_state.set(state)
         ctx_inventory.set(inventory)
-        connect_errors = _ConnectErrors()
+        connect_errors = ConnectErrors()
         state.add_callback_handler(connect_errors)
-        self.progress(f"connecting to {len(self.host_names)} host(s)")
+        self.progress(f"connecting to {len(names)} host(s)" + (f" ({label})" if label else ""))
         try:
             connect_all(state)
         except PyinfraError:
@@ -147,18 +181,19 @@ class Deploy:
                                "the inventory's known_hosts file (kiln never accepts an unknown key)")
         active = [h for h in inventory if h in state.active_hosts]
         for host in active:
-            _bound_connection(host)
+            bound_connection(host)
         try:
-            stopped = self._preflight(state, active)
-            if stopped:
-                return self._result(start, stopped)
+            if not os_known:
+                stopped = self._preflight(state, active)
+                if stopped or os_only:
+                    return stopped
             active = [h for h in active if h in state.active_hosts]  # a node lost while read is out
             self._prepare(state, active)
             self._snapshot(state, [h for h in active if h in state.active_hosts])
             if self.dry_run:
                 self._dry_run_report(state, active)
-                return self._result(start)
-            self.progress("running")
+                return None
+            self.progress("running" + (f" ({label})" if label else ""))
             totals = {h.name: len(h.op_hash_order) for h in active}
             events = OperationEvents(self, totals)
             state.add_callback_handler(events)
@@ -171,7 +206,7 @@ class Deploy:
                 self._after_run(state, active)
             self._collect(state, active)
             self._left_out(inventory)
-            return self._result(start)
+            return None
         finally:
             disconnect_all(state)
 
@@ -218,7 +253,7 @@ class Deploy:
                 r.next_step = ("fix kiln_os in the inventory or the node's OS, then run kiln deploy again"
                                if isinstance(value, UnsupportedPlatform) else "check the node, then run kiln deploy again")
                 # a node that died while asked reads as "an unknown OS": it is lost, not mismatched
-                if not isinstance(value, UnsupportedPlatform) or not _reachable(host):
+                if not isinstance(value, UnsupportedPlatform) or not reachable(host):
                     # a node that failed to answer is left out; the others go on (an OS mismatch stops all)
                     r.failed_op = "(reading the node's OS)"
                     self._if_lost(host, r)
@@ -349,56 +384,10 @@ class Deploy:
     def _if_lost(self, host, r: HostResult) -> None:
         """A host whose failure came with its connection gone is ``unreachable`` (lost while in
         ``failed_op``), not an operation that failed: the node went away (power, network, a crash)."""
-        if _reachable(host):
+        if reachable(host):
             return
         r.status = "unreachable"
         r.error = (f"the connection to {self.node(host)} was lost during {r.failed_op!r} and the node does not "
                    f"answer on its ssh port; what the node printed last:\n{r.error}")
         r.next_step = (f"bring {self.node(host)} back (power, network), then run kiln deploy --limit "
                        f"{self.node(host)}: the run repairs an interrupted package install")
-
-
-# A node that dies while kiln works on it sends no TCP reset: without these, the ssh connection would
-# wait for the kernel's retransmission timeout (about 15 minutes). paramiko sends a keepalive every
-# KEEPALIVE_S; the socket gives up when data stays unacknowledged for USER_TIMEOUT_MS.
-KEEPALIVE_S, USER_TIMEOUT_MS, PROBE_TIMEOUT_S = 5, 20_000, 5
-
-
-def _bound_connection(host) -> None:
-    import socket
-    client = getattr(host.connector, "client", None)
-    transport = client.get_transport() if client is not None else None
-    if transport is None:
-        return  # not ssh (an image build's chroot)
-    transport.set_keepalive(KEEPALIVE_S)
-    sock = transport.sock
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
-    except (OSError, AttributeError):
-        pass
-
-
-def _reachable(host) -> bool:
-    """Whether ``host`` still answers: its ssh transport alive, and a new TCP connection to its port."""
-    import socket
-    client = getattr(host.connector, "client", None)
-    transport = client.get_transport() if client is not None else None
-    if transport is None:
-        return True  # not ssh: nothing was lost
-    if not transport.is_active():
-        return False
-    try:
-        peer = transport.getpeername()
-        with socket.create_connection(peer[:2], timeout=PROBE_TIMEOUT_S):
-            return True
-    except OSError:
-        return False
-
-
-class _ConnectErrors(BaseStateCallback):
-    def __init__(self) -> None:
-        self.errors: dict[str, str] = {}
-
-    def host_connect_error(self, state, host, error):
-        self.errors[host.name] = str(error)

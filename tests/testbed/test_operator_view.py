@@ -62,3 +62,20 @@ def test_deploy_draws_a_live_panel_in_a_terminal_and_prints_lines_elsewhere(slur
     for node in ["kilntest01", "kilntest05"]:
         assert re.search(rf"^\s+[\d.]+ {node} ok '[^']+' in \d+\.\d\d s$", text, re.M), text[:2000]
         assert re.search(rf"^\s+[\d.]+ {node} no change$", text, re.M)
+
+
+def test_forks_below_the_host_count_deploys_in_waves_that_converge_the_same(slurm):
+    """--forks 2 on 5 nodes: 3 waves of at most 2 connections, every node's OS read before any change,
+    compute nodes first and the controller last; the result is the same converged cluster."""
+    out = kiln("deploy", "-i", str(slurm.inventory), "--forks", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "5 hosts in 3 waves of at most 2 (--forks)" in out.stdout
+    connecting = re.findall(r"connecting to (\d) host\(s\) \((.*?)\)", out.stdout)
+    assert [label for _, label in connecting] == [
+        "reading the OS, wave 1 of 3", "reading the OS, wave 2 of 3", "reading the OS, wave 3 of 3",
+        "wave 1 of 3", "wave 2 of 3", "wave 3 of 3"], out.stdout
+    assert all(int(n) <= 2 for n, _ in connecting)
+    assert re.search(r"no change +kilntest\[01-05\]", out.stdout), out.stdout
+    # the controller's wave is the last one
+    done = [m.group(1) for m in re.finditer(r"^\[\s*[\d.]+s\] (kilntest0\d): no change", out.stdout, re.M)]
+    assert done[-1] == "kilntest01", done

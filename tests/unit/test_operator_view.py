@@ -217,3 +217,17 @@ def test_an_image_builds_install_stage_steps_are_shown_and_its_output_kept_in_th
     assert "apt output" in log.read_text()
     rc, out = _install_stage([sys.executable, "-c", "import time; time.sleep(30)"], log, steps.append, timeout=0.5)
     assert rc < 0 and "killed after" in out
+
+
+def test_more_hosts_than_forks_go_in_waves_compute_first_and_the_controller_last():
+    from kiln.deploy.runner import Deploy
+    from kiln.inventory import load_cluster
+    from tests.conftest import INVENTORIES
+
+    cluster = load_cluster(INVENTORIES / "small")
+    names = list(cluster.hosts)
+    compute = [h.name for h in cluster.compute]
+    waves = Deploy(cluster, None, names, None, forks=2).waves()
+    assert [n for w in waves for n in w] == compute + [n for n in names if n not in compute]
+    assert all(len(w) <= 2 for w in waves) and len(waves) == -(-len(names) // 2)
+    assert Deploy(cluster, None, names, None, forks=0).waves() == [names]  # 0: all at once, inventory order
