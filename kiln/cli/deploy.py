@@ -64,7 +64,7 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
     from kiln.deploy.runner import Deploy
     from kiln.runlog import RunLog
 
-    allow_open_files(len(hosts))
+    allow_open_files(min(len(hosts), forks))  # more hosts than --forks go in waves
     log = RunLog(inventory, cluster.name, "deploy-dry-run" if dry_run else "deploy", sys.argv[1:])
     try:
         with Progress.for_command("dry run" if dry_run else "deploy", hosts, as_json, verbose, log) as progress:

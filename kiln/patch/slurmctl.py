@@ -7,7 +7,7 @@ reboot through Slurm's RebootProgram, list the jobs on nodes, read node states a
 from __future__ import annotations
 
 from checks.node import Node, Result
-from kiln.hostlist import expand
+from kiln.hostlist import HostListError, expand
 from kiln.shell import command
 from kiln.patch.plan import SlurmNode, parse_nodes
 
@@ -59,7 +59,11 @@ class SlurmControl:
         found: dict[str, list[str]] = {n: [] for n in names}
         for line in out.stdout.splitlines():
             job, _, nodelist = line.strip().partition(" ")
-            for n in expand(nodelist):
+            try:
+                nodes = expand(nodelist)
+            except HostListError as e:  # never guess which nodes a job holds: stop as on no answer
+                raise SlurmError(f"squeue printed a node list kiln cannot read for job {job}: {e}") from None
+            for n in nodes:
                 if n in found:
                     found[n].append(job)
         return found

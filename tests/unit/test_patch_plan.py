@@ -105,3 +105,22 @@ def test_the_node_local_check_never_resumes_or_relabels_a_rollout_drain():
     assert drain_or_resume(node, "n1", [Verdict("GPU_LOST", "fail", "gone", "gpu")]) == "left to the rollout"
     assert not any("scontrol update" in c for c in commands)
     assert json.dumps(commands)  # only reads
+
+
+def test_jobs_fold_slurms_node_lists_and_an_unreadable_one_stops_as_no_answer():
+    from checks.node import Result
+    from kiln.patch.slurmctl import SlurmControl, SlurmError
+
+    class Controller:
+        name = "ctl1"
+
+        def __init__(self, stdout: str):
+            self.stdout = stdout
+
+        def run(self, command: str) -> Result:
+            return Result(0, self.stdout, "")
+
+    jobs = SlurmControl(Controller("17 gpu[01-03]\n18 gpu03,gpu09\n")).jobs(["gpu01", "gpu03", "gpu04"])
+    assert jobs == {"gpu01": ["17"], "gpu03": ["17", "18"], "gpu04": []}
+    with pytest.raises(SlurmError, match="node list kiln cannot read for job 19"):
+        SlurmControl(Controller("19 gpu[01-\n")).jobs(["gpu01"])
