@@ -231,3 +231,43 @@ def test_more_hosts_than_forks_go_in_waves_compute_first_and_the_controller_last
     assert [n for w in waves for n in w] == compute + [n for n in names if n not in compute]
     assert all(len(w) <= 2 for w in waves) and len(waves) == -(-len(names) // 2)
     assert Deploy(cluster, None, names, None, forks=0).waves() == [names]  # 0: all at once, inventory order
+
+
+@pytest.mark.parametrize("fabric, modules, expected", [
+    ("infiniband", "open", True), ("roce", "proprietary", True), ("infiniband", "none", False),
+    ("none", "open", False)])
+def test_gpudirect_rdma_is_expected_exactly_where_kiln_installs_kernel_modules_on_a_fabric(fabric, modules, expected):
+    """The README's testbed (no kernel modules) ends OK, not WARN GPU_PEERMEM; a real cluster with an
+    RDMA fabric and NVIDIA modules still has nvidia_peermem checked, and set up by the driver role."""
+    from dataclasses import replace
+
+    from kiln.check.expectations import node_expectations
+    from kiln.inventory import load_cluster
+    from kiln.inventory.schema import Fabric
+    from tests.conftest import INVENTORIES
+
+    cluster = load_cluster(INVENTORIES / "small")
+    host = cluster.hosts["gpu01"]
+    host = replace(host, fabric=Fabric(type=fabric, hca_count=1 if fabric != "none" else 0,
+                                       rate_gbps=200 if fabric != "none" else 0),
+                   settings=dict(host.settings, kiln_nvidia_kernel_modules=modules))
+    assert host.gpudirect_rdma is expected
+    assert node_expectations(cluster, host)["gpu"]["rdma"] is expected
+
+
+def test_a_host_pyinfra_dropped_on_its_own_is_reported_never_left_pending():
+    from types import SimpleNamespace
+
+    from kiln.deploy.runner import Deploy
+    from kiln.inventory import load_cluster
+    from tests.conftest import INVENTORIES
+
+    cluster = load_cluster(INVENTORIES / "small")
+    deploy = Deploy(cluster, None, ["gpu01", "gpu02"], None)
+    deploy.results["gpu02"].status = "no change"
+    hosts = [SimpleNamespace(name=n, connector=SimpleNamespace(client=None)) for n in ("gpu01", "gpu02")]
+    deploy._left_out(hosts)
+    r = deploy.results["gpu01"]
+    assert (r.status, r.failed_op) == ("failed", "(before its operations ran)")
+    assert "kiln deploy --limit gpu01" in r.next_step
+    assert deploy.results["gpu02"].status == "no change"
