@@ -15,6 +15,16 @@ def quiet_idle_connections() -> None:
     paramiko.Transport._active_check_timeout = IDLE_WAKEUP_S
 
 
+def close(hosts) -> None:
+    """Close ``hosts``' ssh connections. pyinfra's disconnect leaves them open until the process ends
+    (its ssh connector only forgets its SFTP session), so a deploy in waves would hold every wave's
+    connections, and keep each alive, to the end."""
+    for host in hosts:
+        client = getattr(getattr(host, "connector", None), "client", None)
+        if client is not None:
+            client.close()
+
+
 # A node that dies while kiln works on it sends no TCP reset: without these, the ssh connection would
 # wait for the kernel's retransmission timeout (about 15 minutes). paramiko sends a keepalive every
 # KEEPALIVE_S; the socket gives up when data stays unacknowledged for USER_TIMEOUT_MS.

@@ -32,6 +32,7 @@ from pyinfra.facts.server import LinuxDistribution
 import roles
 from kiln.deploy import plan
 from kiln.deploy.connections import ConnectErrors, bound_connection, quiet_idle_connections, reachable
+from kiln.deploy.connections import close as close_connections
 from kiln.deploy.events import OperationEvents
 from kiln.inventory.model import Cluster, Secrets
 from roles.context import NodeContext
@@ -209,6 +210,7 @@ class Deploy:
             return None
         finally:
             disconnect_all(state)
+            close_connections(inventory)
 
     def _left_out(self, inventory) -> None:
         """A host pyinfra dropped on its own (a fact read on a connection that died marks it failed
