@@ -35,6 +35,9 @@ class Progress:
         self.stream = stream or sys.stdout
         self.log = log
         self.started = time.monotonic()
+        # Written by the workers (kiln check's threads, rich's refresh thread reads them): each write is
+        # one dict operation and each read iterates a copy (list(d.items()) runs no Python code in between,
+        # so no other thread changes the dict under it).
         self.doing: dict[str, tuple[str, float]] = {}   # host -> (what, since)
         self.done: dict[str, str] = {}                  # host -> outcome
         self._heartbeat = self.started
@@ -82,7 +85,7 @@ class Progress:
 
     @property
     def failed(self) -> list[str]:
-        return [h for h, o in self.done.items() if o in ("failed", "unreachable")]
+        return [h for h, o in list(self.done.items()) if o in ("failed", "unreachable")]
 
     # --- showing it ---
     def _counts(self) -> str:
@@ -95,7 +98,7 @@ class Progress:
     def slowest(self) -> list[tuple[str, str, float]]:
         """(host, what it does, seconds at it) of the in-flight hosts longest at their step."""
         now = time.monotonic()
-        ranked = sorted(self.doing.items(), key=lambda item: item[1][1])[:SLOWEST]
+        ranked = sorted(list(self.doing.items()), key=lambda item: item[1][1])[:SLOWEST]
         return [(host, what, now - since) for host, (what, since) in ranked]
 
     def _print(self, line: str) -> None:

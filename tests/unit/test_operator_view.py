@@ -271,3 +271,40 @@ def test_a_host_pyinfra_dropped_on_its_own_is_reported_never_left_pending():
     assert (r.status, r.failed_op) == ("failed", "(before its operations ran)")
     assert "kiln deploy --limit gpu01" in r.next_step
     assert deploy.results["gpu02"].status == "no change"
+
+
+def test_the_display_survives_threads_that_start_and_finish_hosts_while_it_reads():
+    """kiln check reports from a pool of threads: reading the in-flight hosts while others change them
+    must not fail (a 1,000-node check died with 'dictionary changed size during iteration')."""
+    import threading
+
+    out = io.StringIO()
+    progress = Progress("check", [f"n{i}" for i in range(3000)], "lines", stream=out)
+    stop = threading.Event()
+    errors = []
+
+    def read():
+        while not stop.is_set():
+            try:
+                progress.slowest(), progress.failed, progress.render()
+            except Exception as e:  # noqa: BLE001 - what the test looks for
+                errors.append(e)
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+
+    def work(start):
+        for i in range(start, 3000, 4):
+            progress.step(f"n{i}", "suite system")
+            progress.finish(f"n{i}", "failed" if i % 7 == 0 else "ok")
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    stop.set()
+    reader.join()
+    assert not errors, errors[0]
+    assert len(progress.done) == 3000 and len(progress.failed) == 429
