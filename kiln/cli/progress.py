@@ -16,6 +16,7 @@ Every event also goes to the run's log (``kiln.runlog.RunLog``) when one is give
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -35,9 +36,10 @@ class Progress:
         self.stream = stream or sys.stdout
         self.log = log
         self.started = time.monotonic()
-        # Written by the workers (kiln check's threads, rich's refresh thread reads them): each write is
-        # one dict operation and each read iterates a copy (list(d.items()) runs no Python code in between,
-        # so no other thread changes the dict under it).
+        # Written by the workers (kiln check's threads), read by rich's refresh thread: every write and
+        # every copy holds the lock (a copy alone is not atomic: the allocations it makes can start the
+        # garbage collector, which runs Python code and lets another thread in).
+        self._lock = threading.Lock()
         self.doing: dict[str, tuple[str, float]] = {}   # host -> (what, since)
         self.done: dict[str, str] = {}                  # host -> outcome
         self._heartbeat = self.started
@@ -66,7 +68,8 @@ class Progress:
 
     def step(self, host: str, what: str) -> None:
         """``host`` starts ``what`` (a role's operation, a rollout step)."""
-        self.doing[host] = (what, time.monotonic())
+        with self._lock:
+            self.doing[host] = (what, time.monotonic())
         if self.log:
             self.log.event(host, f"start {what}")
         if self.verbose and self.mode == "lines":
@@ -75,8 +78,9 @@ class Progress:
 
     def finish(self, host: str, outcome: str, detail: str = "") -> None:
         """``host`` is done: ``outcome`` is a word (changed, failed, ok...), ``detail`` what to know."""
-        self.doing.pop(host, None)
-        self.done[host] = outcome
+        with self._lock:
+            self.doing.pop(host, None)
+            self.done[host] = outcome
         if self.log:
             self.log.event(host, f"{outcome} {detail}".rstrip())
         if self.mode == "lines":
@@ -85,7 +89,9 @@ class Progress:
 
     @property
     def failed(self) -> list[str]:
-        return [h for h, o in list(self.done.items()) if o in ("failed", "unreachable")]
+        with self._lock:
+            done = list(self.done.items())
+        return [h for h, o in done if o in ("failed", "unreachable")]
 
     # --- showing it ---
     def _counts(self) -> str:
@@ -98,7 +104,9 @@ class Progress:
     def slowest(self) -> list[tuple[str, str, float]]:
         """(host, what it does, seconds at it) of the in-flight hosts longest at their step."""
         now = time.monotonic()
-        ranked = sorted(list(self.doing.items()), key=lambda item: item[1][1])[:SLOWEST]
+        with self._lock:
+            doing = list(self.doing.items())
+        ranked = sorted(doing, key=lambda item: item[1][1])[:SLOWEST]
         return [(host, what, now - since) for host, (what, since) in ranked]
 
     def _print(self, line: str) -> None:

@@ -275,7 +275,30 @@ def test_a_host_pyinfra_dropped_on_its_own_is_reported_never_left_pending():
 
 def test_the_display_survives_threads_that_start_and_finish_hosts_while_it_reads():
     """kiln check reports from a pool of threads: reading the in-flight hosts while others change them
-    must not fail (a 1,000-node check died with 'dictionary changed size during iteration')."""
+    must not fail (a 1,000-node check died with 'dictionary changed size during iteration').
+    The garbage collector runs at every allocation here, as it may in a long run: it executes Python code
+    in the middle of a copy, where another thread can get in."""
+    import gc
+    import threading
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        _race_readers_against_writers()
+    finally:
+        gc.set_threshold(*threshold)
+
+
+class _Finalized:
+    """Garbage with a finalizer: a collection runs Python code (this __del__), which lets threads switch."""
+    def __init__(self):
+        self.cycle = self
+
+    def __del__(self):
+        pass
+
+
+def _race_readers_against_writers():
     import threading
 
     out = io.StringIO()
@@ -296,6 +319,7 @@ def test_the_display_survives_threads_that_start_and_finish_hosts_while_it_reads
 
     def work(start):
         for i in range(start, 3000, 4):
+            _Finalized()
             progress.step(f"n{i}", "suite system")
             progress.finish(f"n{i}", "failed" if i % 7 == 0 else "ok")
 
