@@ -75,6 +75,9 @@ class NodeContext:
     units: list[str] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
     snapshot: Any = None
 
     def watch_path(self, path: str) -> None:
@@ -91,6 +94,21 @@ class NodeContext:
         """Read whether kernel module ``name`` is loaded, and its version, with the snapshot."""
         if name not in self.modules:
             self.modules.append(name)
+
+    def watch_packages(self, names) -> None:
+        """Read whether packages ``names`` are installed, and at which version, with the snapshot."""
+        self._watch(self.packages, names)
+
+    def watch_accounts(self, users=(), groups=()) -> None:
+        """Read users ``users`` and groups ``groups`` (IDs, members) with the snapshot."""
+        self._watch(self.users, users)
+        self._watch(self.groups, groups)
+
+    @staticmethod
+    def _watch(watched: list[str], names) -> None:
+        for name in names:
+            if name not in watched:
+                watched.append(name)
 
     def watch_line(self, path: str, regex: str) -> int:
         self.lines.append((path, regex))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from hashlib import sha1
 
@@ -10,7 +11,7 @@ from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operat
 from pyinfra.operations import files
 
 from kiln.shell import quote, quote_all
-from roles.snapshot import NodeSnapshotFact
+from roles.snapshot import NodeSnapshotFact, Watched
 
 # A node that lost power during a package install is left with dpkg interrupted (apt then refuses to
 # install anything until ``dpkg --configure -a``): finish that first, keeping the local conffiles.
@@ -24,16 +25,39 @@ def _snapshot(ctx):
     """The node's snapshot, taken now if none covers everything registered so far: ``kiln deploy``
     takes it once after preparing; under the plain ``pyinfra`` command the first operation takes it."""
     snap = ctx.snapshot
-    if snap is None or not snap.covers(ctx.paths, ctx.units, ctx.lines, ctx.modules):
+    if snap is None or not snap.covers(Watched.of(ctx)):
         snap = ctx.snapshot = take_snapshot(ctx)
     return snap
 
 
 def take_snapshot(ctx):
-    snap = host.get_fact(NodeSnapshotFact, paths=tuple(ctx.paths), units=tuple(ctx.units), lines=tuple(ctx.lines),
-                         modules=tuple(ctx.modules))
-    snap.asked = (tuple(ctx.paths), tuple(ctx.units), tuple(ctx.lines), tuple(ctx.modules))
+    watched = Watched.of(ctx)
+    snap = host.get_fact(NodeSnapshotFact, watched=watched)
+    snap.asked = watched
     return snap
+
+
+def watching(register):
+    """Wrap an operation so that, when a role calls it, ``register(ctx, **arguments)`` names what its
+    body will read from the snapshot (packages, accounts): the body runs after the snapshot is taken."""
+    def wrap(op):
+        @functools.wraps(op)
+        def call(*args, **kwargs):
+            register(**kwargs)
+            return op(*args, **kwargs)
+        return call
+    return wrap
+
+
+def _watch_packages(ctx, packages=None, urls=None, **_):
+    ctx.watch_packages(list(packages or urls or ()))
+    if not ctx.platform.uses_apt and packages:
+        ctx.watch_packages(["python3-dnf-plugin-versionlock"])
+
+
+def _watch_accounts(ctx, groups=(), users=(), **_):
+    ctx.watch_accounts(users=[u["name"] for u in users],
+                       groups=[g[0] for g in groups] + [g for u in users for g in [u["group"], *(u.get("groups") or [])]])
 
 
 def kernel_guard(apt: bool, specs: str, kernel_pin: str) -> str:
@@ -58,6 +82,7 @@ def kernel_guard(apt: bool, specs: str, kernel_pin: str) -> str:
             "dry run.\" >&2; exit 1; }")
 
 
+@watching(_watch_packages)
 @operation()
 def pinned_packages(ctx, packages: dict[str, str | None], sources: dict[str, str] | None = None,
                     guard_kernel: str | None = None):
@@ -266,6 +291,7 @@ def service_running(ctx, unit: str, enabled: bool = True, start=True):
         yield f"systemctl start {quote(unit)}"
 
 
+@watching(_watch_packages)
 @operation()
 def fetched_packages(ctx, urls: dict[str, str], version: str | None = None, marker: str | None = None):
     """
@@ -334,6 +360,7 @@ def service_restarted(unit: str):
     yield f"systemctl restart {quote(unit)}"
 
 
+@watching(_watch_accounts)
 @operation()
 def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
     """

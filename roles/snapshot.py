@@ -58,32 +58,57 @@ class NodeSnapshot:
     units: dict[str, UnitState] = field(default_factory=dict)
     lines: set[int] = field(default_factory=set)               # indexes of (path, regex) pairs found
     modules: dict[str, str] = field(default_factory=dict)      # loaded watched module -> its version ("" if none)
-    # what the command asked about: (paths, units, lines, modules); None means "anything" (hand-made snapshots)
-    asked: tuple | None = None
+    # what the command asked about: a Watched; None means "anything" (hand-made snapshots)
+    asked: "Watched | None" = None
 
-    def covers(self, paths: list[str], units: list[str], lines: list, modules: list[str] = ()) -> bool:
+    def covers(self, wanted: "Watched") -> bool:
         if self.asked is None:
             return True
-        return (set(paths) <= set(self.asked[0]) and set(units) <= set(self.asked[1])
-                and len(lines) <= len(self.asked[2]) and set(modules) <= set(self.asked[3]))
+        asked = self.asked
+        return (len(wanted.lines) <= len(asked.lines)
+                and all(set(getattr(wanted, name)) <= set(getattr(asked, name))
+                        for name in ("paths", "units", "modules", "packages", "users", "groups")))
 
     def unit(self, name: str) -> UnitState:
         return self.units.get(name, UnitState("not-found", "inactive", ""))
 
 
-def snapshot_command(paths: list[str], units: list[str], lines: list[tuple[str, str]],
-                     modules: list[str] = ()) -> str:
-    q = quote
-    parts = [
-        f"echo '{MARK}packages'",
-        "(dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Version}\\n' 2>/dev/null"
-        " || rpm -qa --qf 'ii |%{NAME}|%{VERSION}-%{RELEASE}\\n' 2>/dev/null || true)",
-        f"echo '{MARK}held'",
-        "(apt-mark showhold 2>/dev/null || dnf -q versionlock list 2>/dev/null || true)",
-        f"echo '{MARK}passwd'", "getent passwd",
-        f"echo '{MARK}group'", "getent group",
-        f"echo '{MARK}files'",
-    ]
+@dataclass(frozen=True)
+class Watched:
+    """What a node's operations compare against, registered while they are prepared (``NodeContext``):
+    the snapshot asks the node about these and nothing else. Only the packages, users and groups named are
+    read (a node's whole package list is thousands of lines; a directory service may not list its users)."""
+    paths: tuple[str, ...] = ()
+    units: tuple[str, ...] = ()
+    lines: tuple[tuple[str, str], ...] = ()
+    modules: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, ctx) -> "Watched":
+        return cls(tuple(ctx.paths), tuple(ctx.units), tuple(ctx.lines), tuple(ctx.modules),
+                   tuple(ctx.packages), tuple(ctx.users), tuple(ctx.groups))
+
+
+def snapshot_command(watched: Watched) -> str:
+    q, w = quote, watched
+    names = " ".join(q(n) for n in w.packages)
+    parts = [f"echo '{MARK}packages'"]
+    if w.packages:  # dpkg-query/rpm print the named packages only (and a "not installed" line, skipped)
+        parts.append(f"if command -v dpkg-query >/dev/null 2>&1; then "
+                     f"dpkg-query -W -f='${{db:Status-Abbrev}}|${{Package}}|${{Version}}\\n' {names} 2>/dev/null; "
+                     f"else rpm -q --qf 'ii |%{{NAME}}|%{{VERSION}}-%{{RELEASE}}\\n' {names} 2>/dev/null; fi; true")
+    parts += [f"echo '{MARK}held'", "(apt-mark showhold 2>/dev/null || dnf -q versionlock list 2>/dev/null || true)",
+              f"echo '{MARK}passwd'"]
+    if w.users:  # getent with no name would list every account
+        parts.append(f"getent passwd {' '.join(q(u) for u in w.users)}; true")
+    parts.append(f"echo '{MARK}group'")
+    if w.groups:
+        parts.append(f"getent group {' '.join(q(g) for g in w.groups)}; true")
+    parts.append(f"echo '{MARK}files'")
+    paths, units, lines, modules = w.paths, w.units, w.lines, w.modules
     if paths:
         parts.append(
             f"for p in {' '.join(q(p) for p in paths)}; do if [ -e \"$p\" ]; then "
@@ -163,11 +188,10 @@ def parse_snapshot(output: list[str]) -> NodeSnapshot:
 
 
 class NodeSnapshotFact(FactBase):
-    """``NodeSnapshot`` of the given paths, units, (path, regex) lines and kernel modules."""
+    """``NodeSnapshot`` of what a ``Watched`` names."""
 
-    def command(self, paths: tuple[str, ...], units: tuple[str, ...], lines: tuple[tuple[str, str], ...],
-                modules: tuple[str, ...] = ()) -> str:
-        return snapshot_command(list(paths), list(units), list(lines), list(modules))
+    def command(self, watched: Watched) -> str:
+        return snapshot_command(watched)
 
     @staticmethod
     def default() -> NodeSnapshot:

@@ -8,7 +8,7 @@ import pytest
 
 from roles.facts import IsContainer
 from roles.slurm_accounting import parse_sacctmgr
-from roles.snapshot import NodeSnapshot, SnapshotError, parse_snapshot, snapshot_command
+from roles.snapshot import NodeSnapshot, SnapshotError, Watched, parse_snapshot, snapshot_command
 from tests.conftest import REPO
 
 RECORDED = REPO / "tests" / "recorded"
@@ -78,14 +78,14 @@ def test_rpm_and_versionlock_formats():
 
 
 def test_command_quotes_paths_and_asks_for_each_unit():
-    cmd = snapshot_command(["/etc/a b"], ["slurmd.service"], [("/etc/pam.d/sshd", "^account x")])
+    cmd = snapshot_command(Watched(paths=("/etc/a b",), units=("slurmd.service",), lines=(("/etc/pam.d/sshd", "^account x"),)))
     assert "'/etc/a b'" in cmd and "slurmd.service" in cmd and "grep -qE '^account x' /etc/pam.d/sshd" in cmd
 
 
 def test_loaded_kernel_modules_and_their_versions():
     """What the nvidia_driver role reads for "reboot required": the command, run here, and its parse."""
     import subprocess
-    cmd = snapshot_command([], [], [], ["nvidia", "kiln_no_such_module"])
+    cmd = snapshot_command(Watched(modules=("nvidia", "kiln_no_such_module")))
     out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "kiln_no_such_module" not in parse_snapshot(out.stdout.splitlines()).modules
     snap = parse_snapshot(["@@kiln modules", "nvidia|535.261.03", "nouveau|", "@@kiln end"])
