@@ -57,14 +57,13 @@ def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | 
 
     tb = _testbed(name, kind)
     # what each node is doing, live on a terminal (on standard error: --json keeps standard output)
-    with Progress.for_command(f"testbed {name} up", [n.name for n in tb.node_list(nodes)], as_json,
-                              stream=sys.stderr) as progress:
-        tb.progress, tb.events = progress.note, progress
-        try:
+    try:
+        with Progress.for_command(f"testbed {name} up", [n.name for n in tb.node_list(nodes)], as_json,
+                                  stream=sys.stderr) as progress:
+            tb.progress, tb.events = progress.note, progress
             status = tb.up(nodes, inventory_dir=testbed_inventory(name), images=images, fresh=fresh)
-        except TestbedError as exc:
-            progress.__exit__(None, None, None)
-            _fail(exc)
+    except TestbedError as exc:  # reported once the live panel is gone
+        _fail(exc)
     _print_status(status, as_json)
 
 

@@ -61,8 +61,6 @@ class StepLines:
     """The deploy's events as ``STEP`` lines on standard error, for the build that runs this process to
     show (kiln.image.build); the outcome is in the JSON on standard output."""
 
-    done: dict = {}
-
     def step(self, host: str, what: str) -> None:
         print(STEP + " ".join(what.split()), file=sys.stderr, flush=True)
 

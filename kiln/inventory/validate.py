@@ -214,7 +214,7 @@ def _cluster_settings(raw: RawInventory, settings: dict[str, dict], out: _Collec
         by_object: dict[int, tuple[Any, list[str]]] = {}  # hosts mostly share one value object
         for name, host_settings in settings.items():
             value = host_settings.get(setting.name, setting.default)
-            if value is setting.default and setting.name in raw.hosts[name].vars and setting.name not in host_settings:
+            if setting.name in raw.hosts[name].vars and setting.name not in host_settings:
                 break  # already reported as badly typed
             by_object.setdefault(id(value), (value, []))[1].append(name)
         else:
