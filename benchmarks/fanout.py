@@ -7,6 +7,9 @@ the OS check, the one-round-trip state read, the summary. Two commands at each s
 
 - ``kiln deploy --roles storage``: the hosts have no storage mounts, so no operation is prepared:
   connect, read the OS, snapshot the node, report ``no change``; nothing on this machine is touched;
+- ``kiln deploy --dry-run --roles base,slurm``: every operation of a real node's roles prepared and
+  compared with what the node has (its snapshot names each package, account, file and unit they
+  manage); nothing changes, and the plan's differences and file diffs are reported (exit 3);
 - ``kiln check --suite system``: the system suite's commands over SSH (read only), the verdict table.
 
 Reported per size: wall time, the kiln process's CPU seconds (user+system, its children included:
@@ -44,6 +47,7 @@ def start_sshd(work: Path, port: int) -> subprocess.Popen:
                       f"AuthorizedKeysFile {keys}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                       "KbdInteractiveAuthentication no\nUsePAM no\nMaxStartups 2000:30:4000\nMaxSessions 100\n"
                       "StrictModes no\nLogLevel ERROR\nSubsystem sftp internal-sftp\n")  # keys in a temporary dir under /tmp
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory (made at boot)
     proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)], stderr=open(work / "sshd.log", "w"))
     time.sleep(0.5)
     if proc.poll() is not None:
@@ -99,6 +103,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,300,1000")
     parser.add_argument("--forks", type=int, default=256)
     parser.add_argument("--port", type=int, default=22022)
+    parser.add_argument("--commands", default="deploy,dry-run,check", help="which of the three to measure")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the loopback sshd logs in as root (keys only) to run read-only commands")
@@ -112,10 +117,13 @@ def main() -> None:
             known_hosts(work, size, opts.port)
             inv = write_inventory(work, size, opts.port)
             in_flight = min(size, opts.forks)
-            for what, args in (("deploy (no-op)", ["deploy", "-i", str(inv), "--roles", "storage"]),
-                               ("check --suite system", ["check", "-i", str(inv), "--suite", "system"])):
+            commands = {
+                "deploy": ("deploy (no-op)", ["deploy", "-i", str(inv), "--roles", "storage"], (0,)),
+                "dry-run": ("deploy --dry-run", ["deploy", "-i", str(inv), "--roles", "base,slurm", "--dry-run"], (0, 3)),
+                "check": ("check --suite system", ["check", "-i", str(inv), "--suite", "system"], None)}
+            for what, args, ok in (commands[c] for c in opts.commands.split(",")):
                 m = measure([*args, "--forks", str(opts.forks)])
-                if what.startswith("deploy") and m["rc"] != 0:
+                if ok and m["rc"] not in ok:
                     raise SystemExit(f"kiln {' '.join(args)} failed ({m['rc']}): {m['tail']}")
                 rows.append((size, what, m, in_flight))
                 print(f"  {size} nodes, {what}: {m['wall']:.1f} s, exit {m['rc']}, {m['tail'][-2:]}", flush=True)
