@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,300,1000")
     parser.add_argument("--forks", type=int, default=256)
     parser.add_argument("--port", type=int, default=22022)
-    parser.add_argument("--commands", default="deploy,dry-run,check", help="which of the three to measure")
+    parser.add_argument("--commands", default="deploy,check", help="of deploy, dry-run (base+slurm on nodes that are not converged: each differing file is read back for its diff), check")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the loopback sshd logs in as root (keys only) to run read-only commands")

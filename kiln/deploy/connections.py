@@ -7,8 +7,9 @@ from pyinfra.api.state import BaseStateCallback
 
 # paramiko's transport wakes every _active_check_timeout seconds while its connection is idle (0.1 s:
 # ten wake-ups a second per connection); 1,000 connections waiting on slow nodes then cost kiln more
-# CPU than its work. Data still wakes it at once; only idle checks (closing, keepalives) wait longer.
-IDLE_WAKEUP_S = 1.0
+# CPU than its work. Data still wakes it at once, and closing the socket ends its wait; nothing else
+# needs the wake-up (keepalives are the kernel's, below).
+IDLE_WAKEUP_S = 5.0
 
 
 def quiet_idle_connections() -> None:
@@ -26,25 +27,34 @@ def close(hosts) -> None:
 
 
 # A node that dies while kiln works on it sends no TCP reset: without these, the ssh connection would
-# wait for the kernel's retransmission timeout (about 15 minutes). paramiko sends a keepalive every
-# KEEPALIVE_S; the socket gives up when data stays unacknowledged for USER_TIMEOUT_MS.
+# wait for the kernel's retransmission timeout (about 15 minutes). The kernel probes a connection idle
+# for KEEPALIVE_S (TCP keepalive: no work for kiln, unlike ssh-level keepalive messages, which paramiko
+# encrypts, sends and reads back in Python for every connection), and the socket gives up when data or
+# probes stay unacknowledged for USER_TIMEOUT_MS.
 KEEPALIVE_S, USER_TIMEOUT_MS, PROBE_TIMEOUT_S = 5, 20_000, 5
+
+
+def keep_alive(sock) -> None:
+    """Kernel keepalive probes every KEEPALIVE_S on an idle ``sock``; unanswered for USER_TIMEOUT_MS
+    (probes or data), the connection fails."""
+    import socket
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, USER_TIMEOUT_MS // 1000 // KEEPALIVE_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
 
 
 def bound_connection(host) -> None:
     """Keepalives and a TCP user timeout on ``host``'s connection: a dead node is noticed in seconds."""
-    import socket
     client = getattr(host.connector, "client", None)
     transport = client.get_transport() if client is not None else None
     if transport is None:
         return  # not ssh (an image build's chroot)
-    transport.set_keepalive(KEEPALIVE_S)
-    sock = transport.sock
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+        keep_alive(transport.sock)
     except (OSError, AttributeError):
-        pass
+        pass  # not a TCP socket (a proxy command's pipe)
 
 
 def reachable(host) -> bool:
