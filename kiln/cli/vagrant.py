@@ -42,6 +42,7 @@ def box(compute: int) -> None:
     vg.write_inventory(INVENTORY, compute, repo)
     cluster = load_or_exit(INVENTORY)
     try:
+        vg.STATE.mkdir(parents=True, exist_ok=True)  # vagrant box add runs there (a fresh machine has none)
         boxes = {}
         for role, target in (("controller", "slurm_controller"), ("compute", vg.NODE_TYPE)):
             result = build(cluster, recipe(cluster, target), ["dir", "vagrant-box"], progress=lambda m: echo(m, err=True))
