@@ -11,6 +11,7 @@ import json
 import os
 
 from pyinfra import host
+from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server, systemd
 
 R = os.environ["RENDERED"]
@@ -33,7 +34,9 @@ for u in json.load(open(f"{R}/users.json")):
                 shell=u["shell"], home=u["home"], create_home=u["create_home"], system=u["system"])
 put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 apt.packages(name="chrony", packages=["chrony"], update=True, cache_time=3600, no_recommends=True)
-systemd.service(name="chrony running", service="chrony", running=True, enabled=True)
+if host.get_fact(Command, "systemd-detect-virt --container 2>/dev/null || echo none").strip() == "none":
+    # kiln leaves the clock to a container's host (chrony cannot set it there)
+    systemd.service(name="chrony running", service="chrony", running=True, enabled=True)
 pkgs = ["munge", f"slurm-client={V}"]
 held = ["slurm-client"]
 if is_ctl:
