@@ -81,8 +81,7 @@ class NodeContext:
     snapshot: Any = None
 
     def watch_path(self, path: str) -> None:
-        if path not in self.paths:
-            self.paths.append(path)
+        self._watch(self.paths, [path])
 
     def watch_unit(self, unit: str) -> str:
         unit = unit if "." in unit else unit + ".service"
@@ -92,8 +91,7 @@ class NodeContext:
 
     def watch_module(self, name: str) -> None:
         """Read whether kernel module ``name`` is loaded, and its version, with the snapshot."""
-        if name not in self.modules:
-            self.modules.append(name)
+        self._watch(self.modules, [name])
 
     def watch_packages(self, names) -> None:
         """Read whether packages ``names`` are installed, and at which version, with the snapshot."""

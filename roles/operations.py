@@ -38,7 +38,7 @@ def take_snapshot(ctx):
 
 
 def watching(register):
-    """Wrap an operation so that, when a role calls it, ``register(ctx, **arguments)`` names what its
+    """Wrap an operation so that, when a role calls it, ``register(**its keyword arguments)`` names what its
     body will read from the snapshot (packages, accounts): the body runs after the snapshot is taken."""
     def wrap(op):
         @functools.wraps(op)

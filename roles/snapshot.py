@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pyinfra.api import FactBase
 
-from kiln.shell import quote
+from kiln.shell import quote, quote_all
 
 MARK = "@@kiln "
 _VERSIONLOCK = re.compile(r"^(?P<name>[A-Za-z0-9_.+-]+?)-(?:\d+:)?(?P<version>[^-]+-[^-]+)\.\*$")
@@ -94,7 +94,7 @@ class Watched:
 
 def snapshot_command(watched: Watched) -> str:
     q, w = quote, watched
-    names = " ".join(q(n) for n in w.packages)
+    names = quote_all(w.packages)
     parts = [f"echo '{MARK}packages'"]
     if w.packages:  # dpkg-query/rpm print the named packages only (and a "not installed" line, skipped)
         parts.append(f"if command -v dpkg-query >/dev/null 2>&1; then "
@@ -103,10 +103,10 @@ def snapshot_command(watched: Watched) -> str:
     parts += [f"echo '{MARK}held'", "(apt-mark showhold 2>/dev/null || dnf -q versionlock list 2>/dev/null || true)",
               f"echo '{MARK}passwd'"]
     if w.users:  # getent with no name would list every account
-        parts.append(f"getent passwd {' '.join(q(u) for u in w.users)}; true")
+        parts.append(f"getent passwd {quote_all(w.users)}; true")
     parts.append(f"echo '{MARK}group'")
     if w.groups:
-        parts.append(f"getent group {' '.join(q(g) for g in w.groups)}; true")
+        parts.append(f"getent group {quote_all(w.groups)}; true")
     parts.append(f"echo '{MARK}files'")
     paths, units, lines, modules = w.paths, w.units, w.lines, w.modules
     if paths:
