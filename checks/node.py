@@ -3,6 +3,9 @@ wraps a testinfra host (kiln/check/remote.py), the node-local runner a subproces
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
 import subprocess
 from dataclasses import dataclass
 from typing import Callable
@@ -23,11 +26,42 @@ class Node:
         return self._run(command)
 
 
+NO_ANSWER = 124  # a bounded command's exit code when it did not finish in time
+
+
+def bounded(command: str, seconds: int) -> str:
+    """``command`` (sh text) as a subshell that ends within about ``seconds`` + 1, whatever the command
+    does: after ``seconds`` its whole process group is killed (``timeout -s KILL``), and a process that
+    even SIGKILL cannot end (uninterruptible sleep on a hung mount) is abandoned: the subshell then exits
+    124 with "no answer in N s" on stderr. Output goes through files, so nothing abandoned holds the
+    caller's pipes (or its SSH channel) open."""
+    ticks = 10 * seconds + 10
+    return ("(d=$(mktemp -d) || exit 255; "
+            f"timeout -s KILL {seconds} sh -c {shlex.quote(command)} </dev/null >\"$d/o\" 2>\"$d/e\" & p=$!; n=0; "
+            f"while kill -0 $p 2>/dev/null && [ $n -lt {ticks} ]; do sleep 0.1; n=$((n+1)); done; "
+            f"if kill -0 $p 2>/dev/null; then rc={NO_ANSWER}; else wait $p; rc=$?; fi; "
+            "cat \"$d/o\"; cat \"$d/e\" >&2; rm -rf \"$d\"; "
+            f"if [ $rc = 137 ] || [ $rc = {NO_ANSWER} ]; then echo \"no answer in {seconds} s\" >&2; exit {NO_ANSWER}; fi; "
+            "exit $rc)")
+
+
 def local_node(name: str, timeout: float = 120) -> Node:
+    """Commands run here, in ``sh``; one still running after ``timeout`` has its process group killed
+    and is left behind if it cannot die (exit 124), so the runner itself never hangs."""
     def run(command: str) -> Result:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=timeout)
+            stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            return Result(124, "", f"timed out after {timeout:.0f} s: {command}")
-        return Result(out.returncode, out.stdout, out.stderr)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.communicate(timeout=2)
+            except subprocess.TimeoutExpired:  # something unkillable holds the pipes: leave it
+                pass
+            return Result(NO_ANSWER, "", f"timed out after {timeout:.0f} s: {command}")
+        return Result(proc.returncode, stdout, stderr)
     return Node(name, run, local=True)

@@ -78,7 +78,8 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     # --- storage ---
     "STORAGE_FINDMNT_UNREADABLE": ("storage", "fail", "findmnt failed or printed no JSON", "run it on the node", ""),
     "STORAGE_FSTAB_UNREADABLE": ("storage", "fail", "/etc/fstab cannot be read", "check the file", ""),
-    "STORAGE_FULL_UNREADABLE": ("storage", "fail", "df failed for the mounts", "check for a hung mount", ""),
+    "STORAGE_PROBE_UNREADABLE": ("storage", "fail", "the mount probe printed nothing kiln understands",
+                                 "run kiln check again; read the node's log", ""),
     "STORAGE_MOUNTED": ("storage", "fail", "a filesystem the node must have is not mounted",
                         "mount it (kiln deploy writes its fstab line)", "kiln_storage_mounts"),
     "STORAGE_TYPE": ("storage", "fail", "a mount has another filesystem type", "fix the mount or the inventory",
@@ -89,6 +90,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                         "kiln_storage_mounts[].options"),
     "STORAGE_FSTAB": ("storage", "warn", "a mount has no /etc/fstab entry: it will not come back after a reboot",
                       "kiln deploy writes it", "kiln_storage_mounts"),
+    "STORAGE_RESPONDING": ("storage", "fail", "a mount did not answer in time (dead server or network: processes "
+                           "touching it hang) or df failed on it (stale mount)",
+                           "check the server and the network to it; remount a stale mount", "kiln_check_storage_timeout"),
     "STORAGE_WRITABLE": ("storage", "fail", "root cannot write to a mount", "check the server's export and the mount",
                          ""),
     "STORAGE_FULL": ("storage", "fail", "a filesystem (or its inodes) is above fail_percent (warn above warn_percent)",

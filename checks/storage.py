@@ -1,16 +1,22 @@
 """Storage suite: each inventory mount is mounted with its type, source and options, /etc/fstab agrees,
-it is writable, and not too full. (That every node sees the same data is checked by the remote runner,
-which can write on one node and read on the others.)
+it answers, it is writable, and not too full. (That every node sees the same data is checked by the remote
+runner, which can write on one node and read on the others.)
 
-Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent}.
+Nothing here can hang on a dead server: findmnt and /etc/fstab are read from the kernel's and the node's
+own files; everything that touches a mount runs in the probe, where every mount is probed at once, each
+under ``bounded`` (killed after ``storage_timeout`` seconds, abandoned if it cannot die), so a hung hard
+NFS or Lustre mount is a STORAGE_RESPONDING fail in about that time, never a stuck check.
+
+Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent};
+``expect["storage_timeout"]``: seconds a mount has to answer (default 10).
 """
 
 from __future__ import annotations
 
 import shlex
 
-from checks.node import Node
-from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
+from checks.node import NO_ANSWER, Node, Result, bounded
+from checks.parsers.mounts import PROBE_MARK, options_match, parse_df_percent, parse_findmnt_json, parse_fstab, parse_probe
 from checks.verdict import CheckError, Verdict, fail, warn, with_passes
 
 # fstype as the kernel reports it, for inventory types that differ
@@ -19,19 +25,26 @@ FSTYPES = {"nfs": ("nfs", "nfs4"), "cephfs": ("ceph", "fuse.ceph-fuse"), "gluste
            "lustre": ("lustre",), "tmpfs": ("tmpfs",)}
 
 
-def writable_command(path: str, node_name: str) -> str:
-    """Create and remove a probe file on the mount: only if ``path`` is a mount point (never under an
-    empty mount point), so it needs no answer from findmnt first."""
-    probe = shlex.quote(f"{path.rstrip('/')}/.kiln-write-check-{node_name}")
-    return f"mountpoint -q {shlex.quote(path)} && touch {probe} && rm -f {probe}"
-
-
 FINDMNT = "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS"
 FSTAB = "cat /etc/fstab"
+TIMEOUT = 10
+# the probe's exit codes per mount (and bounded's NO_ANSWER)
+NOT_MOUNTED, NOT_WRITABLE, DF_FAILED = 3, 4, 5
 
 
-def df_command(mounts: list[dict]) -> str:
-    return "df --output=target,pcent,ipcent " + " ".join(shlex.quote(m["path"]) for m in mounts)
+def probe_command(mounts: list[dict], node_name: str, seconds: int = TIMEOUT) -> str:
+    """One command probing every mount at once: is it a mount point, can root create and remove a file
+    on it (never under an empty mount point), how full is it (space and inodes). Each mount's probe is
+    ``bounded``; the report (``parse_probe``) has one part per mount, in the inventory's order."""
+    jobs, report = [], []
+    for i, m in enumerate(mounts):
+        path = shlex.quote(m["path"])
+        probe = shlex.quote(f"{m['path'].rstrip('/')}/.kiln-write-check-{node_name}")
+        body = (f"mountpoint -q {path} || exit {NOT_MOUNTED}; w=0; touch {probe} 2>/dev/null && rm -f {probe} "
+                f"|| w={NOT_WRITABLE}; df --output=target,pcent,ipcent {path} || exit {DF_FAILED}; exit $w")
+        jobs.append(f'{{ {bounded(body, seconds)} >"$t/{i}" 2>&1; echo $? >"$t/{i}.rc"; }} </dev/null >/dev/null 2>&1 &')
+        report.append(f'echo "{PROBE_MARK}{i} $(cat "$t/{i}.rc" 2>/dev/null || echo {NO_ANSWER})"; cat "$t/{i}" 2>/dev/null')
+    return "t=$(mktemp -d) || exit 255\n" + "\n".join(jobs) + "\nwait\n" + "\n".join(report) + '\nrm -rf "$t"'
 
 
 def commands(expect: dict) -> list[str]:
@@ -40,7 +53,7 @@ def commands(expect: dict) -> list[str]:
     if not mounts:
         return []
     name = expect.get("node", "")  # what run's node.name is, in both runners
-    return [FINDMNT, FSTAB] + [writable_command(m["path"], name) for m in mounts] + [df_command(mounts)]
+    return [FINDMNT, FSTAB, probe_command(mounts, name, expect.get("storage_timeout", TIMEOUT))]
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -56,16 +69,20 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         fstab = parse_fstab(node.run(FSTAB).stdout)
     except CheckError as e:
         return [fail("STORAGE_FSTAB_UNREADABLE", str(e))]
+    seconds = expect.get("storage_timeout", TIMEOUT)
+    probe = node.run(probe_command(mounts, node.name, seconds))
+    try:
+        probed = parse_probe(probe.stdout)
+    except CheckError as e:
+        return [fail("STORAGE_PROBE_UNREADABLE", f"the mount probe exited {probe.rc}: {e}")]
     verdicts: list[Verdict] = []
-    present = []
-    for m in mounts:
+    for i, m in enumerate(mounts):
         path = m["path"]
         mounted = live.get(path)
         if mounted is None:
             verdicts.append(fail("STORAGE_MOUNTED", f"{path} ({m['type']} from {m['source']}) is not mounted: "
                                  f"mount {path}; check the server and the client's log"))
             continue
-        present.append(path)
         if m["type"] != "bind" and mounted.fstype not in FSTYPES.get(m["type"], (m["type"],)):
             verdicts.append(fail("STORAGE_TYPE", f"{path} is {mounted.fstype}, the inventory says {m['type']}"))
         if m["type"] not in ("bind", "tmpfs") and mounted.source.rstrip("/") != m["source"].rstrip("/"):
@@ -80,25 +97,43 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         elif entry is None or (m["type"] != "bind" and entry.source.rstrip("/") != m["source"].rstrip("/")):
             verdicts.append(warn("STORAGE_FSTAB", f"{path}: /etc/fstab " + ("has no entry" if entry is None else
                                  f"says {entry.source}") + ": it will not come back the same after a reboot"))
-        if node.run(writable_command(path, node.name)).rc != 0:
-            verdicts.append(fail("STORAGE_WRITABLE", f"{path} is not writable by root (read-only, full or "
-                                 "root-squashed): check the mount and the server"))
-    if present:
-        # every inventory path, mounted or not, so the command does not wait on findmnt's answer (kiln
-        # check then fetches all of a node's outputs in one round trip); only mounted ones are judged
-        df = node.run(df_command(mounts))
-        try:
-            usage = parse_df_percent(df.stdout)
-        except CheckError as e:
-            return verdicts + [fail("STORAGE_FULL_UNREADABLE", str(e))]
-        for m in mounts:
-            if m["path"] not in usage:
-                continue
-            space, inodes = usage[m["path"]]
-            worst = max(space, inodes or 0)
-            if worst >= m.get("fail_percent", 95):
-                verdicts.append(fail("STORAGE_FULL", f"{m['path']} is {worst}% full (fail at {m.get('fail_percent', 95)}%)"))
-            elif worst >= m.get("warn_percent", 80):
-                verdicts.append(warn("STORAGE_FULL", f"{m['path']} is {worst}% full (warn at {m.get('warn_percent', 80)}%)"))
+        verdicts += _probed(m, probed.get(i), probe, seconds)
     return with_passes(verdicts, ["STORAGE_MOUNTED", "STORAGE_TYPE", "STORAGE_SOURCE", "STORAGE_OPTIONS",
-                                  "STORAGE_FSTAB", "STORAGE_WRITABLE", "STORAGE_FULL"], f"{len(mounts)} mounts")
+                                  "STORAGE_FSTAB", "STORAGE_RESPONDING", "STORAGE_WRITABLE", "STORAGE_FULL"],
+                       f"{len(mounts)} mounts")
+
+
+def _probed(m: dict, part: tuple[int, str] | None, probe: Result, seconds: int) -> list[Verdict]:
+    """Verdicts from one mount's part of the probe's report."""
+    path = m["path"]
+    if part is None:
+        detail = (probe.stderr or probe.stdout).strip()[:160]
+        return [fail("STORAGE_PROBE_UNREADABLE", f"{path}: the mount probe reported nothing for it (exit "
+                     f"{probe.rc}{': ' + detail if detail else ''})")]
+    rc, text = part
+    if rc == NO_ANSWER:
+        return [fail("STORAGE_RESPONDING", f"{path} ({m['type']} from {m['source']}) did not answer within "
+                     f"{seconds} s: its server or the network to it is down, and processes touching it hang; "
+                     "check the server, then the node's network")]
+    if rc == NOT_MOUNTED:
+        return [fail("STORAGE_MOUNTED", f"{path} is not a mount point any more: mount {path}")]
+    if rc not in (0, NOT_WRITABLE):
+        return [fail("STORAGE_RESPONDING", f"{path}: df failed (exit {rc}): {text.strip()[:160]}: a stale or "
+                     "broken mount; unmount and mount it again")]
+    verdicts = []
+    if rc == NOT_WRITABLE:
+        verdicts.append(fail("STORAGE_WRITABLE", f"{path} is not writable by root (read-only, full or "
+                             "root-squashed): check the mount and the server"))
+    try:
+        usage = parse_df_percent(text)
+    except CheckError as e:
+        return verdicts + [fail("STORAGE_PROBE_UNREADABLE", f"{path}: {e}")]
+    if path not in usage:
+        return verdicts + [fail("STORAGE_PROBE_UNREADABLE", f"{path}: df did not report it")]
+    space, inodes = usage[path]
+    worst = max(space, inodes or 0)
+    if worst >= m.get("fail_percent", 95):
+        verdicts.append(fail("STORAGE_FULL", f"{path} is {worst}% full (fail at {m.get('fail_percent', 95)}%)"))
+    elif worst >= m.get("warn_percent", 80):
+        verdicts.append(warn("STORAGE_FULL", f"{path} is {worst}% full (warn at {m.get('warn_percent', 80)}%)"))
+    return verdicts

@@ -1,4 +1,4 @@
-"""Mounts: ``findmnt --json``, /etc/fstab and ``df --output``."""
+"""Mounts: ``findmnt --json``, /etc/fstab, ``df --output`` and the storage probe's report."""
 
 from __future__ import annotations
 
@@ -51,6 +51,31 @@ def parse_fstab(text: str) -> dict[str, Mount]:
         options = fields[3] if len(fields) > 3 else "defaults"
         entries[fields[1]] = Mount(fields[1], fields[0], fields[2], tuple(options.split(",")))
     return entries
+
+
+PROBE_MARK = "@@kiln-mount "
+
+
+def parse_probe(text: str) -> dict[int, tuple[int, str]]:
+    """The storage probe's report (checks.storage.probe_command): mount index -> (exit code, what it
+    printed). Each mount's part starts with a line ``@@kiln-mount <index> <exit code>``."""
+    parts: dict[int, tuple[int, str]] = {}
+    index, rc, lines = None, 0, []
+    for line in text.splitlines():
+        if line.startswith(PROBE_MARK):
+            if index is not None:
+                parts[index] = (rc, "\n".join(lines))
+            fields = line[len(PROBE_MARK):].split()
+            if len(fields) != 2 or not all(f.isdigit() for f in fields):
+                raise CheckError(f"storage probe line not understood: {line[:80]!r}")
+            index, rc, lines = int(fields[0]), int(fields[1]), []
+        elif index is not None:
+            lines.append(line)
+        elif line.strip():
+            raise CheckError(f"storage probe printed before its first mount: {line[:80]!r}")
+    if index is not None:
+        parts[index] = (rc, "\n".join(lines))
+    return parts
 
 
 def parse_df_percent(text: str) -> dict[str, tuple[int, int | None]]:

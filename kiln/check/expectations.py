@@ -28,6 +28,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "fabric": {"type": host.fabric.type, "hca_count": host.fabric.hca_count, "rate_gbps": host.fabric.rate_gbps,
                    "hcas": list(host.fabric.hcas), "kernel_log": kernel_log},
         "storage": [m.model_dump() for m in host.storage_mounts],
+        "storage_timeout": cluster.setting("check_storage_timeout"),
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync")},

@@ -25,7 +25,7 @@ import pytest
 from testinfra.backend.ssh import SshBackend
 
 from checks.fabric import bandwidth_verdict
-from checks.node import Node, Result
+from checks.node import Node, Result, bounded
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
 from kiln.check.expectations import node_expectations
@@ -279,7 +279,9 @@ class RemoteCheck:
         marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
         quoted, tmp = quote(marker), quote(f"{marker}.{self.token}")
         guard, put = f"mountpoint -q {quote(path)}", f"echo {self.token} > {tmp} && mv -f {tmp} {quoted}"
-        return f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", f"cat {quoted}", f"{guard} && {{ {put}; }}"
+        seconds = self.cluster.setting("check_storage_timeout")  # a hung mount: no answer, never a stuck check
+        return (bounded(f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", seconds),
+                bounded(f"cat {quoted}", seconds), bounded(f"{guard} && {{ {put}; }}", seconds))
 
     def _shared_commands(self, host: Host) -> dict[tuple[str, str], str]:
         """What ``host`` runs in its batch for the shared-storage check, per shared filesystem it mounts:

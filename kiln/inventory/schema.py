@@ -166,6 +166,9 @@ SETTINGS: dict[str, Setting] = {
         _s("check_memlock", bool, True, "cluster", "fail nodes where jobs cannot lock unlimited memory"),
         _s("check_ib_bandwidth_gbps", Annotated[int, Field(ge=0, le=3200)], 0, "cluster",
            "kiln check measures ib_write_bw node to node (a ring) and fails below this; 0: off"),
+        _s("check_storage_timeout", Annotated[int, Field(ge=2, le=120)], 10, "cluster",
+           "seconds a mount has to answer the storage check (stat, a file written, df) before it fails "
+           "STORAGE_RESPONDING; a hung mount never stalls the check longer"),
         _s("check_time_sync", bool, True, "cluster", "warn on nodes whose clock is not synchronised"),
         _s("check_textfile_dir", AbsolutePath, "/var/lib/prometheus/node-exporter", "cluster",
            "where the node-local checks write kiln.prom for node_exporter's textfile collector"),

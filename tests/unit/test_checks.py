@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from checks.node import Node, Result
+from checks.storage import probe_command
 from checks.suites import run_suites
 from kiln.testbed.simulate import SIMULATORS
 from tests.conftest import REPO
@@ -26,14 +27,21 @@ EXPECT = {
     "slurm": {"node": "gpu01", "gpus": 4, "compute": True},
     "system": {"kernel": "6.1.0-28-amd64", "memlock_unlimited": True, "time_sync": True},
 }
+PROBE = probe_command(EXPECT["storage"], "gpu01")
+
+
+def probe_report(rc: int, text: str) -> Result:
+    """What the storage probe prints for the one mount of EXPECT (checks.parsers.mounts.parse_probe)."""
+    return Result(0, f"@@kiln-mount 0 {rc}\n{text}")
+
+
 HEALTHY = {
     "systemctl is-active nvidia-fabricmanager": Result(0, "active\n"),
     "test -d /sys/module/nvidia_peermem": Result(0, ""),
     "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS": Result(0, '{"filesystems": [{"target": "/scratch", '
                                                                        '"source": "tmpfs", "fstype": "tmpfs", "options": "rw,nosuid,size=65536k"}]}'),
     "cat /etc/fstab": Result(0, "tmpfs /scratch tmpfs rw,size=64m 0 0\n"),
-    "mountpoint -q /scratch && touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01": Result(0, ""),
-    "df --output=target,pcent,ipcent /scratch": Result(0, "Mounted on Use% IUse%\n/scratch 3% 1%\n"),
+    PROBE: probe_report(0, "Mounted on Use% IUse%\n/scratch 3% 1%\n"),
     "systemctl is-active slurmd": Result(0, "active\n"),
     "munge -n | unmunge >/dev/null": Result(0, ""),
     "scontrol show node gpu01 -o": Result(0, "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=gpu:h100:4 "
@@ -216,9 +224,12 @@ def test_old_driver_field_name_is_retried(node):
      '"source": "/dev/sdb1", "fstype": "ext4", "options": "rw"}]}'), ["STORAGE_TYPE"]),
     ("findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS", Result(1, '{"filesystems": [{"targ'),
      ["STORAGE_FINDMNT_UNREADABLE"]),
-    ("mountpoint -q /scratch && touch /scratch/.kiln-write-check-gpu01 && rm -f /scratch/.kiln-write-check-gpu01",
-     Result(1, "", "Read-only file system"), ["STORAGE_WRITABLE"]),
-    ("df --output=target,pcent,ipcent /scratch", Result(0, "Mounted on Use% IUse%\n/scratch 97% 1%\n"), ["STORAGE_FULL"]),
+    (PROBE, probe_report(4, "Mounted on Use% IUse%\n/scratch 3% 1%\n"), ["STORAGE_WRITABLE"]),
+    (PROBE, probe_report(0, "Mounted on Use% IUse%\n/scratch 97% 1%\n"), ["STORAGE_FULL"]),
+    (PROBE, probe_report(124, "no answer in 10 s"), ["STORAGE_RESPONDING"]),
+    (PROBE, probe_report(5, "df: /scratch: Stale file handle"), ["STORAGE_RESPONDING"]),
+    (PROBE, probe_report(3, ""), ["STORAGE_MOUNTED"]),
+    (PROBE, Result(255, "", "mktemp: No space left on device"), ["STORAGE_PROBE_UNREADABLE"]),
     ("systemctl is-active slurmd", Result(3, "failed\n"), ["SLURM_SLURMD"]),
     ("munge -n | unmunge >/dev/null", Result(1, "", "unmunge: Error: Invalid credential"), ["SLURM_MUNGE"]),
     ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 Gres=gpu:h100:3 State=IDLE\n"), ["SLURM_GRES"]),
@@ -237,7 +248,7 @@ def test_each_node_fault_fails_its_check(node, command, result, failed):
 
 
 def test_warn_only_faults(node):
-    node.answers["df --output=target,pcent,ipcent /scratch"] = Result(0, "Mounted on Use% IUse%\n/scratch 85% 1%\n")
+    node.answers[PROBE] = probe_report(0, "Mounted on Use% IUse%\n/scratch 85% 1%\n")
     node.answers["timedatectl show -p NTPSynchronized --value"] = Result(0, "no\n")
     node.answers["cat /etc/fstab"] = Result(0, "")
     node.answers["test -d /sys/module/nvidia_peermem"] = Result(1, "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from checks.node import Node, Result, local_node
+from checks.node import Node, Result, bounded, local_node
 from checks.suites import SUITES, run_suites
 from kiln.check.remote import RemoteCheck, batched_suites, run_batch
 from tests.unit.test_checks import EXPECT, SIMULATORS
@@ -93,6 +93,9 @@ def test_kernel_outliers():
     assert kernel_outliers({}) == {}
 
 
+READ_HOME = bounded("cat /home/.kiln-shared-check", 10)  # a read of the marker, bounded as every storage command
+
+
 def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list,
                         first_read: dict[str, str] | None = None):
     """kiln check's storage suite on hgx001-003 of the example inventory, each node's batch really run
@@ -109,7 +112,7 @@ def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls:
         def run(script):
             calls.append((host.name, script))
             if host.name in (first_read or {}) and "@@kiln-out" in script:
-                script = script.replace("\ncat /home/.kiln-shared-check\n", f"\necho {first_read[host.name]}\n")
+                script = script.replace(f"\n{READ_HOME}\n".replace("'", "'\"'\"'"), f"\necho {first_read[host.name]}\n")
             for path, directory in filesystems[host.name].items():
                 script = script.replace(f"mountpoint -q {path} ", f"test -d {directory} ")
                 script = script.replace(f"{path}/.kiln-shared-check", f"{directory}/.kiln-shared-check")
@@ -143,7 +146,7 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
         if run == "second":  # the marker of the first run tells every reader apart: no call beyond the batches
             assert extra == [] and len(calls) == 3
         else:
-            assert {script for _, script in extra} <= {"cat /home/.kiln-shared-check", "cat /lustre/.kiln-shared-check"}
+            assert {script for _, script in extra} <= {READ_HOME, bounded("cat /lustre/.kiln-shared-check", 10)}
             assert len(extra) <= 6  # at most the writer and both readers, per filesystem
     assert (home / ".kiln-shared-check").read_text().startswith("kiln-")
     assert not (other / ".kiln-shared-check").exists()
@@ -154,7 +157,7 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
     verdicts = _shared_storage_run(tmp_path, filesystems, calls, first_read={"hgx002": "kiln-someone-else"})
     home_verdicts = {n: next(v for v in vs if v.message.startswith("/home")).severity for n, vs in verdicts.items()}
     assert home_verdicts == {"hgx001": "ok", "hgx002": "ok", "hgx003": "fail"}
-    assert sorted(n for n, c in calls if c == "cat /home/.kiln-shared-check") == ["hgx001", "hgx002"]
+    assert sorted(n for n, c in calls if c == READ_HOME) == ["hgx001", "hgx002"]
 
 
 def test_shared_storage_falls_back_to_a_writer_that_can_write(tmp_path):

@@ -1,0 +1,105 @@
+"""The storage suite never hangs: every command that touches a mount is bounded, mounts are probed at once,
+and whatever cannot die is abandoned without holding the runner's pipes.
+
+A hung mount is played by stand-in ``mountpoint`` and ``df`` programs (first on PATH) that never return for
+one path; the rest of the probe (sh, timeout, touch, rm) is the real thing on real directories. The real
+hung NFS mount is shown on the VM tier (tests/vm/test_vm_storage.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from checks.node import NO_ANSWER, bounded, local_node
+from checks.parsers.mounts import parse_probe
+from checks.storage import run
+from checks.verdict import CheckError
+
+HANG = "sleep 300"
+
+
+@pytest.fixture
+def hung_tools(tmp_path, monkeypatch):
+    """``mountpoint`` and ``df`` that answer for every directory as if it were a mount point, and never
+    answer for the paths listed in ``tmp_path/hung``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    hung = tmp_path / "hung"
+    hung.write_text("")
+    (bin_dir / "mountpoint").write_text(f"#!/bin/sh\ngrep -qxF \"$2\" {hung} && exec {HANG}\ntest -d \"$2\"\n")
+    (bin_dir / "df").write_text(f"#!/bin/sh\nfor p; do :; done\ngrep -qxF \"$p\" {hung} && exec {HANG}\n"
+                                "echo 'Mounted on Use% IUse%'; echo \"$p 7% 1%\"\n")
+    for tool in ("mountpoint", "df"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return hung
+
+
+def _findmnt(paths):
+    import json
+    entries = [{"target": p, "source": "nfs01:/export" + p, "fstype": "nfs4", "options": "rw,hard,vers=4.2"}
+               for p in paths]
+    return json.dumps({"filesystems": entries})
+
+
+def test_bounded_ends_a_command_that_does_not(tmp_path):
+    node = local_node("n1", timeout=60)
+    start = time.monotonic()
+    out = node.run(bounded(HANG, 2))
+    assert out.rc == NO_ANSWER and "no answer in 2 s" in out.stderr
+    assert time.monotonic() - start < 4
+    out = node.run(bounded("echo out; echo err >&2; exit 3", 2))
+    assert (out.rc, out.stdout, out.stderr) == (3, "out\n", "err\n")
+
+
+def test_bounded_abandons_what_escapes_its_process_group(tmp_path):
+    """A process that left the group (setsid: SIGKILL of the group misses it, as it misses a process in
+    uninterruptible sleep) keeps running, and still the caller gets its answer in time: it holds only
+    bounded's files, never the caller's pipes."""
+    pid_file = tmp_path / "pid"
+    node = local_node("n1", timeout=60)
+    start = time.monotonic()
+    out = node.run(bounded(f"setsid sh -c 'echo $$ > {pid_file}; exec {HANG}' & wait", 2))
+    assert out.rc == NO_ANSWER
+    assert time.monotonic() - start < 5
+    os.kill(int(pid_file.read_text()), 9)
+
+
+def test_hung_mounts_fail_responding_in_one_timeout_not_one_each(tmp_path, hung_tools):
+    """Three NFS mounts, two of them hung: both fail STORAGE_RESPONDING and the healthy one passes, in about
+    one storage_timeout (the mounts are probed at once), and nothing is written under the healthy one."""
+    dirs = [tmp_path / name for name in ("home", "scratch", "data")]
+    for d in dirs:
+        d.mkdir()
+    hung_tools.write_text(f"{dirs[0]}\n{dirs[2]}\n")
+    mounts = [{"path": str(d), "type": "nfs", "source": f"nfs01:/export{d}", "options": "hard", "warn_percent": 80,
+               "fail_percent": 95} for d in dirs]
+    answers = {"findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS": _findmnt([str(d) for d in dirs]),
+               "cat /etc/fstab": "".join(f"{m['source']} {m['path']} nfs4 hard 0 0\n" for m in mounts)}
+    real = local_node("n1", timeout=60)
+
+    def run_command(command):
+        from checks.node import Result
+        return Result(0, answers[command]) if command in answers else real.run(command)
+
+    from checks.node import Node
+    start = time.monotonic()
+    verdicts = run(Node("n1", run_command), {"node": "n1", "storage": mounts, "storage_timeout": 2})
+    seconds = time.monotonic() - start
+    failed = sorted((v.id, v.message.split(" ")[0]) for v in verdicts if v.failed)
+    assert failed == sorted([("STORAGE_RESPONDING", str(dirs[0])), ("STORAGE_RESPONDING", str(dirs[2]))])
+    assert "did not answer within 2 s" in next(v for v in verdicts if v.failed).message
+    assert seconds < 5, seconds  # one timeout (2 s) and a second of grace, not two
+    assert not [v for v in verdicts if v.severity != "ok" and str(dirs[1]) in v.message]
+    assert not list(dirs[1].iterdir())  # the write probe removed its file
+
+
+def test_probe_report_parser():
+    assert parse_probe("@@kiln-mount 0 0\nMounted on Use% IUse%\n/a 3% 1%\n@@kiln-mount 1 124\nno answer in 10 s\n") \
+        == {0: (0, "Mounted on Use% IUse%\n/a 3% 1%"), 1: (124, "no answer in 10 s")}
+    assert parse_probe("") == {}
+    for bad in ("stray line\n@@kiln-mount 0 0\n", "@@kiln-mount x 0\n", "@@kiln-mount 0\n"):
+        with pytest.raises(CheckError):
+            parse_probe(bad)
