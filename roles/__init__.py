@@ -6,9 +6,9 @@ from importlib import import_module
 from types import ModuleType
 
 # Roles that exist today; a host runs those of its roles (kiln.inventory.model.Host.roles) found here.
-# The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
+# A storage server exports before it (or any node) mounts. The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
 # (pyxis builds against the Slurm headers, and its plugstack files restart slurmd).
-ORDER = ("base", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
+ORDER = ("base", "storage_server", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
          "containers")
 
 

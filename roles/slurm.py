@@ -39,6 +39,7 @@ from roles.context import NodeContext, changed_any, render, when_changed
 from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, path_absent,
                               pinned_packages, service_restarted, service_running, settled)
 from roles.slurm_accounting import slurm_accounts
+from roles.storage import slurmd_mounts
 
 CONF = "/etc/slurm"
 # A node booted from an image has no munge key until kiln deploy writes it: munge is skipped until
@@ -49,6 +50,9 @@ MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge
 # slurmd exits when slurmctld cannot be reached to fetch the files (nodes booting before the
 # controller, a deploy starting both at once): systemd starts it again every 5 s, without limit.
 CONFIGLESS_UNIT = "/etc/systemd/system/slurmd.service.d/configless.conf"
+STORAGE_UNIT = "/etc/systemd/system/slurmd.service.d/kiln-storage.conf"
+STORAGE_DROPIN = ("# Written by kiln: slurmd (and so every job) only with the network filesystems mounted\n"
+                  "[Unit]\nRequiresMountsFor={paths}\n")
 CONFIGLESS_DROPIN = ("# Written by kiln: configless Slurm\n[Unit]\nConditionPathExists=\nStartLimitIntervalSec=0\n\n"
                      "[Service]\nEnvironment=\"SLURMD_OPTIONS=--conf-server {servers}\"\nRestart=on-failure\n"
                      "RestartSec=5\n")
@@ -132,6 +136,17 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
                          index=ctx.watch_line(path, PAM_SYSTEMD))
 
 
+def _slurmd_mounts(ctx: NodeContext) -> None:
+    """slurmd starts only with the network filesystems jobs read mounted (roles/storage.py)."""
+    mounts = slurmd_mounts(ctx.node)
+    ctx.watch_path(STORAGE_UNIT)
+    if mounts:
+        ctx.mark("slurmd_unit", ctx.put(STORAGE_UNIT, STORAGE_DROPIN.format(paths=" ".join(mounts)), mode="644",
+                                        name="slurm: slurmd requires the network filesystems"))
+    else:
+        ctx.mark("slurmd_unit", path_absent(name="slurm: no storage drop-in for slurmd", ctx=ctx, path=STORAGE_UNIT))
+
+
 def configless_node(ctx: NodeContext) -> bool:
     """A compute node of a configless cluster that runs nothing but slurmd (no slurmctld, slurmdbd or
     login role, whose commands read the files locally): it holds no slurm.conf."""
@@ -146,6 +161,8 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
     cluster = ctx.cluster
     ctx.mark("munge_key", ctx.put("/etc/munge/munge.key", ctx.secrets.munge_key, mode="400", user="munge",
                                   group="munge", secret=True, name="slurm: munge key"))
+    if "compute" in which:
+        _slurmd_mounts(ctx)
     if configless_node(ctx):
         servers = ",".join(f"{h.name}:6817" for h in cluster.controllers)
         ctx.mark("slurmd_unit", ctx.put(CONFIGLESS_UNIT,

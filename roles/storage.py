@@ -8,6 +8,13 @@ Defaults:
 + the mount point (0755 root), one /etc/fstab line per mount (``source path type options 0 0``; a line
   for the same mount point with other values is replaced), and the mount itself when missing.
 + a changed line remounts a mounted filesystem (``mount -o remount``) so new options apply.
++ network filesystems (``NETWORK_TYPES``) get ``_netdev`` in their fstab line (mounted once the network is
+  up, unmounted before it goes down); a GlusterFS mount's ``backup_servers`` become
+  ``backup-volfile-servers=A:B`` (the client fetches the volume from them when the first server is down).
++ NFS options are checked before anything is touched (kiln.inventory.schema.check_nfs_options): no
+  ``soft`` mounts, a real ``vers``, sane timeouts.
++ on compute nodes slurmd requires every network filesystem (``RequiresMountsFor``, written by the slurm
+  role): a node whose storage did not mount at boot never takes jobs.
 """
 
 from __future__ import annotations
@@ -23,10 +30,27 @@ from roles.operations import line_present, managed_directory, pinned_packages
 CLIENTS = {"debian": {"nfs": "nfs-common", "glusterfs": "glusterfs-client", "cephfs": "ceph-fuse", "sshfs": "sshfs"},
            "redhat": {"nfs": "nfs-utils", "glusterfs": "glusterfs-fuse", "cephfs": "ceph-fuse", "sshfs": "fuse-sshfs"}}
 FSTYPE = {"cephfs": "fuse.ceph", "sshfs": "fuse.sshfs", "glusterfs": "glusterfs"}
+# Filesystems served over the network, mounted through /etc/fstab
+NETWORK_TYPES = ("nfs", "lustre", "cephfs", "glusterfs", "sshfs")
+
+
+def fstab_options(mount) -> str:
+    """The mount's options as its fstab line has them: the inventory's, plus what the type needs."""
+    options = [o for o in mount.options.split(",") if o != "defaults"]
+    if mount.type in NETWORK_TYPES and "_netdev" not in options:
+        options.append("_netdev")
+    if mount.type == "glusterfs" and mount.backup_servers:
+        options.append("backup-volfile-servers=" + ":".join(mount.backup_servers))
+    return ",".join(options) or "defaults"
 
 
 def fstab_line(mount) -> str:
-    return f"{mount.source} {mount.path} {FSTYPE.get(mount.type, mount.type)} {mount.options} 0 0"
+    return f"{mount.source} {mount.path} {FSTYPE.get(mount.type, mount.type)} {fstab_options(mount)} 0 0"
+
+
+def slurmd_mounts(node) -> list[str]:
+    """The mount points slurmd must not start without (``RequiresMountsFor``): the network filesystems."""
+    return [m.path for m in node.storage_mounts if m.type in NETWORK_TYPES]
 
 
 def install(ctx: NodeContext) -> None:

@@ -59,6 +59,45 @@ def check_compute(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> 
                 f"set {key} for the group")
 
 
+def check_storage_servers(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
+    """Exports and volumes only on storage servers, each once; a mount from a storage server of this
+    inventory names one of its exports (nfs) or volumes (glusterfs)."""
+    served: dict[str, dict[str, set[str]]] = {}
+    for host in hosts.values():
+        exports, volumes = host.setting("storage_nfs_exports"), host.setting("storage_gluster_volumes")
+        for key, items, ident in (("kiln_storage_nfs_exports", exports, "path"),
+                                  ("kiln_storage_gluster_volumes", volumes, "name")):
+            if not items:
+                continue
+            file, line = raw.origin(key, host.name)
+            if not host.in_group(model.STORAGE):
+                add(file, key, f"{host.name} is not in the {model.STORAGE} group: only storage servers serve "
+                        f"filesystems; put it in {model.STORAGE} or remove {key}", line)
+                continue
+            if key == "kiln_storage_gluster_volumes" and host.os == "rocky9":
+                add(file, key, f"{host.name} runs rocky9, whose repositories have no glusterfs-server (only the "
+                        "client): serve GlusterFS from a Debian or Ubuntu storage server", line)
+            names = [getattr(item, ident) for item in items]
+            for dup in sorted({n for n in names if names.count(n) > 1}):
+                add(file, key, f"{host.name}: {ident} {dup} is listed twice", line)
+        if host.in_group(model.STORAGE):
+            served[host.name] = {"nfs": {e.path for e in exports}, "glusterfs": {"/" + v.name for v in volumes}}
+    reported: set[tuple[str, str]] = set()
+    for host in hosts.values():
+        for i, m in enumerate(host.storage_mounts):
+            server, sep, remote = m.source.partition(":")
+            if not sep or server not in served or m.type not in ("nfs", "glusterfs") or (server, m.source) in reported:
+                continue
+            offered = served[server][m.type]
+            # nothing offered: the server's own list is missing or was refused above; one error is enough
+            if offered and remote.rstrip("/") not in offered and remote not in offered:
+                reported.add((server, m.source))
+                file, line = raw.origin("kiln_storage_mounts", host.name)
+                what = "exports" if m.type == "nfs" else "serves the volumes"
+                add(file, f"kiln_storage_mounts[{i}].source", f"{host.name} mounts {m.source}, but {server} {what} "
+                        f"{', '.join(sorted(offered))}", line)
+
+
 def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
     by_address: dict[str, list[str]] = defaultdict(list)
     for host in hosts.values():

@@ -47,6 +47,10 @@ MOUNT_SOURCE = re.compile(r"^[A-Za-z0-9_/\[][A-Za-z0-9_./@+,=:\[\]-]{0,1023}$")
 MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+,=:-]{0,1023}$")
 SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:[./][A-Za-z0-9_:-]+)+$")
 SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+-]+(?: [A-Za-z0-9_.,:/=+-]+)*$")
+# Who may mount an NFS export: a host name (wildcards * and ?), an address, a network ADDRESS/PREFIX, or
+# @netgroup, as exports(5) spells them
+EXPORT_CLIENT = re.compile(r"^(?:\*|@[A-Za-z0-9_.-]{1,64}|[A-Za-z0-9*?](?:[A-Za-z0-9*?.-]{0,252})"
+                           r"|[0-9.]{7,15}/\d{1,2}|[0-9A-Fa-f:]{2,39}/\d{1,3})$")
 URL = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9_.~/%+@,=:{}-]*)?$")
 # A program and its arguments (kiln_check_kernel_log): words of plain characters, kiln quotes each
 COMMAND_WORD = re.compile(r"^[A-Za-z0-9_./=:{}+,@-]+$")
@@ -186,4 +190,6 @@ SlurmTime = _text("Slurm time", SLURM_TIME, "minutes, MM:SS, HH:MM:SS, D-HH, D-H
 MountSource = _text("mount source", MOUNT_SOURCE, "no spaces or shell characters, e.g. nfs01:/export/home, "
                     "10.0.0.1@o2ib:/lustre, tmpfs")
 MountOptions = _text("mount options", MOUNT_OPTIONS, "comma-separated options without spaces, e.g. rw,hard,vers=4.2")
+ExportClient = _text("NFS export client", EXPORT_CLIENT, "a host name (wildcards * and ?), an IP address, a "
+                     "network as ADDRESS/PREFIX, or @netgroup, e.g. 10.0.0.0/24")
 SysctlKey = _text("sysctl key", SYSCTL_KEY, "dot-separated words, e.g. net.core.rmem_max")

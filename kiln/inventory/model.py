@@ -68,6 +68,8 @@ class Host:
             roles.add("health")
         if self.storage_mounts:
             roles.add("storage")
+        if STORAGE in self.groups:
+            roles.add("storage_server")
         if self.gpu_count:
             roles |= {"nvidia_driver", "cuda", "nccl", "dcgm", "containers"}
         if LOGIN in self.groups:

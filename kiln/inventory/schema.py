@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfNameList, MountOptions, MountPoint,
+from kiln.inventory.formats import (AbsolutePath, Address, Command, ExportClient, FilePath, IfNameList, MountOptions, MountPoint,
                                     MountSource, NameGlob, PackageName, PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url,
                                     Version, check_address, check_path, check_user)
 
@@ -58,6 +58,8 @@ class StorageMount(_Strict):
     options: MountOptions = Field("defaults", description="mount options, comma separated, no spaces")
     warn_percent: int = Field(80, ge=1, le=100, description="fullness that warns")
     fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails; above warn_percent")
+    backup_servers: list[Address] = Field([], description="glusterfs only: servers the client fetches the "
+                                          "volume from when the source's server is down")
 
     @model_validator(mode="after")
     def _warn_below_fail(self) -> "StorageMount":
@@ -71,6 +73,51 @@ class StorageMount(_Strict):
         if v not in STORAGE_TYPES:
             raise ValueError(f"unknown storage type {v!r}: use one of {', '.join(STORAGE_TYPES)}")
         return v
+
+    @model_validator(mode="after")
+    def _type_settings(self) -> "StorageMount":
+        if self.backup_servers and self.type != "glusterfs":
+            raise ValueError(f"{self.path}: backup_servers is for glusterfs mounts, this one is {self.type}")
+        if self.type == "nfs":
+            nfs_options_problem = check_nfs_options(self.options)
+            if nfs_options_problem:
+                raise ValueError(f"{self.path}: {nfs_options_problem}")
+        return self
+
+
+NFS_VERSIONS = ("3", "4", "4.0", "4.1", "4.2")
+
+
+def check_nfs_options(options: str) -> str:
+    """What is wrong with an NFS mount's options for a GPU cluster, or "" (see StorageMount)."""
+    values = dict(o.partition("=")[::2] for o in options.split(","))
+    if "soft" in values or "softerr" in values:
+        return ("soft NFS mounts return I/O errors to running jobs when the server is slow for a moment "
+                "(a checkpoint written half): use hard (the default) and let kiln check catch a dead server")
+    for key in ("vers", "nfsvers"):
+        if key in values and values[key] not in NFS_VERSIONS:
+            return f"{key}={values[key]} is not an NFS version: use one of {', '.join(NFS_VERSIONS)}"
+    for key, low, high in (("timeo", 1, 6000), ("retrans", 0, 100), ("rsize", 1024, 16777216),
+                           ("wsize", 1024, 16777216), ("actimeo", 0, 3600)):
+        if key in values and not (values[key].isdigit() and low <= int(values[key]) <= high):
+            return f"{key}={values[key]} must be a whole number from {low} to {high}"
+    return ""
+
+
+class NfsExport(_Strict):
+    """A directory a storage server exports over NFS (the storage_server role; labs and testbeds)."""
+
+    path: MountPoint = Field(description="the exported directory on the server, made if missing")
+    clients: list[ExportClient] = Field(min_length=1, description="who may mount it, e.g. 10.0.0.0/24")
+    options: MountOptions = Field("rw,sync,no_subtree_check", description="exports(5) options for every client")
+    mode: Annotated[str, Field(pattern=r"^[0-7]?[0-7]{3}$")] = Field("755", description="the directory's mode")
+
+
+class GlusterVolume(_Strict):
+    """A GlusterFS volume of one brick on its storage server (labs and testbeds: no replication)."""
+
+    name: Token = Field(description="the volume's name, what clients mount as SERVER:/NAME")
+    brick: MountPoint = Field(description="the brick directory on the server, made if missing")
 
 
 class TeamUser(_Strict):
@@ -228,6 +275,10 @@ SETTINGS: dict[str, Setting] = {
         _s("nccl_topo_file", AbsolutePath | Literal[""], "", "host", "NCCL_TOPO_FILE for /etc/nccl.conf (a topology XML on the node)"),
         _s("fabric", Fabric, None, "host", "high-speed network (see Fabric)"),
         _s("storage_mounts", list[StorageMount], [], "host", "filesystems the node mounts"),
+        _s("storage_nfs_exports", list[NfsExport], [], "host",
+           "NFS exports of a storage server (hosts in storage_servers only; see NfsExport)"),
+        _s("storage_gluster_volumes", list[GlusterVolume], [], "host",
+           "GlusterFS volumes of a storage server (hosts in storage_servers only; see GlusterVolume)"),
         _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),
         _s("ssh_known_hosts_file", FilePath, None, "host",
            "known_hosts file for this host (strict checking is always on)"),

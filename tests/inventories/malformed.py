@@ -113,6 +113,26 @@ CASES = [
     Case("duplicate_mount_point", {"group_vars/all/cluster.yml": _mount(
          '  - {path: /home, type: nfs, source: "nfs1:/home"}\n  - {path: /home, type: nfs, source: "nfs2:/home"}')},
          "group_vars/all/cluster.yml", "kiln_storage_mounts", "listed twice"),
+    Case("nfs_soft_mount", {"group_vars/all/cluster.yml": _mount('  - {path: /home, type: nfs, source: "nfs1:/home", options: "rw,soft"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "soft NFS mounts return I/O errors"),
+    Case("nfs_unknown_version", {"group_vars/all/cluster.yml": _mount('  - {path: /home, type: nfs, source: "nfs1:/home", options: "vers=5"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "vers=5 is not an NFS version"),
+    Case("nfs_timeo_not_a_number", {"group_vars/all/cluster.yml": _mount('  - {path: /home, type: nfs, source: "nfs1:/home", options: "timeo=1m"}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "timeo=1m must be a whole number"),
+    Case("backup_servers_on_nfs", {"group_vars/all/cluster.yml": _mount('  - {path: /home, type: nfs, source: "nfs1:/home", backup_servers: [nfs2]}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "backup_servers is for glusterfs"),
+    Case("nfs_export_on_a_compute_node", {"group_vars/cpu_b.yml": "kiln_cpus: 16\nkiln_memory_mb: 64000\n"
+                                          "kiln_storage_nfs_exports: [{path: /srv/nfs, clients: [10.0.0.0/24]}]\n"},
+         "group_vars/cpu_b.yml", "kiln_storage_nfs_exports", "not in the storage_servers group"),
+    Case("nfs_export_client_with_options", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
+         "        nfs1: {ansible_host: 10.0.0.40, kiln_storage_nfs_exports: [{path: /home, clients: ['*(rw,no_root_squash)']}]}\n    login:")},
+         "hosts.yml", "kiln_storage_nfs_exports[0].clients[0]", "not a valid NFS export client"),
+    Case("gluster_server_on_rocky", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
+         "        nas1: {ansible_host: 10.0.0.40, kiln_os: rocky9, kiln_storage_gluster_volumes: [{name: scratch, brick: /srv/scratch}]}\n    login:")},
+         "hosts.yml", "kiln_storage_gluster_volumes", "no glusterfs-server"),
+    Case("mount_of_a_path_the_server_does_not_export", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
+         "        nfs1: {ansible_host: 10.0.0.40, kiln_storage_nfs_exports: [{path: /export/home, clients: [10.0.0.0/24]}]}\n    login:")},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0].source", "nfs1 exports /export/home"),
     Case("partition_names_missing_group", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]", "groups: [cpu_c]")},
          "group_vars/all/cluster.yml", "kiln_slurm_partitions[1].groups", "'cpu_c', which is not in the inventory"),
     Case("two_default_partitions", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]}", "groups: [cpu_b], default: true}")},

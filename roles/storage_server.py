@@ -1,0 +1,94 @@
+"""The storage_server role: NFS exports and GlusterFS volumes for labs and testbeds, so the storage role's
+clients have something real to mount. Not meant for production storage (one server, one brick, no
+replication, no tuning).
+
+Defaults, in one place (hosts in the ``storage_servers`` group):
+
++ ``kiln_storage_nfs_exports``: the kernel NFS server (``nfs-kernel-server`` / ``nfs-utils``), each export's
+  directory (made if missing, mode from the inventory, root-owned), /etc/exports.d/kiln.exports rendered
+  from the inventory (one line per export: ``PATH CLIENT(OPTIONS) ...``) and re-read (``exportfs -ra``) when
+  it changed; ``nfs-server`` enabled and running. Default options ``rw,sync,no_subtree_check`` (root is
+  squashed, as exports(5) does by default).
++ ``kiln_storage_gluster_volumes``: ``glusterfs-server``, ``glusterd`` enabled and running, each volume one
+  brick on this server (``gluster volume create NAME HOST:BRICK force``: a lab's brick may sit on the root
+  filesystem), started; Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
+  says it is not, so a no-op deploy asks nothing of gluster.
++ In a container (the nspawn testbed) nothing kernel-side is started: there is no NFS server in a
+  container's kernel share. The files are still written; the VM tier serves NFS for real.
+"""
+
+from __future__ import annotations
+
+from pyinfra.operations import server
+
+from kiln.shell import quote
+from roles.context import NodeContext, when_changed
+from roles.operations import managed_directory, pinned_packages, service_running
+
+# Rocky's repositories carry no glusterfs-server (validation refuses volumes on a rocky9 server)
+SERVER_PACKAGES = {"debian": {"nfs": "nfs-kernel-server", "glusterfs": "glusterfs-server"},
+                   "redhat": {"nfs": "nfs-utils"}}
+EXPORTS = "/etc/exports.d/kiln.exports"
+GLUSTER_VOLS = "/var/lib/glusterd/vols"
+
+
+def exports_file(exports) -> str:
+    """/etc/exports.d/kiln.exports for ``exports`` (the inventory's NfsExport list)."""
+    lines = ["# Written by kiln (storage_server role) from kiln_storage_nfs_exports. Do not edit."]
+    for e in exports:
+        lines.append(f"{e.path} " + " ".join(f"{client}({e.options})" for client in e.clients))
+    return "\n".join(lines) + "\n"
+
+
+def install(ctx: NodeContext) -> None:
+    wanted = SERVER_PACKAGES[ctx.platform.family]
+    packages = {}
+    if ctx.node.setting("storage_nfs_exports"):
+        packages[wanted["nfs"]] = None
+    if ctx.node.setting("storage_gluster_volumes"):
+        packages[wanted["glusterfs"]] = None
+    if packages:
+        pinned_packages(name="storage_server: " + ", ".join(packages), ctx=ctx, packages=packages)
+
+
+def configure(ctx: NodeContext) -> None:
+    _nfs(ctx, ctx.node.setting("storage_nfs_exports"))
+    _gluster(ctx, ctx.node.setting("storage_gluster_volumes"))
+
+
+def _nfs(ctx: NodeContext, exports) -> None:
+    if not exports:
+        return
+    for e in exports:
+        ctx.watch_path(e.path)
+        managed_directory(name=f"storage_server: export {e.path}", ctx=ctx, path=e.path, user="root", group="root",
+                          mode=e.mode)
+    ctx.watch_path("/etc/exports.d")
+    managed_directory(name="storage_server: /etc/exports.d", ctx=ctx, path="/etc/exports.d", user="root",
+                      group="root", mode="755")
+    written = ctx.put(EXPORTS, exports_file(exports), mode="644", name="storage_server: NFS exports")
+    if ctx.in_container:
+        return  # no kernel NFS server in a container: the files only
+    service_running(name="storage_server: nfs-server enabled and running", ctx=ctx, unit=ctx.watch_unit("nfs-server"))
+    server.shell(name="storage_server: re-read the exports (if they changed)", commands=["exportfs -ra"],
+                 _if=when_changed(written))
+
+
+def _gluster(ctx: NodeContext, volumes) -> None:
+    if not volumes:
+        return
+    service_running(name="storage_server: glusterd enabled and running", ctx=ctx, unit=ctx.watch_unit("glusterd"))
+    for v in volumes:
+        ctx.watch_path(v.brick)
+        managed_directory(name=f"storage_server: brick {v.brick}", ctx=ctx, path=v.brick, user="root", group="root",
+                          mode="755")
+        info = f"{GLUSTER_VOLS}/{v.name}/info"
+        ctx.watch_path(info)
+        started = ctx.watch_line(info, "^status=1$")
+        name, brick = quote(v.name), quote(f"{ctx.node.name}:{v.brick}")
+        server.shell(name=f"storage_server: GlusterFS volume {v.name} created", commands=[
+            f"gluster --mode=script volume create {name} {brick} force"],
+            _if=lambda i=info: ctx.snapshot.files.get(i) is None)
+        server.shell(name=f"storage_server: GlusterFS volume {v.name} started", commands=[
+            f"gluster --mode=script volume start {name}"],
+            _if=lambda i=started: i not in ctx.snapshot.lines)

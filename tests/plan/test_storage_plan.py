@@ -1,0 +1,106 @@
+"""Op lists of the storage and storage_server roles for every supported OS, from recorded facts (no
+connection): a lab storage server (NFS exports, a GlusterFS volume) and a compute node mounting them.
+
+The expected lists live in tests/plan/expected/storage-<os>.json; a deliberate change is reviewed by
+regenerating them (KILN_UPDATE_PLANS=1 pytest tests/plan) and reading the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os as os_module
+from dataclasses import replace
+
+import pytest
+
+from kiln.inventory import load_cluster
+from roles.platform import PLATFORMS
+from tests.conftest import INVENTORIES, REPO
+from tests.plan.facts import fresh
+from tests.plan.harness import plan_host
+from tests.plan.test_roles_plan import SLURM
+
+EXPECTED = REPO / "tests" / "plan" / "expected"
+HOSTS = ("nas1", "cpu01")
+ROLES = ("storage_server", "storage")
+
+
+def cluster_for(os: str):
+    cluster = load_cluster(INVENTORIES / "storage")
+    if os == "rocky9":  # no glusterfs-server there (validation refuses it): the server exports NFS only
+        nas1 = cluster.hosts["nas1"]
+        nas1 = replace(nas1, settings=dict(nas1.settings, kiln_storage_gluster_volumes=[]))
+        cluster = replace(cluster, hosts={**cluster.hosts, "nas1": nas1})
+    return replace(cluster, versions=dict(cluster.versions, slurm=SLURM[os]))
+
+
+def storage_ops(plan) -> list:
+    """The storage roles' operations and slurmd's storage drop-in, the rest of the plan left out."""
+    return [[op, cmds] for op, cmds in plan if op.split(":")[0] in ROLES or "network filesystems" in op]
+
+
+def commands(plan) -> str:
+    return "\n".join(c for _, cmds in plan for c in cmds)
+
+
+@pytest.mark.parametrize("os", sorted(PLATFORMS))
+def test_storage_op_list_matches_the_reviewed_one(os, monkeypatch):
+    cluster = cluster_for(os)
+    actual = {name: storage_ops(plan_host(cluster, name, os, fresh(os), monkeypatch)) for name in HOSTS}
+    path = EXPECTED / f"storage-{os}.json"
+    if os_module.environ.get("KILN_UPDATE_PLANS"):
+        path.write_text(json.dumps(actual, indent=1) + "\n")
+    assert actual == json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("os", sorted(PLATFORMS))
+def test_server_exports_and_serves_a_volume(os, monkeypatch):
+    plan, ctx = plan_host(cluster_for(os), "nas1", os, fresh(os), monkeypatch, with_context=True)
+    text = commands(plan)
+    server_package = "nfs-kernel-server" if PLATFORMS[os].family == "debian" else "nfs-utils"
+    assert server_package in text
+    exports = next(f for f in ctx.files if f.path == "/etc/exports.d/kiln.exports").content.decode()
+    assert exports.splitlines()[1:] == [
+        "/srv/home 10.0.0.0/24(rw,sync,no_subtree_check,no_root_squash) login*.example.org(rw,sync,no_subtree_check,no_root_squash)",
+        "/srv/datasets 10.0.0.0/24(ro,no_subtree_check)"]
+    assert "systemctl start nfs-server.service" in text and "exportfs -ra" in text
+    assert "mkdir -p /srv/home" in text
+    if os != "rocky9":
+        assert "glusterfs-server" in text and "mkdir -p /srv/gluster/scratch" in text
+        assert "gluster --mode=script volume create scratch nas1:/srv/gluster/scratch force" in text
+        assert "gluster --mode=script volume start scratch" in text
+
+
+def test_server_in_a_container_writes_the_exports_and_starts_no_kernel_server(monkeypatch):
+    plan, ctx = plan_host(cluster_for("debian12"), "nas1", "debian12", fresh("debian12"), monkeypatch,
+                          in_container=True, with_context=True)
+    text = commands(plan)
+    assert any(f.path == "/etc/exports.d/kiln.exports" for f in ctx.files)
+    assert "nfs-server" not in text and "exportfs" not in text
+
+
+def test_a_volume_that_exists_and_runs_is_left_alone(monkeypatch):
+    from roles.snapshot import FileState
+    snap = fresh("debian12")
+    snap.files["/var/lib/glusterd/vols/scratch/info"] = FileState("regular file", "600", "root", "root", "x")
+    plan, ctx = plan_host(cluster_for("debian12"), "nas1", "debian12", snap, monkeypatch, with_context=True)
+    started = next(i for i, (path, regex) in enumerate(ctx.lines) if path.endswith("scratch/info"))
+    snap.lines.add(started)
+    text = commands(plan_host(cluster_for("debian12"), "nas1", "debian12", snap, monkeypatch))
+    assert "volume create" not in text and "volume start" not in text
+
+
+@pytest.mark.parametrize("os", sorted(PLATFORMS))
+def test_clients_mount_over_the_network_and_slurmd_waits_for_them(os, monkeypatch):
+    plan, ctx = plan_host(cluster_for(os), "cpu01", os, fresh(os), monkeypatch, with_context=True)
+    text = commands(plan)
+    client = "nfs-common" if PLATFORMS[os].family == "debian" else "nfs-utils"
+    gluster = "glusterfs-client" if PLATFORMS[os].family == "debian" else "glusterfs-fuse"
+    assert client in text and gluster in text
+    assert ("echo 'nas1:/srv/home /home nfs rw,hard,vers=4.2,timeo=600,retrans=2,_netdev 0 0' >> /etc/fstab"
+            in text)
+    assert ("echo 'nas1:/scratch /scratch glusterfs rw,_netdev,backup-volfile-servers=nas2.example.org 0 0' "
+            ">> /etc/fstab" in text)
+    assert "mount /home" in text and "mount /scratch" in text
+    dropin = next(f for f in ctx.files if f.path == "/etc/systemd/system/slurmd.service.d/kiln-storage.conf")
+    assert "RequiresMountsFor=/home /datasets /scratch" in dropin.content.decode()
