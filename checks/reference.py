@@ -97,6 +97,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                          ""),
     "STORAGE_FULL": ("storage", "fail", "a filesystem (or its inodes) is above fail_percent (warn above warn_percent)",
                      "free space", "kiln_storage_mounts[].warn_percent, fail_percent"),
+    "STORAGE_THROUGHPUT": ("storage", "fail", "opt-in: writing or reading a test file on a mount is slower than its "
+                           "floor (a figure per node either way)", "check the network path to the server and its load",
+                           "kiln_storage_mounts[].min_throughput_mbps, kiln_check_storage_throughput_mib"),
     "STORAGE_SHARED": ("storage", "fail", "nodes mounting one shared filesystem do not see the same data",
                        "check that the node mounts the right source", "kiln_storage_mounts"),
     # --- slurm ---

@@ -7,8 +7,14 @@ own files; everything that touches a mount runs in the probe, where every mount 
 under ``bounded`` (killed after ``storage_timeout`` seconds, abandoned if it cannot die), so a hung hard
 NFS or Lustre mount is a STORAGE_RESPONDING fail in about that time, never a stuck check.
 
-Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent};
-``expect["storage_timeout"]``: seconds a mount has to answer (default 10).
+Opt-in, per mount with a ``min_throughput_mbps``: STORAGE_THROUGHPUT writes a test file of
+``expect["storage_throughput_mib"]`` MiB (flushed to the server), reads it back (O_DIRECT, or after dropping
+the page cache) and compares both rates with the floor; a figure per node either way. Slurm's health
+check never runs it (the health role sets the size to 0): it loads the filesystem every node shares.
+
+Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent,
+min_throughput_mbps}; ``expect["storage_timeout"]``: seconds a mount has to answer (default 10);
+``expect["storage_throughput_mib"]``: the test file's size (0: no throughput check).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from __future__ import annotations
 import shlex
 
 from checks.node import NO_ANSWER, Node, Result, bounded
-from checks.parsers.mounts import PROBE_MARK, options_match, parse_df_percent, parse_findmnt_json, parse_fstab, parse_probe
-from checks.verdict import CheckError, Verdict, fail, warn, with_passes
+from checks.parsers.mounts import (PROBE_MARK, options_match, parse_dd_rate, parse_df_percent, parse_findmnt_json,
+                                   parse_fstab, parse_probe)
+from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
 # fstype as the kernel reports it, for inventory types that differ
 FSTYPES = {"nfs": ("nfs", "nfs4"), "cephfs": ("ceph", "fuse.ceph-fuse"), "glusterfs": ("fuse.glusterfs",),
@@ -47,13 +54,39 @@ def probe_command(mounts: list[dict], node_name: str, seconds: int = TIMEOUT) ->
     return "t=$(mktemp -d) || exit 255\n" + "\n".join(jobs) + "\nwait\n" + "\n".join(report) + '\nrm -rf "$t"'
 
 
+def throughput_command(path: str, node_name: str, mib: int, seconds: int) -> str:
+    """Write ``mib`` MiB to a test file on the mount and flush it, read it back past the page cache, remove
+    it; prints ``write: <dd's summary>`` and ``read: <dd's summary>``. Bounded by ``seconds``."""
+    test_file = shlex.quote(f"{path.rstrip('/')}/.kiln-throughput-{node_name}")
+    body = (f"export LC_ALL=C; mountpoint -q {shlex.quote(path)} || exit {NOT_MOUNTED}\n"
+            f"w=$(dd if=/dev/zero of={test_file} bs=1M count={mib} conv=fdatasync 2>&1) || "
+            f"{{ rm -f {test_file}; echo \"$w\" | tail -n 2; exit {NOT_WRITABLE}; }}\n"
+            f"r=$(dd if={test_file} of=/dev/null bs=1M iflag=direct 2>&1) || "
+            f"r=$( (sync; echo 1 > /proc/sys/vm/drop_caches) 2>/dev/null; dd if={test_file} of=/dev/null bs=1M 2>&1)\n"
+            f"rm -f {test_file}\n"
+            "echo \"write: $(echo \"$w\" | tail -n 1)\"; echo \"read: $(echo \"$r\" | tail -n 1)\"")
+    return bounded(body, seconds)
+
+
+def _throughput_plan(expect: dict) -> list[tuple[dict, str]]:
+    """(mount, command) for each mount whose throughput is checked this run."""
+    mib, timeout = expect.get("storage_throughput_mib", 0), expect.get("storage_timeout", TIMEOUT)
+    if not mib:
+        return []
+    # the bound: the mount's timeout plus the test file written and read at 10 MB/s
+    seconds = timeout + -(-2 * mib * 1048576 // 10_000_000)
+    return [(m, throughput_command(m["path"], expect.get("node", ""), mib, seconds))
+            for m in expect.get("storage") or [] if m.get("min_throughput_mbps")]
+
+
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks the node (for the remote runner to fetch at once)."""
     mounts = expect.get("storage") or []
     if not mounts:
         return []
     name = expect.get("node", "")  # what run's node.name is, in both runners
-    return [FINDMNT, FSTAB, probe_command(mounts, name, expect.get("storage_timeout", TIMEOUT))]
+    return [FINDMNT, FSTAB, probe_command(mounts, name, expect.get("storage_timeout", TIMEOUT))] + \
+        [command for _, command in _throughput_plan(expect)]
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -98,9 +131,33 @@ def run(node: Node, expect: dict) -> list[Verdict]:
             verdicts.append(warn("STORAGE_FSTAB", f"{path}: /etc/fstab " + ("has no entry" if entry is None else
                                  f"says {entry.source}") + ": it will not come back the same after a reboot"))
         verdicts += _probed(m, probed.get(i), probe, seconds)
+    answered = {m["path"] for i, m in enumerate(mounts) if (probed.get(i) or (None,))[0] in (0, NOT_WRITABLE)}
+    for m, command in _throughput_plan(expect):
+        if m["path"] in answered:
+            verdicts.append(_throughput(m, node.run(command)))
     return with_passes(verdicts, ["STORAGE_MOUNTED", "STORAGE_TYPE", "STORAGE_SOURCE", "STORAGE_OPTIONS",
                                   "STORAGE_FSTAB", "STORAGE_RESPONDING", "STORAGE_WRITABLE", "STORAGE_FULL"],
                        f"{len(mounts)} mounts")
+
+
+def _throughput(m: dict, out: Result) -> Verdict:
+    path, floor = m["path"], m["min_throughput_mbps"]
+    if out.rc == NO_ANSWER:
+        return fail("STORAGE_THROUGHPUT", f"{path}: the test file was not written and read back in time: below "
+                    f"{floor} MB/s; check the network path to the server and the server's load")
+    if out.rc != 0:
+        return fail("STORAGE_THROUGHPUT", f"{path}: the throughput test failed (exit {out.rc}): "
+                    f"{(out.stdout + out.stderr).strip()[:160]}")
+    lines = {k: v for k, _, v in (line.partition(": ") for line in out.stdout.splitlines())}
+    try:
+        write, read = parse_dd_rate(lines.get("write", "")), parse_dd_rate(lines.get("read", ""))
+    except CheckError as e:
+        return fail("STORAGE_THROUGHPUT", f"{path}: {e}")
+    figures = f"{path}: write {write:.0f} MB/s, read {read:.0f} MB/s"
+    if min(write, read) < floor:
+        return fail("STORAGE_THROUGHPUT", f"{figures}, below the floor of {floor} MB/s: the filesystem cannot feed "
+                    "this node's jobs; check the network path to the server and the server's load")
+    return ok("STORAGE_THROUGHPUT", f"{figures} (floor {floor} MB/s)")
 
 
 def _probed(m: dict, part: tuple[int, str] | None, probe: Result, seconds: int) -> list[Verdict]:

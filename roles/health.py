@@ -13,7 +13,8 @@ Defaults:
   and the job requeued elsewhere) and Epilog (``kiln_slurm_check_epilog``: drained after the job), through
   /usr/local/sbin/kiln-node-check-prolog and -epilog (Slurm runs a program, not a command line).
 + Slurm runs these on nodes that may hold jobs, so they never put load on the GPUs: no GEMM burn, no
-  all_reduce_perf, no DCGM diagnostic (those run with ``kiln check`` and after ``kiln patch`` reboots).
+  all_reduce_perf, no DCGM diagnostic (those run with ``kiln check`` and after ``kiln patch`` reboots), and
+  no storage throughput test (the shared filesystem's load).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def configure(ctx: NodeContext) -> None:
     # Slurm runs these every few minutes and around jobs, on nodes that may hold jobs: never GPU load
     # (a DCGM diagnostic takes the GPUs for a minute or more).
     expect["gpu"].update(burn_seconds=0, nccl_busbw_gbps=0, dcgm_level=0)
+    expect["storage_throughput_mib"] = 0  # nor load on the filesystem every node shares
     ctx.put("/etc/kiln/node-checks.json", json.dumps(expect, indent=1, sort_keys=True) + "\n", mode="644",
             name="health: node expectations")
 

@@ -8,7 +8,9 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
   directory (made if missing, mode from the inventory, root-owned), /etc/exports.d/kiln.exports rendered
   from the inventory (one line per export: ``PATH CLIENT(OPTIONS) ...``) and re-read (``exportfs -ra``) when
   it changed; ``nfs-server`` enabled and running. Default options ``rw,sync,no_subtree_check`` (root is
-  squashed, as exports(5) does by default).
+  squashed, as exports(5) does by default). ``kiln_storage_nfs_lease_seconds`` (default 90, the kernel's)
+  sets nfsd's lease and grace time in /etc/nfs.conf.d/kiln.conf: how long clients wait after the server
+  restarts before they may open files again; a change restarts the server.
 + ``kiln_storage_gluster_volumes``: ``glusterfs-server``, ``glusterd`` enabled and running, each volume one
   brick on this server (``gluster volume create NAME HOST:BRICK force``: a lab's brick may sit on the root
   filesystem), started; Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
@@ -29,6 +31,7 @@ from roles.operations import managed_directory, pinned_packages, service_running
 SERVER_PACKAGES = {"debian": {"nfs": "nfs-kernel-server", "glusterfs": "glusterfs-server"},
                    "redhat": {"nfs": "nfs-utils"}}
 EXPORTS = "/etc/exports.d/kiln.exports"
+NFS_CONF = "/etc/nfs.conf.d/kiln.conf"
 GLUSTER_VOLS = "/var/lib/glusterd/vols"
 
 
@@ -67,9 +70,20 @@ def _nfs(ctx: NodeContext, exports) -> None:
     managed_directory(name="storage_server: /etc/exports.d", ctx=ctx, path="/etc/exports.d", user="root",
                       group="root", mode="755")
     written = ctx.put(EXPORTS, exports_file(exports), mode="644", name="storage_server: NFS exports")
+    ctx.watch_path("/etc/nfs.conf.d")
+    managed_directory(name="storage_server: /etc/nfs.conf.d", ctx=ctx, path="/etc/nfs.conf.d", user="root",
+                      group="root", mode="755")
+    lease = ctx.node.setting("storage_nfs_lease_seconds")
+    conf = ctx.put(NFS_CONF, f"# Written by kiln (storage_server role)\n[nfsd]\nlease-time={lease}\ngrace-time={lease}\n",
+                   mode="644", name="storage_server: nfsd lease and grace time")
     if ctx.in_container:
         return  # no kernel NFS server in a container: the files only
-    service_running(name="storage_server: nfs-server enabled and running", ctx=ctx, unit=ctx.watch_unit("nfs-server"))
+    unit = ctx.watch_unit("nfs-server")
+    # nfsd takes a new lease time only while stopped: a changed one restarts a running server
+    server.shell(name="storage_server: restart nfs-server (if its lease time changed)",
+                 commands=[f"systemctl restart {unit}"],
+                 _if=lambda: ctx.snapshot.unit(unit).active == "active" and when_changed(conf)())
+    service_running(name="storage_server: nfs-server enabled and running", ctx=ctx, unit=unit)
     server.shell(name="storage_server: re-read the exports (if they changed)", commands=["exportfs -ra"],
                  _if=when_changed(written))
 

@@ -115,3 +115,19 @@ def options_match(wanted: str, actual: tuple[str, ...]) -> list[str]:
             continue
         missing.append(option)
     return missing
+
+
+_DD = re.compile(r"^(\d+) bytes\b.*\bcopied, ([0-9.]+(?:e-?\d+)?) s\b")
+
+
+def parse_dd_rate(line: str) -> float:
+    """MB/s (10^6 bytes a second) from dd's summary line, computed from its byte count and seconds, as
+    GNU dd prints it (``268435456 bytes (268 MB, 256 MiB) copied, 1.2 s, 224 MB/s``; older releases
+    without the MiB part) in the C locale."""
+    m = _DD.match(line.strip())
+    if not m:
+        raise CheckError(f"dd summary not understood: {line.strip()[:100]!r}")
+    size, seconds = int(m.group(1)), float(m.group(2))
+    if size == 0:
+        raise CheckError("dd copied nothing")
+    return size / max(seconds, 1e-6) / 1e6

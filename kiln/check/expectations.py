@@ -29,6 +29,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
                    "hcas": list(host.fabric.hcas), "kernel_log": kernel_log},
         "storage": [m.model_dump() for m in host.storage_mounts],
         "storage_timeout": cluster.setting("check_storage_timeout"),
+        "storage_throughput_mib": cluster.setting("check_storage_throughput_mib"),
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync")},

@@ -299,7 +299,8 @@ class RemoteCheck:
         same token. A filesystem whose first node could not write (unreachable, not mounted there,
         read-only) is written by one of the next nodes and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
-            hosts = [h for h in planned if h.name in self.outputs]  # reachable
+            # reachable, and the mount answered there (a hung mount would only make each try wait out its bound)
+            hosts = [h for h in planned if h.name in self.outputs and not self._mount_broken(h, path)]
             if len(hosts) < 2:
                 continue
             writer = planned[0]
@@ -326,6 +327,12 @@ class RemoteCheck:
                     fail("STORAGE_SHARED", f"{path}: does not see what {writer.name} wrote: it is not the same "
                          f"filesystem ({source}) as on the other nodes")
                 self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
+
+    def _mount_broken(self, host: Host, path: str) -> bool:
+        """Whether the storage suite found ``path`` not answering on ``host`` (STORAGE_RESPONDING says so)."""
+        return any(v.failed and v.id == "STORAGE_RESPONDING" and
+                   (v.message.startswith(path + " ") or v.message.startswith(path + ":"))
+                   for v in self.results.get(host.name, []))
 
     def _read_on(self, hosts: list[Host], command: str) -> dict[str, str]:
         """Host name -> what ``command`` printed there (stripped), all hosts at once."""

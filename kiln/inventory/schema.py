@@ -58,6 +58,8 @@ class StorageMount(_Strict):
     options: MountOptions = Field("defaults", description="mount options, comma separated, no spaces")
     warn_percent: int = Field(80, ge=1, le=100, description="fullness that warns")
     fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails; above warn_percent")
+    min_throughput_mbps: int = Field(0, ge=0, le=1_000_000, description="opt-in STORAGE_THROUGHPUT (kiln check, "
+                                     "never Slurm's health check): write and read MB/s the node must reach; 0: off")
     backup_servers: list[Address] = Field([], description="glusterfs only: servers the client fetches the "
                                           "volume from when the source's server is down")
 
@@ -216,6 +218,8 @@ SETTINGS: dict[str, Setting] = {
         _s("check_storage_timeout", Annotated[int, Field(ge=2, le=120)], 10, "cluster",
            "seconds a mount has to answer the storage check (stat, a file written, df) before it fails "
            "STORAGE_RESPONDING; a hung mount never stalls the check longer"),
+        _s("check_storage_throughput_mib", Annotated[int, Field(ge=1, le=1_048_576)], 256, "cluster",
+           "size of the test file STORAGE_THROUGHPUT writes and reads on mounts with a min_throughput_mbps"),
         _s("check_time_sync", bool, True, "cluster", "warn on nodes whose clock is not synchronised"),
         _s("check_textfile_dir", AbsolutePath, "/var/lib/prometheus/node-exporter", "cluster",
            "where the node-local checks write kiln.prom for node_exporter's textfile collector"),
@@ -277,6 +281,9 @@ SETTINGS: dict[str, Setting] = {
         _s("storage_mounts", list[StorageMount], [], "host", "filesystems the node mounts"),
         _s("storage_nfs_exports", list[NfsExport], [], "host",
            "NFS exports of a storage server (hosts in storage_servers only; see NfsExport)"),
+        _s("storage_nfs_lease_seconds", Annotated[int, Field(ge=10, le=3600)], 90, "host",
+           "a storage server's nfsd lease and grace time: how long clients wait after a server restart before "
+           "they may open files again"),
         _s("storage_gluster_volumes", list[GlusterVolume], [], "host",
            "GlusterFS volumes of a storage server (hosts in storage_servers only; see GlusterVolume)"),
         _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),

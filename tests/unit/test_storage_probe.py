@@ -8,12 +8,13 @@ hung NFS mount is shown on the VM tier (tests/vm/test_vm_storage.py)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 
 from checks.node import NO_ANSWER, bounded, local_node
-from checks.parsers.mounts import parse_probe
+from checks.parsers.mounts import parse_dd_rate, parse_probe
 from checks.storage import run
 from checks.verdict import CheckError
 
@@ -103,3 +104,69 @@ def test_probe_report_parser():
     for bad in ("stray line\n@@kiln-mount 0 0\n", "@@kiln-mount x 0\n", "@@kiln-mount 0\n"):
         with pytest.raises(CheckError):
             parse_probe(bad)
+
+
+@pytest.mark.parametrize("line, rate", [
+    ("268435456 bytes (268 MB, 256 MiB) copied, 1.25 s, 215 MB/s", 214.7),  # coreutils >= 8.24
+    ("33554432 bytes (34 MB) copied, 0.5 s, 67.1 MB/s", 67.1),               # older coreutils
+    ("1048576 bytes (1.0 MB, 1.0 MiB) copied, 2.5e-05 s, 41.9 GB/s", 41943.0),
+])
+def test_dd_rate_from_bytes_and_seconds(line, rate):
+    assert parse_dd_rate(line) == pytest.approx(rate, rel=0.01)
+
+
+@pytest.mark.parametrize("bad", ["dd: error writing '/x': No space left on device", "0 bytes copied, 0.1 s, 0 B/s", ""])
+def test_dd_rate_refuses_what_is_no_summary(bad):
+    with pytest.raises(CheckError):
+        parse_dd_rate(bad)
+
+
+def _throughput_run(tmp_path, floor):
+    from checks.node import Node, Result
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    mount = {"path": str(data), "type": "nfs", "source": "nas1:/data", "options": "rw", "warn_percent": 80,
+             "fail_percent": 95, "min_throughput_mbps": floor}
+    real = local_node("n1", timeout=120)
+    answers = {"findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS": _findmnt([str(data)]),
+               "cat /etc/fstab": f"nas1:/data {data} nfs4 rw 0 0\n"}
+
+    def run_command(command):
+        return Result(0, answers[command]) if command in answers else real.run(command)
+    verdicts = run(Node("n1", run_command), {"node": "n1", "storage": [mount], "storage_timeout": 5,
+                                              "storage_throughput_mib": 8})
+    return [v for v in verdicts if v.id == "STORAGE_THROUGHPUT"], data
+
+
+def test_throughput_reports_a_figure_and_fails_below_its_floor(tmp_path, hung_tools):
+    """A real 8 MiB file written (fdatasync) and read back on a real directory: a pass with figures at a
+    floor of 1 MB/s, a fail with the same kind of figures at one no disk reaches; nothing left behind."""
+    [passed], data = _throughput_run(tmp_path, 1)
+    assert passed.severity == "ok" and re.match(rf"{data}: write \d+ MB/s, read \d+ MB/s \(floor 1 MB/s\)$",
+                                                passed.message), passed
+    [failed], _ = _throughput_run(tmp_path, 1_000_000)
+    assert failed.severity == "fail" and "below the floor of 1000000 MB/s" in failed.message
+    assert re.match(rf"{data}: write \d+ MB/s, read \d+ MB/s", failed.message)
+    assert not list(data.iterdir())
+
+
+def test_health_check_never_runs_the_throughput_test():
+    """The health role's expectations turn it off, whatever the inventory says."""
+    from dataclasses import replace
+
+    from kiln.inventory import load_cluster
+    from roles.health import configure
+    from tests.conftest import INVENTORIES
+    cluster = load_cluster(INVENTORIES / "storage")
+    assert cluster.setting("check_storage_throughput_mib") == 256
+
+    class Capture:
+        def __init__(self):
+            self.cluster, self.node, self.written = cluster, replace(cluster.hosts["cpu01"]), {}
+
+        def put(self, path, content, **_):
+            self.written[path] = content
+    ctx = Capture()
+    configure(ctx)
+    import json
+    assert json.loads(ctx.written["/etc/kiln/node-checks.json"])["storage_throughput_mib"] == 0
