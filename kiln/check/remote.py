@@ -25,7 +25,7 @@ import pytest
 from testinfra.backend.ssh import SshBackend
 
 from checks.fabric import bandwidth_verdict
-from checks.node import Node, Result, bounded
+from checks.node import NO_ANSWER, Node, Result, bounded
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
 from kiln.check.expectations import node_expectations
@@ -300,11 +300,13 @@ class RemoteCheck:
         read-only) is written by one of the next nodes and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
             # reachable, and the mount answered there (a hung mount would only make each try wait out its bound)
-            hosts = [h for h in planned if h.name in self.outputs and not self._mount_broken(h, path)]
+            swap, read, _ = self._marker_commands(path)
+            # ... and whose batch's own marker command did not run out of time (no verdict either way)
+            hosts = [h for h in planned if h.name in self.outputs and not self._mount_broken(h, path)
+                     and all(self.outputs[h.name].get(c, Result(0, "")).rc != NO_ANSWER for c in (swap, read))]
             if len(hosts) < 2:
                 continue
             writer = planned[0]
-            swap, read, _ = self._marker_commands(path)
             wrote = self.outputs[writer.name].get(swap) if writer in hosts else None
             if wrote is None or wrote.rc != 0:
                 writer, seen_by = self._write_then_read(path, hosts)

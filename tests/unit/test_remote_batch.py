@@ -234,3 +234,19 @@ def test_pytest_reports_the_verdicts_with_its_own_terminal_output_off(tmp_path, 
         assert "<testcase" in (tmp_path / "junit.xml").read_text()
     out = capfd.readouterr().out
     assert "passed" not in out and "[100%]" not in out, out
+
+
+def test_shared_storage_gives_no_verdict_where_the_marker_read_ran_out_of_time(tmp_path):
+    """hgx003's read of /home's marker was cut off by its bound (a hung mount: STORAGE_RESPONDING says so):
+    it gets no STORAGE_SHARED verdict for /home either way, and is not asked again (another wait)."""
+    home, lustre = tmp_path / "home", tmp_path / "lustre"
+    home.mkdir()
+    lustre.mkdir()
+    shared = {"/home": str(home), "/lustre": str(lustre)}
+    calls: list = []
+    verdicts = _shared_storage_run(tmp_path, {n: shared for n in ("hgx001", "hgx002", "hgx003")}, calls,
+                                   first_read={"hgx003": "; exit 124"})
+    by_mount = {n: {v.message.split(":")[0]: v.severity for v in vs} for n, vs in verdicts.items()}
+    assert by_mount == {"hgx001": {"/home": "ok", "/lustre": "ok"}, "hgx002": {"/home": "ok", "/lustre": "ok"},
+                        "hgx003": {"/lustre": "ok"}}
+    assert not [c for n, c in calls if n == "hgx003" and c == READ_HOME]

@@ -1,0 +1,116 @@
+"""NFS for real on the VM tier: the controller VM serves /srv/kiln-nfs (the storage_server role, its kernel's
+NFS server) and every compute VM mounts it at /nfs (the storage role: hard, NFS 4.2, in /etc/fstab).
+
+Shown here: data written on one client is read on the other and by a job on both; kiln check's storage
+suite passes; with the server stopped, kiln check fails the mount on both clients (STORAGE_RESPONDING) in
+well under 30 s instead of hanging, and Slurm's HealthCheckProgram drains both within one interval;
+with the server back, both resume. Then the opt-in throughput check gives a figure per node and fails
+under a floor no testbed reaches."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from kiln.testbed.inventory import HEALTH_CHECK_INTERVAL, NFS_EXPORT, NFS_MOUNT
+from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, wait_for
+
+STORAGE_TIMEOUT = 10  # kiln_check_storage_timeout's default, which the testbed keeps
+
+
+def _check(tb, tmp_path, inventory=None, name="check.json"):
+    started = time.monotonic()
+    out = kiln("check", "-i", str(inventory or tb.inventory), "--suite", "storage", "--json", str(tmp_path / name),
+               timeout=300)
+    took = time.monotonic() - started
+    return out, json.loads((tmp_path / name).read_text()), took
+
+
+def _verdicts(data, node, check_id):
+    return [c for c in data["nodes"][node]["checks"] if c["id"] == check_id]
+
+
+def _state(tb, node):
+    line = ok(tb, tb.controller, f"scontrol show node {node} -o")
+    reason = line.split("Reason=")[1].split(" [")[0] if "Reason=" in line else ""
+    return line.split("State=")[1].split()[0], reason
+
+
+def test_nfs_written_on_one_compute_vm_is_read_on_the_other(vms):
+    a, b = vms.computes
+    for node in vms.computes:
+        assert ok(vms, node, f"findmnt -n -o FSTYPE,SOURCE {NFS_MOUNT}").split() == \
+            ["nfs4", f"{vms.controller}:{NFS_EXPORT}"]
+        assert f"{NFS_MOUNT} nfs rw,hard,vers=4.2" in ok(vms, node, "cat /etc/fstab").replace(f"{vms.controller}:{NFS_EXPORT} ", "")
+        # slurmd (so every job) only with the network filesystem mounted
+        assert NFS_MOUNT in ok(vms, node, "systemctl show -p RequiresMountsFor --value slurmd")
+    token = f"kiln-{uuid.uuid4().hex}"
+    ok(vms, a, f"echo {token} > {NFS_MOUNT}/from-{a}")
+    assert ok(vms, b, f"cat {NFS_MOUNT}/from-{a}").strip() == token
+    assert ok(vms, vms.controller, f"cat {NFS_EXPORT}/from-{a}").strip() == token  # on the server's own disk
+    job = ok(vms, vms.controller, f"srun -N{len(vms.computes)} cat {NFS_MOUNT}/from-{a}", timeout=180)
+    assert job.split() == [token] * len(vms.computes)
+
+
+def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_they_resume(vms, tmp_path):
+    out, data, _ = _check(vms, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for node in vms.computes:
+        assert [c["severity"] for c in _verdicts(data, node, "STORAGE_SHARED")] == ["ok"], data["nodes"][node]
+    ok(vms, vms.controller, "systemctl stop nfs-server")
+    stopped = time.monotonic()
+    try:
+        out, data, took = _check(vms, tmp_path, name="dead.json")
+        print(f"kiln check --suite storage with the NFS server stopped: exit {out.returncode} in {took:.1f} s")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert took < 30, f"kiln check took {took:.1f} s with the server down"
+        for node in vms.computes:
+            [responding] = _verdicts(data, node, "STORAGE_RESPONDING")
+            assert responding["severity"] == "fail", responding
+            assert responding["message"].startswith(f"{NFS_MOUNT} (nfs from {vms.controller}:{NFS_EXPORT}) did not "
+                                                    f"answer within {STORAGE_TIMEOUT} s"), responding
+        # Slurm's HealthCheckProgram (every HEALTH_CHECK_INTERVAL s) drains both: one interval, the run's own
+        # bounded probe, and this test's polls
+        for node in vms.computes:
+            wait_for(lambda n=node: "DRAIN" in _state(vms, n)[0], timeout=HEALTH_CHECK_INTERVAL + STORAGE_TIMEOUT + 30,
+                     interval=1, what=f"{node} drained by the health check")
+            assert _state(vms, node)[1].startswith(f"kiln: STORAGE_RESPONDING {NFS_MOUNT}"), _state(vms, node)
+        drained = time.monotonic() - stopped
+        print(f"both clients drained {drained:.0f} s after the server stopped "
+              f"(health check interval {HEALTH_CHECK_INTERVAL} s, storage timeout {STORAGE_TIMEOUT} s)")
+    finally:
+        ok(vms, vms.controller, "systemctl start nfs-server")
+    back = time.monotonic()
+    # the server's grace time (kiln_storage_nfs_lease_seconds: 15 on the testbed) before clients may open files
+    for node in vms.computes:
+        wait_for(lambda n=node: "DRAIN" not in _state(vms, n)[0], timeout=180, interval=2,
+                 what=f"{node} resumed once the server was back")
+    print(f"both clients resumed {time.monotonic() - back:.0f} s after the server started again")
+    out, data, _ = _check(vms, tmp_path, name="back.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not any(c["severity"] == "fail" for n in vms.computes for c in data["nodes"][n]["checks"])
+    # nothing the probes left behind: no stuck process on a client
+    for node in vms.computes:
+        assert on(vms, node, "pgrep -f kiln-write-check").returncode == 1
+
+
+def test_throughput_check_reports_a_figure_per_node_and_fails_below_its_floor(vms, tmp_path):
+    mounts = json.loads(ok(vms, vms.computes[0], "cat /etc/kiln/node-checks.json"))["storage"]
+
+    def with_floor(floor: int, name: str):
+        changed = [dict(m, min_throughput_mbps=floor) if m["path"] == NFS_MOUNT else m for m in mounts]
+        return copy_inventory(vms.inventory, tmp_path / name, {"kiln_check_storage_throughput_mib": 16},
+                              {node: {"kiln_storage_mounts": changed} for node in vms.computes})
+    out, data, _ = _check(vms, tmp_path, with_floor(1, "low"), name="low.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for node in vms.computes:
+        [figure] = _verdicts(data, node, "STORAGE_THROUGHPUT")
+        assert figure["severity"] == "ok" and figure["message"].startswith(f"{NFS_MOUNT}: write "), figure
+        print(f"{node}: {figure['message']}")
+    out, data, _ = _check(vms, tmp_path, with_floor(100_000, "high"), name="high.json")
+    assert out.returncode == 1
+    for node in vms.computes:
+        [figure] = _verdicts(data, node, "STORAGE_THROUGHPUT")
+        assert figure["severity"] == "fail" and "below the floor of 100000 MB/s" in figure["message"], figure
+    assert ok(vms, vms.controller, f"ls -A {NFS_EXPORT} | grep -c kiln-throughput || true").strip() == "0"
