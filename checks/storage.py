@@ -32,6 +32,12 @@ FSTYPES = {"nfs": ("nfs", "nfs4"), "cephfs": ("ceph", "fuse.ceph-fuse"), "gluste
            "lustre": ("lustre",), "tmpfs": ("tmpfs",)}
 
 
+# Types whose mount source the kernel shows as something else than the inventory's (a bind's directory,
+# "tmpfs", BeeGFS's "beegfs_nodev", ceph-fuse's "ceph-fuse", GPFS's device name)
+OWN_SOURCE = ("bind", "tmpfs", "beegfs", "cephfs", "gpfs")
+# Mounted by their own service or tools: no /etc/fstab line to expect
+NOT_IN_FSTAB = ("beegfs", "gpfs")
+
 FINDMNT = "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS"
 FSTAB = "cat /etc/fstab"
 TIMEOUT = 10
@@ -118,16 +124,16 @@ def run(node: Node, expect: dict) -> list[Verdict]:
             continue
         if m["type"] != "bind" and mounted.fstype not in FSTYPES.get(m["type"], (m["type"],)):
             verdicts.append(fail("STORAGE_TYPE", f"{path} is {mounted.fstype}, the inventory says {m['type']}"))
-        if m["type"] not in ("bind", "tmpfs") and mounted.source.rstrip("/") != m["source"].rstrip("/"):
+        if m["type"] not in OWN_SOURCE and mounted.source.rstrip("/") != m["source"].rstrip("/"):
             verdicts.append(fail("STORAGE_SOURCE", f"{path} is mounted from {mounted.source}, the inventory says "
                                  f"{m['source']}"))
         missing = options_match(m.get("options", "defaults"), mounted.options)
         if missing:
             verdicts.append(fail("STORAGE_OPTIONS", f"{path} lacks mount options {','.join(missing)}: remount"))
         entry = fstab.get(path)
-        if m["type"] == "bind" and m["source"] == path:
-            pass  # the machine provides it (a container's bind mount): no fstab line to expect
-        elif entry is None or (m["type"] != "bind" and entry.source.rstrip("/") != m["source"].rstrip("/")):
+        if (m["type"] == "bind" and m["source"] == path) or m["type"] in NOT_IN_FSTAB:
+            pass  # the machine provides it (a container's bind mount), or its own service mounts it
+        elif entry is None or (m["type"] not in OWN_SOURCE and entry.source.rstrip("/") != m["source"].rstrip("/")):
             verdicts.append(warn("STORAGE_FSTAB", f"{path}: /etc/fstab " + ("has no entry" if entry is None else
                                  f"says {entry.source}") + ": it will not come back the same after a reboot"))
         verdicts += _probed(m, probed.get(i), probe, seconds)

@@ -1,4 +1,6 @@
-"""The cluster's generated secrets: the munge key and the slurmdbd database password.
+"""The cluster's secrets: the munge key and the slurmdbd database password, which kiln generates, and the
+secrets a site's own services hold (``site_secrets``: BeeGFS's connAuthFile, a CephX keyring), which kiln
+never makes up: it reads them from the same directory, and refuses to start without them.
 
 They live in ``<kiln_secrets_dir>/<cluster name>/`` (default ``secrets/`` beside the inventory
 directory), the directory 0700 and each file 0600, generated on first use and reused after. kiln
@@ -20,10 +22,48 @@ from kiln.inventory.model import Cluster, Secrets
 
 MUNGE_KEY = "munge.key"
 DBD_PASSWORD = "slurmdbd.password"
+BEEGFS_CONNAUTH = "beegfs-connauth"
 
 
 class SecretsError(Exception):
     pass
+
+
+def site_secrets(cluster: Cluster) -> dict[str, str]:
+    """File name -> what it is and where it comes from, for each secret the cluster's filesystems need."""
+    types = {m.type for h in cluster.hosts.values() for m in h.storage_mounts}
+    needed = {}
+    beegfs, ceph = cluster.setting("beegfs"), cluster.setting("ceph")
+    if "beegfs" in types and beegfs is not None and beegfs.connauth:
+        needed[BEEGFS_CONNAUTH] = "BeeGFS's connAuthFile: copy it from the BeeGFS servers"
+    if "cephfs" in types and ceph is not None:
+        needed[ceph_keyring(ceph.client_name)] = (f"the keyring of CephX user client.{ceph.client_name}: "
+                                                   f"ceph auth get client.{ceph.client_name} on the Ceph cluster")
+    return needed
+
+
+def ceph_keyring(client_name: str) -> str:
+    return f"ceph.client.{client_name}.keyring"
+
+
+def _site_files(cluster: Cluster, path: Path, create: bool) -> dict[str, bytes]:
+    files = {}
+    for name, what in site_secrets(cluster).items():
+        f = path / name
+        if not f.exists():
+            if not create:  # a dry run shows the change; the real run needs the file
+                files[name] = random.token_bytes(32)
+                continue
+            raise SecretsError(f"{f} is missing: {what}, and put it there (mode 0600). kiln never makes it up; "
+                               "nothing was changed on any node")
+        _owned_and_private(f, "secret file")
+        try:
+            files[name] = _read_private(f)
+        except OSError as e:
+            raise SecretsError(f"cannot read {f}: {e.strerror}") from None
+        if not files[name].strip():
+            raise SecretsError(f"{f} is empty: {what}")
+    return files
 
 
 def secrets_path(cluster: Cluster) -> Path:
@@ -89,7 +129,8 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
     if not path.exists():
         if not create:
             # A dry run on a new cluster: show the changes with secrets that are never written.
-            return Secrets(munge_key=random.token_bytes(1024), dbd_password=random.token_urlsafe(32))
+            return Secrets(munge_key=random.token_bytes(1024), dbd_password=random.token_urlsafe(32),
+                           site=_site_files(cluster, path, create=False))
         path.mkdir(parents=True, mode=0o700)
     os.chmod(path, 0o700)
     key_file, password_file = path / MUNGE_KEY, path / DBD_PASSWORD
@@ -110,4 +151,4 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
     for f in (key_file, password_file):
         if f.stat().st_mode & 0o077:
             os.chmod(f, 0o600)
-    return Secrets(munge_key=key, dbd_password=password)
+    return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create))

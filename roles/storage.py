@@ -3,18 +3,20 @@
 Defaults:
 
 + the client package for the type where the distribution has one: nfs-common / nfs-utils (nfs),
-  glusterfs-client (glusterfs), ceph-fuse (cephfs), sshfs (sshfs). Lustre, BeeGFS, GPFS and Weka
-  clients come from their vendors: kiln writes the mount, the site installs the client first.
+  glusterfs-client / glusterfs-fuse (glusterfs), ceph-fuse or ceph-common (cephfs), sshfs (sshfs).
+  Lustre and BeeGFS clients come pinned from their vendors' repositories (roles/filesystems.py); Weka's
+  from the Weka cluster's own installer; GPFS is mounted by its own tools and left alone here.
 + the mount point (0755 root), one /etc/fstab line per mount (``source path type options 0 0``; a line
-  for the same mount point with other values is replaced), and the mount itself when missing.
+  for the same mount point with other values is replaced), and the mount itself when missing. BeeGFS
+  (mounted by the beegfs-client service) and GPFS (mmmount) get no fstab line.
 + a changed line remounts a mounted filesystem (``mount -o remount``) so new options apply.
 + network filesystems (``NETWORK_TYPES``) get ``_netdev`` in their fstab line (mounted once the network is
   up, unmounted before it goes down); a GlusterFS mount's ``backup_servers`` become
   ``backup-volfile-servers=A:B`` (the client fetches the volume from them when the first server is down).
-+ NFS options are checked before anything is touched (kiln.inventory.schema.check_nfs_options): no
-  ``soft`` mounts, a real ``vers``, sane timeouts.
-+ on compute nodes slurmd requires every network filesystem (``RequiresMountsFor``, written by the slurm
-  role): a node whose storage did not mount at boot never takes jobs.
++ NFS options are checked before anything is touched (kiln.inventory.storage_schema.check_nfs_options):
+  no ``soft`` mounts, a real ``vers``, sane timeouts.
++ on compute nodes slurmd requires every network filesystem kiln mounts (``RequiresMountsFor``, written
+  by the slurm role): a node whose storage did not mount at boot never takes jobs.
 """
 
 from __future__ import annotations
@@ -24,19 +26,22 @@ import re
 from pyinfra.operations import server
 
 from kiln.shell import quote
+from roles import filesystems
 from roles.context import NodeContext, when_changed
 from roles.operations import line_present, managed_directory, pinned_packages
 
-CLIENTS = {"debian": {"nfs": "nfs-common", "glusterfs": "glusterfs-client", "cephfs": "ceph-fuse", "sshfs": "sshfs"},
-           "redhat": {"nfs": "nfs-utils", "glusterfs": "glusterfs-fuse", "cephfs": "ceph-fuse", "sshfs": "fuse-sshfs"}}
-FSTYPE = {"cephfs": "fuse.ceph", "sshfs": "fuse.sshfs", "glusterfs": "glusterfs"}
+CLIENTS = {"debian": {"nfs": "nfs-common", "glusterfs": "glusterfs-client", "sshfs": "sshfs"},
+           "redhat": {"nfs": "nfs-utils", "glusterfs": "glusterfs-fuse", "sshfs": "fuse-sshfs"}}
+FSTYPE = {"sshfs": "fuse.sshfs", "glusterfs": "glusterfs", "weka": "wekafs"}
 # Filesystems served over the network, mounted through /etc/fstab
-NETWORK_TYPES = ("nfs", "lustre", "cephfs", "glusterfs", "sshfs")
+NETWORK_TYPES = ("nfs", "lustre", "cephfs", "glusterfs", "sshfs", "weka")
+# Mounted by their own services or tools, never through /etc/fstab
+NOT_IN_FSTAB = ("beegfs", "gpfs")
 
 
-def fstab_options(mount) -> str:
+def fstab_options(mount, extra: list[str] = ()) -> str:
     """The mount's options as its fstab line has them: the inventory's, plus what the type needs."""
-    options = [o for o in mount.options.split(",") if o != "defaults"]
+    options = [*extra, *(o for o in mount.options.split(",") if o != "defaults")]
     if mount.type in NETWORK_TYPES and "_netdev" not in options:
         options.append("_netdev")
     if mount.type == "glusterfs" and mount.backup_servers:
@@ -44,30 +49,40 @@ def fstab_options(mount) -> str:
     return ",".join(options) or "defaults"
 
 
-def fstab_line(mount) -> str:
+def fstab_line(ctx: NodeContext, mount) -> str:
+    if mount.type == "cephfs":
+        source, fstype, extra = filesystems.ceph_fstab_fields(ctx, mount)
+        return f"{source} {mount.path} {fstype} {fstab_options(mount, extra)} 0 0"
     return f"{mount.source} {mount.path} {FSTYPE.get(mount.type, mount.type)} {fstab_options(mount)} 0 0"
 
 
 def slurmd_mounts(node) -> list[str]:
-    """The mount points slurmd must not start without (``RequiresMountsFor``): the network filesystems."""
+    """The mount points slurmd must not start without (``RequiresMountsFor``): the network filesystems
+    kiln mounts through /etc/fstab."""
     return [m.path for m in node.storage_mounts if m.type in NETWORK_TYPES]
 
 
 def install(ctx: NodeContext) -> None:
     clients = CLIENTS[ctx.platform.family]
     packages = {clients[m.type]: None for m in ctx.node.storage_mounts if m.type in clients}
+    if "cephfs" in filesystems.types(ctx):
+        packages[filesystems.ceph_package(ctx)] = None
     if packages:
         pinned_packages(name="storage: filesystem clients", ctx=ctx, packages=packages)
+    filesystems.install(ctx)
 
 
 def configure(ctx: NodeContext) -> None:
+    filesystems.configure(ctx)
     for m in ctx.node.storage_mounts:
         if m.type == "bind" and m.source == m.path:
             continue  # provided by the machine itself (the testbed's shared directory)
+        if m.type in NOT_IN_FSTAB:
+            continue  # mounted by its own service or tools (roles/filesystems.py)
         ctx.watch_path(m.path)
         managed_directory(name=f"storage: mount point {m.path}", ctx=ctx, path=m.path, user="root", group="root",
                           mode="755", only_create=True)
-        line = fstab_line(m)
+        line = fstab_line(ctx, m)
         path = re.escape(m.path)
         index = ctx.watch_line("/etc/fstab", "^" + re.escape(line) + "$")
         entry = line_present(name=f"storage: /etc/fstab entry for {m.path}", ctx=ctx, path="/etc/fstab", line=line,

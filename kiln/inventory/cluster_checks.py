@@ -98,6 +98,40 @@ def check_storage_servers(raw: RawInventory, hosts: dict[str, model.Host], add: 
                         f"{', '.join(sorted(offered))}", line)
 
 
+# mount type -> (the client setting it needs, the pin it needs or None)
+CLIENT_SETTINGS = {"lustre": ("kiln_lustre", "lustre"), "beegfs": ("kiln_beegfs", "beegfs"), "cephfs": ("kiln_ceph", None)}
+
+
+def check_filesystem_clients(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any],
+                             add: Any) -> None:
+    """Every parallel filesystem a node mounts has its client described once, cluster-wide, and pinned:
+    Lustre (LNet networks, the lustre pin), BeeGFS (management host, the beegfs pin), CephFS (monitors)."""
+    pins = values.get("kiln_versions", {})
+    for fstype, (key, pin) in CLIENT_SETTINGS.items():
+        users = [h.name for h in hosts.values() if any(m.type == fstype for m in h.storage_mounts)]
+        if not users:
+            continue
+        sample = ", ".join(users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+        if values.get(key) is None and key not in _raw_keys(raw):
+            add("group_vars/all/", key, f"{len(users)} host(s) ({sample}) mount {fstype}, which needs {key}: "
+                    "describe the client there (see docs/settings.md)")
+        if pin and not pins.get(pin):
+            file, line = raw.origin("kiln_versions", default="group_vars/all/versions.yml")
+            add(file, f"kiln_versions.{pin}", f"{len(users)} host(s) ({sample}) mount {fstype}: pin its client "
+                    f"packages (kiln_versions.{pin})", line)
+    lustre = values.get("kiln_lustre")
+    if lustre is not None and lustre.modules == "kmod" and not pins.get("kernel") and any(
+            h.os != "rocky9" for h in hosts.values() if any(m.type == "lustre" for m in h.storage_mounts)):
+        file, line = raw.origin("kiln_lustre")
+        add(file, "kiln_lustre.modules", "prebuilt Lustre modules on Debian and Ubuntu are built for one kernel: "
+                "pin it (kiln_versions.kernel) or use dkms", line)
+
+
+def _raw_keys(raw: RawInventory) -> set[str]:
+    """kiln keys set anywhere in the inventory (a set but refused value was reported where it was read)."""
+    return {k for h in raw.hosts.values() for k in h.vars}
+
+
 def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
     by_address: dict[str, list[str]] = defaultdict(list)
     for host in hosts.values():

@@ -146,6 +146,8 @@ class Secrets:
 
     munge_key: bytes
     dbd_password: str
+    # secrets the site provides, by file name in the secrets directory (kiln/secrets.py ``site_secrets``)
+    site: dict[str, bytes] = field(default_factory=dict, compare=False)
 
     def __repr__(self) -> str:
         return "Secrets(<masked>)"

@@ -16,24 +16,20 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import Field, Strict
 
-from kiln.inventory.formats import (AbsolutePath, Address, Command, ExportClient, FilePath, IfNameList, MountOptions, MountPoint,
-                                    MountSource, NameGlob, PackageName, PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url,
-                                    Version, check_address, check_path, check_user)
+from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfNameList, NameGlob, PackageName,
+                                    PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
+                                    check_path, check_user)
+from kiln.inventory.storage_schema import (STORAGE_TYPES, BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
+                                           NfsExport, StorageMount)
+from kiln.inventory.strict import Strict as _Strict
 
 PREFIX = "kiln_"
 
 SUPPORTED_OS = ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")
-STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind", "tmpfs")
 SERVICE_ACCOUNTS = ("slurm", "munge")
 FABRIC_TYPES = ("infiniband", "roce", "ethernet", "none")
-
-
-class _Strict(BaseModel):
-    """Structured values reject keys they do not know, so a typo inside a dict is caught too."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class Fabric(_Strict):
@@ -46,80 +42,6 @@ class Fabric(_Strict):
     socket_ifname: IfNameList | Literal[""] = Field("", description="NCCL_SOCKET_IFNAME (bootstrap network "
                                                     "interface)")
     gid_index: int | None = Field(None, ge=0, le=255, description="NCCL_IB_GID_INDEX, RoCE only")
-
-
-class StorageMount(_Strict):
-    """A filesystem every node of the group must have mounted."""
-
-    path: MountPoint = Field(description="absolute, normalised mount point, e.g. /home; never a system "
-                             "directory such as /etc or /var")
-    type: str = Field(description=f"one of {', '.join(STORAGE_TYPES)}")
-    source: MountSource = Field(description="what is mounted, e.g. nfs01:/export/home")
-    options: MountOptions = Field("defaults", description="mount options, comma separated, no spaces")
-    warn_percent: int = Field(80, ge=1, le=100, description="fullness that warns")
-    fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails; above warn_percent")
-    min_throughput_mbps: int = Field(0, ge=0, le=1_000_000, description="opt-in STORAGE_THROUGHPUT (kiln check, "
-                                     "never Slurm's health check): write and read MB/s the node must reach; 0: off")
-    backup_servers: list[Address] = Field([], description="glusterfs only: servers the client fetches the "
-                                          "volume from when the source's server is down")
-
-    @model_validator(mode="after")
-    def _warn_below_fail(self) -> "StorageMount":
-        if self.warn_percent >= self.fail_percent:
-            raise ValueError(f"warn_percent {self.warn_percent} must be below fail_percent {self.fail_percent}")
-        return self
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, v: str) -> str:
-        if v not in STORAGE_TYPES:
-            raise ValueError(f"unknown storage type {v!r}: use one of {', '.join(STORAGE_TYPES)}")
-        return v
-
-    @model_validator(mode="after")
-    def _type_settings(self) -> "StorageMount":
-        if self.backup_servers and self.type != "glusterfs":
-            raise ValueError(f"{self.path}: backup_servers is for glusterfs mounts, this one is {self.type}")
-        if self.type == "nfs":
-            nfs_options_problem = check_nfs_options(self.options)
-            if nfs_options_problem:
-                raise ValueError(f"{self.path}: {nfs_options_problem}")
-        return self
-
-
-NFS_VERSIONS = ("3", "4", "4.0", "4.1", "4.2")
-
-
-def check_nfs_options(options: str) -> str:
-    """What is wrong with an NFS mount's options for a GPU cluster, or "" (see StorageMount)."""
-    values = dict(o.partition("=")[::2] for o in options.split(","))
-    if "soft" in values or "softerr" in values:
-        return ("soft NFS mounts return I/O errors to running jobs when the server is slow for a moment "
-                "(a checkpoint written half): use hard (the default) and let kiln check catch a dead server")
-    for key in ("vers", "nfsvers"):
-        if key in values and values[key] not in NFS_VERSIONS:
-            return f"{key}={values[key]} is not an NFS version: use one of {', '.join(NFS_VERSIONS)}"
-    for key, low, high in (("timeo", 1, 6000), ("retrans", 0, 100), ("rsize", 1024, 16777216),
-                           ("wsize", 1024, 16777216), ("actimeo", 0, 3600)):
-        if key in values and not (values[key].isdigit() and low <= int(values[key]) <= high):
-            return f"{key}={values[key]} must be a whole number from {low} to {high}"
-    return ""
-
-
-class NfsExport(_Strict):
-    """A directory a storage server exports over NFS (the storage_server role; labs and testbeds)."""
-
-    path: MountPoint = Field(description="the exported directory on the server, made if missing")
-    clients: list[ExportClient] = Field(min_length=1, description="who may mount it, e.g. 10.0.0.0/24")
-    options: MountOptions = Field("rw,sync,no_subtree_check", description="exports(5) options for every client")
-    mode: Annotated[str, Field(pattern=r"^[0-7]?[0-7]{3}$")] = Field("755", description="the directory's mode")
-
-
-class GlusterVolume(_Strict):
-    """A GlusterFS volume of one brick on its storage server (labs and testbeds: no replication)."""
-
-    name: Token = Field(description="the volume's name, what clients mount as SERVER:/NAME")
-    brick: MountPoint = Field(description="the brick directory on the server, made if missing")
 
 
 class TeamUser(_Strict):
@@ -257,6 +179,9 @@ SETTINGS: dict[str, Setting] = {
         _s("slurm_mpi", Token, "pmix", "cluster", "srun --mpi plugin for multi-node jobs kiln runs (pmix, pmi2, none)"),
         _s("check_nccl_busbw_gbps", Annotated[int, Field(ge=0, le=100_000)], 0, "cluster",
            "opt-in: single-node all_reduce_perf (nccl-tests) must reach this bus bandwidth in GB/s; 0: off"),
+        _s("lustre", Lustre | None, None, "cluster", "the Lustre client, for nodes with a lustre mount (see Lustre)"),
+        _s("beegfs", BeeGFS | None, None, "cluster", "the BeeGFS client, for nodes with a beegfs mount (see BeeGFS)"),
+        _s("ceph", Ceph | None, None, "cluster", "the CephFS client, for nodes with a cephfs mount (see Ceph)"),
         # --- per node ---
         _s("os", Literal[SUPPORTED_OS], "debian12", "host", f"node OS: {', '.join(SUPPORTED_OS)}"),
         _s("cpus", Annotated[int, Field(ge=1, le=65536)], None, "host", "CPUs Slurm may use on the node (required on compute nodes)"),

@@ -133,6 +133,21 @@ CASES = [
     Case("mount_of_a_path_the_server_does_not_export", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
          "        nfs1: {ansible_host: 10.0.0.40, kiln_storage_nfs_exports: [{path: /export/home, clients: [10.0.0.0/24]}]}\n    login:")},
          "group_vars/all/cluster.yml", "kiln_storage_mounts[0].source", "nfs1 exports /export/home"),
+    Case("lustre_mount_without_client", {"group_vars/all/cluster.yml": _mount('  - {path: /lustre, type: lustre, source: "mgs@o2ib:/lfs"}')},
+         "group_vars/all/", "kiln_lustre", "mount lustre, which needs kiln_lustre"),
+    Case("lustre_mount_without_pin", {"group_vars/all/cluster.yml": _mount('  - {path: /lustre, type: lustre, source: "mgs@o2ib:/lfs"}')
+                                      + "kiln_lustre: {lnet_networks: [o2ib0(ib0)]}\n"},
+         "group_vars/all/versions.yml", "kiln_versions.lustre", "pin its client packages"),
+    Case("lnet_network_with_shell", {"group_vars/all/cluster.yml": CLUSTER + "kiln_lustre: {lnet_networks: ['o2ib0(ib0) $(reboot)']}\n"},
+         "group_vars/all/cluster.yml", "kiln_lustre.lnet_networks[0]", "not a valid LNet network"),
+    Case("beegfs_mount_without_management_host", {"group_vars/all/cluster.yml": _mount('  - {path: /beegfs, type: beegfs, source: beegfs_nodev}')
+                                                   + "kiln_beegfs: {connauth: true}\n"},
+         "group_vars/all/cluster.yml", "kiln_beegfs.management_host", "required"),
+    Case("ceph_without_monitors", {"group_vars/all/cluster.yml": CLUSTER + "kiln_ceph: {monitors: []}\n"},
+         "group_vars/all/cluster.yml", "kiln_ceph.monitors", "at least 1"),
+    Case("repository_not_https", {"group_vars/all/cluster.yml": CLUSTER + "kiln_lustre: {lnet_networks: [tcp0(eth0)], "
+                                  "repository: {url: 'ftp://mirror/lustre'}}\n"},
+         "group_vars/all/cluster.yml", "kiln_lustre.repository.url", "not an http(s) URL"),
     Case("partition_names_missing_group", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]", "groups: [cpu_c]")},
          "group_vars/all/cluster.yml", "kiln_slurm_partitions[1].groups", "'cpu_c', which is not in the inventory"),
     Case("two_default_partitions", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]}", "groups: [cpu_b], default: true}")},

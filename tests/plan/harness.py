@@ -17,7 +17,9 @@ from roles.context import NodeContext
 from roles.platform import PLATFORMS
 from roles.snapshot import FileState, NodeSnapshot
 
-SECRETS = Secrets(munge_key=b"k" * 1024, dbd_password="plan-test-password")
+SECRETS = Secrets(munge_key=b"k" * 1024, dbd_password="plan-test-password",
+                  site={"beegfs-connauth": b"plan-test-connauth\n",
+                        "ceph.client.hpc.keyring": b"[client.hpc]\n\tkey = plan-test-key\n"})
 
 
 def _no_connection_facts(self, cls, *args, **kwargs):

@@ -21,8 +21,8 @@ from tests.plan.harness import plan_host
 from tests.plan.test_roles_plan import SLURM
 
 EXPECTED = REPO / "tests" / "plan" / "expected"
-HOSTS = ("nas1", "cpu01")
-ROLES = ("storage_server", "storage")
+HOSTS = ("nas1", "cpu01", "gpu01")
+ROLES = ("storage_server", "storage", "lustre", "beegfs")
 
 
 def cluster_for(os: str):
@@ -37,6 +37,7 @@ def cluster_for(os: str):
 def storage_ops(plan) -> list:
     """The storage roles' operations and slurmd's storage drop-in, the rest of the plan left out."""
     return [[op, cmds] for op, cmds in plan if op.split(":")[0] in ROLES or "network filesystems" in op]
+
 
 
 def commands(plan) -> str:
@@ -104,3 +105,53 @@ def test_clients_mount_over_the_network_and_slurmd_waits_for_them(os, monkeypatc
     assert "mount /home" in text and "mount /scratch" in text
     dropin = next(f for f in ctx.files if f.path == "/etc/systemd/system/slurmd.service.d/kiln-storage.conf")
     assert "RequiresMountsFor=/home /datasets /scratch" in dropin.content.decode()
+
+
+@pytest.mark.parametrize("os", sorted(PLATFORMS))
+def test_parallel_filesystem_clients(os, monkeypatch):
+    """Lustre, BeeGFS, CephFS, Weka and GPFS on gpu01: pinned vendor packages from signed repositories,
+    LNet from the inventory, BeeGFS's files and its secret, ceph.conf and the keyring, fstab lines only for
+    what fstab mounts."""
+    plan, ctx = plan_host(cluster_for(os), "gpu01", os, fresh(os), monkeypatch, with_context=True)
+    text = commands(plan)
+    files = {f.path: f for f in ctx.files}
+    redhat = PLATFORMS[os].family == "redhat"
+    lustre = ["kmod-lustre-client-2.15.6-1", "lustre-client-2.15.6-1"] if redhat else \
+        ["lustre-client-modules-dkms=2.15.6-1", "lustre-client-utils=2.15.6-1"]
+    assert all(p in text for p in lustre), text
+    assert files["/etc/modprobe.d/lustre.conf"].content.decode().endswith(
+        'options lnet networks="o2ib0(ib0),tcp0(eth0)"\n')
+    beegfs = ["beegfs-client-7.4.5", "beegfs-helperd-7.4.5"] if redhat else ["beegfs-client=7.4.5", "beegfs-helperd=7.4.5"]
+    assert all(p in text for p in beegfs)
+    if redhat:
+        repo = files["/etc/yum.repos.d/kiln-beegfs.repo"].content.decode()
+        assert "gpgcheck=1" in repo and "gpgkey=https://www.beegfs.io/release/beegfs_7.4.5/gpg/GPG-KEY-beegfs" in repo
+        assert "gpgcheck=1" in files["/etc/yum.repos.d/kiln-lustre.repo"].content.decode()
+    else:
+        assert files["/etc/apt/sources.list.d/kiln-beegfs.list"].content.decode().endswith(
+            "deb [signed-by=/usr/share/keyrings/kiln-beegfs.gpg] https://www.beegfs.io/release/beegfs_7.4.5 bookworm non-free\n")
+        assert "trusted=yes" not in files["/etc/apt/sources.list.d/kiln-lustre.list"].content.decode()
+    connauth = files["/etc/beegfs/connauthfile"]
+    assert connauth.secret and connauth.mode == "400" and connauth.content == b"plan-test-connauth\n"
+    assert "echo 'sysMgmtdHost = beegfs-mgmt.example.org' >> /etc/beegfs/beegfs-client.conf" in text
+    assert "echo 'connAuthFile = /etc/beegfs/connauthfile' >> /etc/beegfs/beegfs-helperd.conf" in text
+    assert files["/etc/beegfs/beegfs-mounts.conf"].content.decode().endswith("/beegfs /etc/beegfs/beegfs-client.conf\n")
+    assert "systemctl start beegfs-client.service" in text
+    assert "ceph-fuse" in text
+    assert "mon_host = 10.0.0.21,10.0.0.22,10.0.0.23" in files["/etc/ceph/ceph.conf"].content.decode()
+    keyring = files["/etc/ceph/ceph.client.hpc.keyring"]
+    assert keyring.secret and keyring.mode == "600"
+    assert ("echo 'none /ceph fuse.ceph ceph.id=hpc,ceph.client_mountpoint=/volumes/hpc,_netdev 0 0' >> /etc/fstab"
+            in text)
+    assert "echo '10.0.0.31@o2ib:10.0.0.32@o2ib:/lfs /lustre lustre flock,_netdev 0 0' >> /etc/fstab" in text
+    assert "echo 'weka01/default /weka wekafs num_cores=1,_netdev 0 0' >> /etc/fstab" in text
+    assert "/gpfs" not in text and "/beegfs /etc/fstab" not in text and "mount /beegfs" not in text
+    dropin = files["/etc/systemd/system/slurmd.service.d/kiln-storage.conf"].content.decode()
+    assert "RequiresMountsFor=/lustre /ceph /weka" in dropin
+    assert "plan-test-key" not in text and "plan-test-connauth" not in text  # secrets never in commands
+
+
+def test_parallel_filesystems_in_a_container_start_no_kernel_client(monkeypatch):
+    text = commands(plan_host(cluster_for("debian12"), "gpu01", "debian12", fresh("debian12"), monkeypatch,
+                              in_container=True))
+    assert "beegfs-client.service" not in text

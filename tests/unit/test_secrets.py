@@ -84,3 +84,28 @@ def test_secrets_behind_links_are_refused(cluster, tmp_path):
     (path / "munge.key").symlink_to(tmp_path / "key")
     with pytest.raises(SecretsError, match="is a symbolic link"):
         load_or_create(cluster)
+
+
+def test_site_secrets_are_read_never_made_up(tmp_path):
+    """BeeGFS's connAuthFile and a CephX keyring come from the site's own services: a missing one stops the
+    run before anything is touched, naming the file and where it comes from; a present one is read (and
+    checked like kiln's own), and a dry run goes on without it."""
+    shutil.copytree(INVENTORIES / "storage", tmp_path / "site" / "inventory")
+    cluster = load_cluster(tmp_path / "site" / "inventory")
+    path = secrets_path(cluster)
+    with pytest.raises(SecretsError, match="beegfs-connauth is missing: BeeGFS's connAuthFile"):
+        load_or_create(cluster)
+    (path / "beegfs-connauth").write_bytes(b"site-connauth\n")
+    os.chmod(path / "beegfs-connauth", 0o600)
+    with pytest.raises(SecretsError, match=r"ceph.client.hpc.keyring is missing: .*ceph auth get client.hpc"):
+        load_or_create(cluster)
+    (path / "ceph.client.hpc.keyring").write_bytes(b"[client.hpc]\n\tkey = x\n")
+    os.chmod(path / "ceph.client.hpc.keyring", 0o644)
+    secrets = load_or_create(cluster)
+    assert secrets.site == {"beegfs-connauth": b"site-connauth\n", "ceph.client.hpc.keyring": b"[client.hpc]\n\tkey = x\n"}
+    assert "site-connauth" not in repr(secrets)
+    os.chmod(path / "ceph.client.hpc.keyring", 0o666)
+    with pytest.raises(SecretsError, match="writable by others"):
+        load_or_create(cluster)
+    (path / "ceph.client.hpc.keyring").unlink()
+    assert set(load_or_create(cluster, create=False).site) == {"beegfs-connauth", "ceph.client.hpc.keyring"}

@@ -1,0 +1,146 @@
+"""The inventory's storage settings: what a node mounts, what a lab storage server serves, and what each
+parallel filesystem's client needs (documented once here, as the rest in kiln/inventory/schema.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from kiln.inventory.formats import (Address, ExportClient, MountOptions, MountPoint, MountSource, Token, Url,
+                                    _text)
+from kiln.inventory.strict import Strict as _Strict
+
+STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind", "tmpfs")
+# An LNet network: a network type with an optional number and the interfaces it uses, e.g. o2ib0(ib0),
+# tcp0(eth0), o2ib1(ib0,ib1)
+LNET_NETWORK = re.compile(r"^(?:o2ib|tcp|kfi|gni|ptl4)\d{0,3}\([A-Za-z0-9_.:-]{1,15}(?:,[A-Za-z0-9_.:-]{1,15})*\)$")
+LNetNetwork = _text("LNet network", LNET_NETWORK, "a network type (o2ib, tcp, kfi), an optional number and its "
+                    "interfaces in parentheses, e.g. o2ib0(ib0) or tcp0(eth0)")
+
+
+class StorageMount(_Strict):
+    """A filesystem every node of the group must have mounted."""
+
+    path: MountPoint = Field(description="absolute, normalised mount point, e.g. /home; never a system "
+                             "directory such as /etc or /var")
+    type: str = Field(description=f"one of {', '.join(STORAGE_TYPES)}")
+    source: MountSource = Field(description="what is mounted, e.g. nfs01:/export/home")
+    options: MountOptions = Field("defaults", description="mount options, comma separated, no spaces")
+    warn_percent: int = Field(80, ge=1, le=100, description="fullness that warns")
+    fail_percent: int = Field(95, ge=1, le=100, description="fullness that fails; above warn_percent")
+    min_throughput_mbps: int = Field(0, ge=0, le=1_000_000, description="opt-in STORAGE_THROUGHPUT (kiln check, "
+                                     "never Slurm's health check): write and read MB/s the node must reach; 0: off")
+    backup_servers: list[Address] = Field([], description="glusterfs only: servers the client fetches the "
+                                          "volume from when the source's server is down")
+
+    @model_validator(mode="after")
+    def _warn_below_fail(self) -> "StorageMount":
+        if self.warn_percent >= self.fail_percent:
+            raise ValueError(f"warn_percent {self.warn_percent} must be below fail_percent {self.fail_percent}")
+        return self
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in STORAGE_TYPES:
+            raise ValueError(f"unknown storage type {v!r}: use one of {', '.join(STORAGE_TYPES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _type_settings(self) -> "StorageMount":
+        if self.backup_servers and self.type != "glusterfs":
+            raise ValueError(f"{self.path}: backup_servers is for glusterfs mounts, this one is {self.type}")
+        if self.type == "nfs":
+            nfs_options_problem = check_nfs_options(self.options)
+            if nfs_options_problem:
+                raise ValueError(f"{self.path}: {nfs_options_problem}")
+        return self
+
+
+NFS_VERSIONS = ("3", "4", "4.0", "4.1", "4.2")
+
+
+def check_nfs_options(options: str) -> str:
+    """What is wrong with an NFS mount's options for a GPU cluster, or "" (see StorageMount)."""
+    values = dict(o.partition("=")[::2] for o in options.split(","))
+    if "soft" in values or "softerr" in values:
+        return ("soft NFS mounts return I/O errors to running jobs when the server is slow for a moment "
+                "(a checkpoint written half): use hard (the default) and let kiln check catch a dead server")
+    for key in ("vers", "nfsvers"):
+        if key in values and values[key] not in NFS_VERSIONS:
+            return f"{key}={values[key]} is not an NFS version: use one of {', '.join(NFS_VERSIONS)}"
+    for key, low, high in (("timeo", 1, 6000), ("retrans", 0, 100), ("rsize", 1024, 16777216),
+                           ("wsize", 1024, 16777216), ("actimeo", 0, 3600)):
+        if key in values and not (values[key].isdigit() and low <= int(values[key]) <= high):
+            return f"{key}={values[key]} must be a whole number from {low} to {high}"
+    return ""
+
+
+class NfsExport(_Strict):
+    """A directory a storage server exports over NFS (the storage_server role; labs and testbeds)."""
+
+    path: MountPoint = Field(description="the exported directory on the server, made if missing")
+    clients: list[ExportClient] = Field(min_length=1, description="who may mount it, e.g. 10.0.0.0/24")
+    options: MountOptions = Field("rw,sync,no_subtree_check", description="exports(5) options for every client")
+    mode: Annotated[str, Field(pattern=r"^[0-7]?[0-7]{3}$")] = Field("755", description="the directory's mode")
+
+
+class GlusterVolume(_Strict):
+    """A GlusterFS volume of one brick on its storage server (labs and testbeds: no replication)."""
+
+    name: Token = Field(description="the volume's name, what clients mount as SERVER:/NAME")
+    brick: MountPoint = Field(description="the brick directory on the server, made if missing")
+
+
+
+APT_SUITE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,63}$|^\./$")
+AptSuite = _text("apt suite", APT_SUITE, "a suite (e.g. bookworm) or ./ for a flat repository")
+
+
+class PackageRepository(_Strict):
+    """A vendor's package repository: an apt source or a dnf .repo, always with signature checks (a key
+    from ``key_url``, or one the nodes already trust; never ``trusted=yes`` or ``gpgcheck=0``)."""
+
+    url: Url = Field(description="the repository's base URL (apt: before the suite; dnf: the baseurl)")
+    key_url: Url | Literal[""] = Field("", description="the signing key (ASCII-armoured); \"\": one the nodes "
+                                       "already trust")
+    suite: AptSuite = Field("./", description="apt only: the suite, e.g. bookworm, or ./ for a flat repository")
+    components: list[Token] = Field([], description="apt only: components after the suite, e.g. [non-free]")
+
+
+class Lustre(_Strict):
+    """The Lustre client (``kiln_lustre``): packages at the ``lustre`` pin and LNet for every node that
+    mounts a ``lustre`` filesystem."""
+
+    repository: PackageRepository | None = Field(None, description="the Lustre client packages' repository "
+                                                 "(e.g. Whamcloud's for the release and OS); none: the nodes' own "
+                                                 "sources have them")
+    lnet_networks: list[LNetNetwork] = Field(min_length=1, description="LNet networks in order of preference, "
+                                             "e.g. [o2ib0(ib0)] or [tcp0(eth0)]")
+    modules: Literal["dkms", "kmod"] | None = Field(None, description="how the kernel modules come: dkms (built "
+                                                    "on the node) or kmod (prebuilt for the pinned kernel); "
+                                                    "default dkms on Debian and Ubuntu, kmod on Rocky")
+
+
+class BeeGFS(_Strict):
+    """The BeeGFS client (``kiln_beegfs``): packages at the ``beegfs`` pin, its management host, and the
+    connection authentication secret (``beegfs-connauth`` in the secrets directory, never in the inventory)."""
+
+    repository: PackageRepository | None = Field(None, description="the BeeGFS packages' repository for the "
+                                                 "release and OS; none: the nodes' own sources have them")
+    management_host: Address = Field(description="sysMgmtdHost: the BeeGFS management service's host")
+    connauth: bool = Field(True, description="use connection authentication (connAuthFile from the secrets "
+                           "directory's beegfs-connauth)")
+
+
+class Ceph(_Strict):
+    """The CephFS client (``kiln_ceph``): /etc/ceph/ceph.conf and the client's keyring (the secrets
+    directory's ``ceph.client.<client_name>.keyring``, never in the inventory)."""
+
+    monitors: list[Address] = Field(min_length=1, description="the Ceph monitors (mon_host)")
+    fsid: Annotated[str, Field(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")] | None = \
+        Field(None, description="the Ceph cluster's fsid, when known")
+    client_name: Token = Field("kiln", description="the CephX user the nodes mount as (client.<name>)")
+    client: Literal["fuse", "kernel"] = Field("fuse", description="ceph-fuse, or the kernel's ceph client")
