@@ -9,6 +9,8 @@ Defaults:
 + the mount point (0755 root), one /etc/fstab line per mount (``source path type options 0 0``; a line
   for the same mount point with other values is replaced), and the mount itself when missing. BeeGFS
   (mounted by the beegfs-client service) and GPFS (mmmount) get no fstab line.
++ a network filesystem's first mount is tried for up to 5 minutes (its server may be converging in the
+  same deploy, or booting), then fails naming the source.
 + a changed line remounts a mounted filesystem (``mount -o remount``) so new options apply.
 + network filesystems (``NETWORK_TYPES``) get ``_netdev`` in their fstab line (mounted once the network is
   up, unmounted before it goes down); a GlusterFS mount's ``backup_servers`` become
@@ -56,6 +58,19 @@ def fstab_line(ctx: NodeContext, mount) -> str:
     return f"{mount.source} {mount.path} {FSTYPE.get(mount.type, mount.type)} {fstab_options(mount)} 0 0"
 
 
+MOUNT_TRIES, MOUNT_PAUSE = 60, 5  # a network filesystem's server may still be converging in the same run
+
+
+def mount_command(mount) -> str:
+    """Mount ``mount`` from its fstab line; a network filesystem is tried again every MOUNT_PAUSE s for
+    MOUNT_TRIES tries (its server may be converging in this same deploy, or still booting)."""
+    if mount.type not in NETWORK_TYPES:
+        return f"mount {quote(mount.path)}"
+    failed = f"{mount.path}: not mounted after {MOUNT_TRIES * MOUNT_PAUSE} s: is its server up and serving {mount.source}?"
+    return (f"n=0; until mount {quote(mount.path)}; do n=$((n+1)); if [ $n -ge {MOUNT_TRIES} ]; then "
+            f"echo {quote(failed)} >&2; exit 1; fi; sleep {MOUNT_PAUSE}; done")
+
+
 def slurmd_mounts(node) -> list[str]:
     """The mount points slurmd must not start without (``RequiresMountsFor``): the network filesystems
     kiln mounts through /etc/fstab."""
@@ -88,7 +103,7 @@ def configure(ctx: NodeContext) -> None:
         entry = line_present(name=f"storage: /etc/fstab entry for {m.path}", ctx=ctx, path="/etc/fstab", line=line,
                              index=index, replace_regex=rf"^\S+\s+{path}\s")
         mounted = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} ")
-        server.shell(name=f"storage: mount {m.path}", commands=[f"mount {quote(m.path)}"],
+        server.shell(name=f"storage: mount {m.path}", commands=[mount_command(m)],
                      _if=lambda i=mounted: i not in ctx.snapshot.lines)
         server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
                      commands=[f"mount -o remount {quote(m.path)}"],

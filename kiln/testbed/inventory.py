@@ -59,6 +59,8 @@ VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_co
 # check's own bound (kiln_check_storage_timeout) is what keeps kiln check from hanging.
 STORAGE_GROUP = "storage_servers"
 NFS_EXPORT, NFS_MOUNT, NFS_OPTIONS = "/srv/kiln-nfs", "/nfs", "rw,hard,vers=4.2,timeo=50,retrans=2"
+# The VM kind's GlusterFS volume: served by the controller VM, mounted on every compute VM.
+GLUSTER_VOLUME, GLUSTER_BRICK, GLUSTER_MOUNT = "kiln", "/srv/gluster/kiln", "/gluster"
 
 
 def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None:
@@ -79,17 +81,22 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
     if compute == controller:
         hosts["all"]["children"]["compute"]["children"]["testbed_compute"]["hosts"] = {
             n.name: None for n in controller}
-    nfs_mounts = []
+    network_mounts = []
     if testbed.node_kind == "vm" and compute != controller:
-        # A real kernel NFS server (containers share the host's kernel, which serves none): the controller
-        # VM exports NFS_EXPORT and every compute VM mounts it (tests/vm/test_vm_storage.py).
+        # Real kernels: the controller VM serves NFS (its kernel's server; containers share the host's
+        # kernel, which serves none) and a GlusterFS volume, and every compute VM mounts both
+        # (tests/vm/test_vm_storage.py). On VMs, not containers: slurmd requires the network filesystems,
+        # and the nspawn tests reboot compute nodes while the controller is away.
         server = controller[0].name
-        hosts["all"]["children"][STORAGE_GROUP] = {"hosts": {server: {"kiln_storage_nfs_exports": [
-            {"path": NFS_EXPORT, "clients": [f"{testbed.subnet}.0/24"],
-             "options": "rw,sync,no_subtree_check,no_root_squash", "mode": "1777"}],
+        hosts["all"]["children"][STORAGE_GROUP] = {"hosts": {server: {
+            "kiln_storage_nfs_exports": [{"path": NFS_EXPORT, "clients": [f"{testbed.subnet}.0/24"],
+                                          "options": "rw,sync,no_subtree_check,no_root_squash", "mode": "1777"}],
             # clients may open files again 15 s after the server returns, not the kernel's 90 s
-            "kiln_storage_nfs_lease_seconds": 15}}}
-        nfs_mounts = [{"path": NFS_MOUNT, "type": "nfs", "source": f"{server}:{NFS_EXPORT}", "options": NFS_OPTIONS}]
+            "kiln_storage_nfs_lease_seconds": 15,
+            "kiln_storage_gluster_volumes": [{"name": GLUSTER_VOLUME, "brick": GLUSTER_BRICK}]}}}
+        network_mounts = [
+            {"path": NFS_MOUNT, "type": "nfs", "source": f"{server}:{NFS_EXPORT}", "options": NFS_OPTIONS},
+            {"path": GLUSTER_MOUNT, "type": "glusterfs", "source": f"{server}:/{GLUSTER_VOLUME}", "options": "rw"}]
     header = f"# Written by `kiln testbed up --name {testbed.name}`; rewritten on every up. Do not edit.\n"
     (tmp / "hosts.yml").write_text(header + yaml.safe_dump(hosts, sort_keys=False))
     cpus = os.cpu_count() or 2
@@ -129,7 +136,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_storage_mounts": [
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"},
             # the same host directory in every node (systemd-nspawn --bind): shared storage to check
-            {"path": "/srv/kiln-shared", "type": "bind", "source": "/srv/kiln-shared", "options": "rw"}, *nfs_mounts],
+            {"path": "/srv/kiln-shared", "type": "bind", "source": "/srv/kiln-shared", "options": "rw"}, *network_mounts],
     }, sort_keys=False))
     (tmp / "group_vars" / "all" / "versions.yml").write_text(header + yaml.safe_dump(
         {"kiln_versions": TESTBED_VERSIONS}, sort_keys=False))

@@ -1,8 +1,9 @@
-"""NFS for real on the VM tier: the controller VM serves /srv/kiln-nfs (the storage_server role, its kernel's
-NFS server) and every compute VM mounts it at /nfs (the storage role: hard, NFS 4.2, in /etc/fstab).
+"""NFS and GlusterFS for real on the VM tier: the controller VM serves /srv/kiln-nfs (the storage_server role,
+its kernel's NFS server) and the GlusterFS volume ``kiln`` (glusterd, one brick), and every compute VM
+mounts them at /nfs (hard, NFS 4.2) and /gluster (the FUSE client), through /etc/fstab (the storage role).
 
-Shown here: data written on one client is read on the other and by a job on both; kiln check's storage
-suite passes; with the server stopped, kiln check fails the mount on both clients (STORAGE_RESPONDING) in
+Shown here: data written on one client is read on the other and by a job on both, on each filesystem;
+kiln check's storage suite passes, its shared-data check included; with the server stopped, kiln check fails the mount on both clients (STORAGE_RESPONDING) in
 well under 30 s instead of hanging, and Slurm's HealthCheckProgram drains both within one interval;
 with the server back, both resume. Then the opt-in throughput check gives a figure per node and fails
 under a floor no testbed reaches."""
@@ -13,7 +14,8 @@ import json
 import time
 import uuid
 
-from kiln.testbed.inventory import HEALTH_CHECK_INTERVAL, NFS_EXPORT, NFS_MOUNT
+from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME, HEALTH_CHECK_INTERVAL, NFS_EXPORT,
+                                    NFS_MOUNT)
 from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, wait_for
 
 STORAGE_TIMEOUT = 10  # kiln_check_storage_timeout's default, which the testbed keeps
@@ -53,11 +55,28 @@ def test_nfs_written_on_one_compute_vm_is_read_on_the_other(vms):
     assert job.split() == [token] * len(vms.computes)
 
 
-def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_they_resume(vms, tmp_path):
+def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_vms(vms, tmp_path):
+    a, b = vms.computes
+    info = ok(vms, vms.controller, f"gluster --mode=script volume info {GLUSTER_VOLUME}")
+    assert "Status: Started" in info and f"{vms.controller}:{GLUSTER_BRICK}" in info, info
+    for node in vms.computes:
+        assert ok(vms, node, f"findmnt -n -o FSTYPE,SOURCE {GLUSTER_MOUNT}").split() == \
+            ["fuse.glusterfs", f"{vms.controller}:/{GLUSTER_VOLUME}"]
+        assert GLUSTER_MOUNT in ok(vms, node, "systemctl show -p RequiresMountsFor --value slurmd")
+    token = f"kiln-{uuid.uuid4().hex}"
+    ok(vms, b, f"echo {token} > {GLUSTER_MOUNT}/from-{b}")
+    assert ok(vms, a, f"cat {GLUSTER_MOUNT}/from-{b}").strip() == token
+    assert ok(vms, vms.controller, f"cat {GLUSTER_BRICK}/from-{b}").strip() == token  # in the brick
     out, data, _ = _check(vms, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     for node in vms.computes:
-        assert [c["severity"] for c in _verdicts(data, node, "STORAGE_SHARED")] == ["ok"], data["nodes"][node]
+        shared = {c["message"].split(":")[0]: c["severity"] for c in _verdicts(data, node, "STORAGE_SHARED")}
+        assert shared == {NFS_MOUNT: "ok", GLUSTER_MOUNT: "ok"}, data["nodes"][node]
+
+
+def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_they_resume(vms, tmp_path):
+    out, data, _ = _check(vms, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
     ok(vms, vms.controller, "systemctl stop nfs-server")
     stopped = time.monotonic()
     try:
@@ -66,8 +85,7 @@ def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_th
         assert out.returncode == 1, out.stdout + out.stderr
         assert took < 30, f"kiln check took {took:.1f} s with the server down"
         for node in vms.computes:
-            [responding] = _verdicts(data, node, "STORAGE_RESPONDING")
-            assert responding["severity"] == "fail", responding
+            [responding] = [c for c in _verdicts(data, node, "STORAGE_RESPONDING") if c["severity"] == "fail"]
             assert responding["message"].startswith(f"{NFS_MOUNT} (nfs from {vms.controller}:{NFS_EXPORT}) did not "
                                                     f"answer within {STORAGE_TIMEOUT} s"), responding
         # Slurm's HealthCheckProgram (every HEALTH_CHECK_INTERVAL s) drains both: one interval, the run's own
