@@ -1,7 +1,7 @@
 """Fabric suite (InfiniBand or RoCE): HCA count, port state and physical link, rate, link layer, link
 flaps; optional point-to-point bandwidth (``ib_write_bw``) run by the remote runner between two nodes.
 
-Expectations (``expect["fabric"]``): type (infiniband | roce), hca_count, rate_gbps, hcas, kernel_log.
+Expectations (``expect["fabric"]``): type (infiniband | roce | rxe), hca_count, rate_gbps, hcas, kernel_log.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat
 from checks.parsers.kernel_log import DEFAULT_COMMAND, count_link_flaps
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
-LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet"}
+LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet", "rxe": "Ethernet"}  # rxe: soft-RoCE
 FLAPS_WARN = 5
 
 

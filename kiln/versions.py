@@ -41,6 +41,8 @@ PINS: dict[str, Pin] = {
         Pin("enroot", "", "containers", "enroot release, e.g. 3.5.0 (containers in Slurm jobs); \"\": none", True),
         Pin("pyxis", "", "containers", "pyxis release, e.g. 0.20.0 (srun --container-image); \"\": none", True),
         Pin("slurm", None, "slurm", "Slurm packages, e.g. 22.05.8-4+deb12u3 on Debian 12"),
+        Pin("ofed", "", "rdma", "DOCA-OFED or MLNX_OFED package version (fabrics with stack doca or mlnx_ofed)",
+            True),
         Pin("lustre", "", "storage", "Lustre client packages, e.g. 2.15.6-1.el9 (nodes with a lustre mount)", True),
         Pin("beegfs", "", "storage", "BeeGFS client packages, e.g. 7.4.5 (nodes with a beegfs mount)", True),
         Pin("kernel", "", "base", "running kernel every node must have, e.g. 6.1.0-28-amd64; empty: not enforced"),

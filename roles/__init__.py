@@ -6,9 +6,10 @@ from importlib import import_module
 from types import ModuleType
 
 # Roles that exist today; a host runs those of its roles (kiln.inventory.model.Host.roles) found here.
-# A storage server exports before it (or any node) mounts. The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
+# The fabric comes up before the filesystems that may run over it (Lustre on o2ib, NFS over IPoIB); a
+# storage server exports before it (or any node) mounts. The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
 # (pyxis builds against the Slurm headers, and its plugstack files restart slurmd).
-ORDER = ("base", "storage_server", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
+ORDER = ("base", "rdma", "storage_server", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
          "containers")
 
 

@@ -362,7 +362,7 @@ class RemoteCheck:
 
     def _fabric_bandwidth(self, threshold: float) -> None:
         """ib_write_bw from each fabric node to the next (a ring), through the first HCA the inventory names."""
-        hosts = [h for h in self.hosts if h.fabric.type in ("infiniband", "roce")
+        hosts = [h for h in self.hosts if h.fabric.type in ("infiniband", "roce", "rxe")
                  and not any(v.failed for v in self.results[h.name] if v.id == "NODE_UNREACHABLE")]
         if len(hosts) < 2:
             return
@@ -372,6 +372,8 @@ class RemoteCheck:
             client, server = pair
             hca = (client.fabric.hcas or ["mlx5_0"])[0]
             args = f"-d {quote(hca)} -F --report_gbits -s 8388608 -D 3"
+            if server.fabric.gid_index is not None:  # RoCE and rxe: the GID (RoCE v2 over IPv4) NCCL uses too
+                args += f" -x {server.fabric.gid_index}"
             self.node(server).run(f"(timeout 30 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
             out = self.node(client).run(f"timeout 30 ib_write_bw {args} {quote(server.address)}")
             return bandwidth_verdict(out.stdout, threshold, f"{client.name} -> {server.name} via {hca}")

@@ -44,7 +44,7 @@ def check_compute(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> 
                     missing[(host.node_type or model.COMPUTE, key)].append(host.name)
         if host.gpu_count and not host.gpu_model and "kiln_gpu_model" not in raw.hosts[host.name].vars:
             missing[(host.node_type or (host.groups[0] if host.groups else None), "kiln_gpu_model")].append(host.name)
-        if host.fabric.type in ("infiniband", "roce") and host.fabric.hca_count == 0:
+        if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.hca_count == 0:
             file, line = raw.origin("kiln_fabric", host.name)
             add(file, "kiln_fabric.hca_count", f"fabric type {host.fabric.type} needs hca_count > 0", line)
         paths = [m.path for m in host.storage_mounts]
@@ -130,6 +130,52 @@ def check_filesystem_clients(raw: RawInventory, hosts: dict[str, model.Host], va
 def _raw_keys(raw: RawInventory) -> set[str]:
     """kiln keys set anywhere in the inventory (a set but refused value was reported where it was read)."""
     return {k for h in raw.hosts.values() for k in h.vars}
+
+
+def check_fabric(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any], add: Any) -> None:
+    """The fabric's settings, before any connection: an IPoIB address per node in its subnet and unique,
+    lossless RoCE only with a stack that has mlnx_qos, an OFED stack pinned, opensm only on InfiniBand."""
+    import ipaddress
+    owners: dict[str, list[str]] = defaultdict(list)
+    for host in hosts.values():
+        fabric = host.fabric
+        file, line = raw.origin("kiln_fabric", host.name)
+        if fabric.ipoib is not None:
+            address = host.setting("ipoib_address")
+            afile, aline = raw.origin("kiln_ipoib_address", host.name)
+            if not address:
+                add(file, "kiln_ipoib_address", f"{host.name} is on an IPoIB fabric ({fabric.ipoib.subnet}) but has no "
+                        "kiln_ipoib_address: give each node its address (a host variable)", line)
+            else:
+                try:
+                    inside = ipaddress.ip_address(address) in ipaddress.ip_network(fabric.ipoib.subnet)
+                except ValueError:
+                    inside = False
+                if not inside:
+                    add(afile, "kiln_ipoib_address", f"{host.name}: {address} is not in the IPoIB subnet "
+                            f"{fabric.ipoib.subnet}", aline)
+                owners[address].append(host.name)
+        roce = fabric.roce
+        if roce is not None and fabric.stack == "inbox" and (roce.dscp_trust or roce.ecn or roce.pfc_priority is not None):
+            add(file, "kiln_fabric.roce", f"{host.name}: lossless RoCE settings (PFC, DSCP trust, ECN) are applied with "
+                    "mlnx_qos, which comes with NVIDIA's stack: set stack doca or mlnx_ofed, or set them on the NICs "
+                    "yourself and leave them out here", line)
+        if roce is not None and (roce.dscp_trust or roce.ecn or roce.pfc_priority is not None) and not roce.interfaces:
+            add(file, "kiln_fabric.roce.interfaces", f"{host.name}: name the RoCE netdevs the settings apply to", line)
+        if fabric.stack != "inbox" and fabric.type in ("infiniband", "roce") and \
+                not values.get("kiln_versions", {}).get("ofed"):
+            ofile, oline = raw.origin("kiln_versions", default="group_vars/all/versions.yml")
+            add(ofile, "kiln_versions.ofed", f"{host.name} uses NVIDIA's {fabric.stack} stack: pin it "
+                    "(kiln_versions.ofed)", oline)
+        if host.setting("opensm") and fabric.type != "infiniband":
+            sfile, sline = raw.origin("kiln_opensm", host.name)
+            add(sfile, "kiln_opensm", f"{host.name} runs a subnet manager but its fabric is {fabric.type}: opensm "
+                    "is for InfiniBand only", sline)
+    for address, names in owners.items():
+        if len(names) > 1:
+            file, line = raw.origin("kiln_ipoib_address", names[1])
+            add(file, "kiln_ipoib_address", f"IPoIB address {address} is used by {len(names)} hosts "
+                    f"({', '.join(names[:4])}): give each its own", line)
 
 
 def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:

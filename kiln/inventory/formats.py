@@ -47,6 +47,8 @@ MOUNT_SOURCE = re.compile(r"^[A-Za-z0-9_/\[][A-Za-z0-9_./@+,=:\[\]-]{0,1023}$")
 MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+,=:-]{0,1023}$")
 SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:[./][A-Za-z0-9_:-]+)+$")
 SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+-]+(?: [A-Za-z0-9_.,:/=+-]+)*$")
+# One network interface name (the kernel's limit is 15 characters)
+IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}$")
 # Who may mount an NFS export: a host name (wildcards * and ?), an address, a network ADDRESS/PREFIX, or
 # @netgroup, as exports(5) spells them
 EXPORT_CLIENT = re.compile(r"^(?:\*|@[A-Za-z0-9_.-]{1,64}|[A-Za-z0-9*?](?:[A-Za-z0-9*?.-]{0,252})"
@@ -190,6 +192,7 @@ SlurmTime = _text("Slurm time", SLURM_TIME, "minutes, MM:SS, HH:MM:SS, D-HH, D-H
 MountSource = _text("mount source", MOUNT_SOURCE, "no spaces or shell characters, e.g. nfs01:/export/home, "
                     "10.0.0.1@o2ib:/lustre, tmpfs")
 MountOptions = _text("mount options", MOUNT_OPTIONS, "comma-separated options without spaces, e.g. rw,hard,vers=4.2")
+IfName = _text("interface name", IFNAME, "letters, digits and _ . : - (at most 15), e.g. ib0 or eth1")
 ExportClient = _text("NFS export client", EXPORT_CLIENT, "a host name (wildcards * and ?), an IP address, a "
                      "network as ADDRESS/PREFIX, or @netgroup, e.g. 10.0.0.0/24")
 SysctlKey = _text("sysctl key", SYSCTL_KEY, "dot-separated words, e.g. net.core.rmem_max")

@@ -66,6 +66,8 @@ class Host:
             roles.add("slurm")
         if COMPUTE in self.groups:
             roles.add("health")
+        if self.fabric.type in ("infiniband", "roce", "rxe") or self.settings.get("kiln_opensm"):
+            roles.add("rdma")
         if self.storage_mounts:
             roles.add("storage")
         if STORAGE in self.groups:

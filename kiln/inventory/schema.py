@@ -12,36 +12,100 @@ precedence applies (host over child group over parent group over all).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, Strict
+from pydantic import Field, Strict, field_validator, model_validator
 
-from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfNameList, NameGlob, PackageName,
+from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.storage_schema import (STORAGE_TYPES, BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
-                                           NfsExport, StorageMount)
+                                           NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
 
 PREFIX = "kiln_"
 
 SUPPORTED_OS = ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")
 SERVICE_ACCOUNTS = ("slurm", "munge")
-FABRIC_TYPES = ("infiniband", "roce", "ethernet", "none")
+FABRIC_TYPES = ("infiniband", "roce", "rxe", "ethernet", "none")
+
+
+class IPoIB(_Strict):
+    """IP over InfiniBand on every node of the fabric; each node's address is ``kiln_ipoib_address``."""
+
+    interface: IfName = Field("ib0", description="the IPoIB interface")
+    subnet: Annotated[str, Field(description="the IPoIB network, e.g. 10.20.0.0/16; every node's address is in it")]
+    mode: Literal["datagram", "connected"] = Field("datagram", description="datagram (ConnectX-4 and newer: "
+                                                   "enhanced IPoIB, datagram only) or connected")
+    mtu: int | None = Field(None, ge=576, le=65520, description="interface MTU; default the mode's own "
+                            "(datagram 2044 or 4092 with a 4K fabric MTU, connected 65520)")
+
+    @field_validator("subnet")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        try:
+            ipaddress.ip_network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a network in ADDRESS/PREFIX form: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _mtu_fits_mode(self) -> "IPoIB":
+        if self.mode == "datagram" and self.mtu is not None and self.mtu > 4092:
+            raise ValueError(f"mtu {self.mtu} is above datagram mode's 4092: use connected mode or a smaller MTU")
+        return self
+
+
+class RoCE(_Strict):
+    """Lossless RoCE settings, applied with NVIDIA's mlnx_qos where the node has it (DOCA/MLNX OFED)."""
+
+    interfaces: list[IfName] = Field([], description="the RoCE netdevs the QoS settings apply to, e.g. [eth2, eth3]")
+    traffic_class: int | None = Field(None, ge=0, le=255, description="NCCL_IB_TC: the traffic class NCCL's "
+                                      "RDMA traffic carries (e.g. 106 for DSCP 26 with ECN)")
+    pfc_priority: int | None = Field(None, ge=0, le=7, description="the one priority with PFC on (lossless)")
+    dscp_trust: bool = Field(False, description="trust DSCP (not PCP) to classify traffic")
+    ecn: bool = Field(False, description="ECN (DCQCN congestion control) on every priority's RoCE traffic")
 
 
 class Fabric(_Strict):
-    """The node's high-speed network, as the fabric checks and /etc/nccl.conf expect it."""
+    """The node's high-speed network: what the rdma role sets up, the fabric checks expect and
+    /etc/nccl.conf says (one description, three readers)."""
 
-    type: Literal["infiniband", "roce", "ethernet", "none"] = "none"
+    type: Literal["infiniband", "roce", "rxe", "ethernet", "none"] = Field(
+        "none", description="infiniband, roce, rxe (soft-RoCE on an Ethernet netdev: labs and testbeds), "
+        "ethernet (no RDMA) or none")
+    stack: Literal["inbox", "doca", "mlnx_ofed"] = Field("inbox", description="the RDMA stack: the "
+                                                         "distribution's rdma-core (inbox), or NVIDIA's DOCA-OFED / "
+                                                         "MLNX_OFED at the ofed pin from kiln_ofed_repository")
     hca_count: int = Field(0, ge=0, le=64, description="RDMA adapters (HCAs) the node must show")
     rate_gbps: int = Field(0, ge=0, le=3200, description="expected port rate, e.g. 400 for NDR")
     hcas: list[Token] = Field([], description="HCA names for NCCL_IB_HCA, e.g. mlx5_0")
     socket_ifname: IfNameList | Literal[""] = Field("", description="NCCL_SOCKET_IFNAME (bootstrap network "
                                                     "interface)")
-    gid_index: int | None = Field(None, ge=0, le=255, description="NCCL_IB_GID_INDEX, RoCE only")
+    gid_index: int | None = Field(None, ge=0, le=255, description="NCCL_IB_GID_INDEX, RoCE and rxe only")
+    ipoib: IPoIB | None = Field(None, description="IPoIB, InfiniBand only (see IPoIB)")
+    roce: RoCE | None = Field(None, description="lossless RoCE settings, RoCE only (see RoCE)")
+    rxe_netdev: IfName | Literal[""] = Field("", description="rxe only: the Ethernet netdev soft-RoCE runs on "
+                                             "(one rxe device, rxe0, set up at every boot)")
+
+    @model_validator(mode="after")
+    def _parts_fit_type(self) -> "Fabric":
+        if self.ipoib is not None and self.type != "infiniband":
+            raise ValueError(f"ipoib is for an infiniband fabric, this one is {self.type}")
+        if self.roce is not None and self.type != "roce":
+            raise ValueError(f"roce settings are for a roce fabric, this one is {self.type}")
+        if self.gid_index is not None and self.type not in ("roce", "rxe"):
+            raise ValueError(f"gid_index is for RoCE (roce or rxe), this fabric is {self.type}")
+        if self.type == "rxe" and not self.rxe_netdev:
+            raise ValueError("an rxe fabric needs rxe_netdev: the Ethernet interface soft-RoCE runs on")
+        if self.rxe_netdev and self.type != "rxe":
+            raise ValueError(f"rxe_netdev is for an rxe fabric, this one is {self.type}")
+        if self.type == "rxe" and self.stack != "inbox":
+            raise ValueError("soft-RoCE (rxe) comes with the distribution's rdma-core: stack must be inbox")
+        return self
 
 
 class TeamUser(_Strict):
@@ -179,6 +243,9 @@ SETTINGS: dict[str, Setting] = {
         _s("slurm_mpi", Token, "pmix", "cluster", "srun --mpi plugin for multi-node jobs kiln runs (pmix, pmi2, none)"),
         _s("check_nccl_busbw_gbps", Annotated[int, Field(ge=0, le=100_000)], 0, "cluster",
            "opt-in: single-node all_reduce_perf (nccl-tests) must reach this bus bandwidth in GB/s; 0: off"),
+        _s("ofed_repository", PackageRepository | None, None, "cluster",
+           "NVIDIA's DOCA-OFED or MLNX_OFED repository, for fabrics with stack doca or mlnx_ofed (packages at the "
+           "ofed pin)"),
         _s("lustre", Lustre | None, None, "cluster", "the Lustre client, for nodes with a lustre mount (see Lustre)"),
         _s("beegfs", BeeGFS | None, None, "cluster", "the BeeGFS client, for nodes with a beegfs mount (see BeeGFS)"),
         _s("ceph", Ceph | None, None, "cluster", "the CephFS client, for nodes with a cephfs mount (see Ceph)"),
@@ -203,6 +270,10 @@ SETTINGS: dict[str, Setting] = {
            "the GPU model's expected dense bf16 rate in TFLOP/s, for the opt-in burn check (e.g. 989 for H100 SXM)"),
         _s("nccl_topo_file", AbsolutePath | Literal[""], "", "host", "NCCL_TOPO_FILE for /etc/nccl.conf (a topology XML on the node)"),
         _s("fabric", Fabric, None, "host", "high-speed network (see Fabric)"),
+        _s("opensm", bool, False, "host", "run a subnet manager (opensm) here: for an InfiniBand fabric whose "
+           "switches run none; two such hosts give a standby"),
+        _s("ipoib_address", Address | Literal[""], "", "host",
+           "the node's IPoIB address (in kiln_fabric.ipoib.subnet, unique); required with ipoib"),
         _s("storage_mounts", list[StorageMount], [], "host", "filesystems the node mounts"),
         _s("storage_nfs_exports", list[NfsExport], [], "host",
            "NFS exports of a storage server (hosts in storage_servers only; see NfsExport)"),

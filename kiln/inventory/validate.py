@@ -82,6 +82,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     cluster_checks.check_addresses(raw, hosts, out.add)
     cluster_checks.check_storage_servers(raw, hosts, out.add)
     cluster_checks.check_filesystem_clients(raw, hosts, cluster_values, out.add)
+    cluster_checks.check_fabric(raw, hosts, cluster_values, out.add)
     cluster_checks.check_partitions(raw, cluster_values, out.add)
     cluster_checks.check_teams(raw, cluster_values, out.add)
     cluster_checks.check_topology(raw, cluster_values, out.add)

@@ -148,6 +148,42 @@ CASES = [
     Case("repository_not_https", {"group_vars/all/cluster.yml": CLUSTER + "kiln_lustre: {lnet_networks: [tcp0(eth0)], "
                                   "repository: {url: 'ftp://mirror/lustre'}}\n"},
          "group_vars/all/cluster.yml", "kiln_lustre.repository.url", "not an http(s) URL"),
+    Case("ipoib_without_node_address", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200, ipoib: {subnet: 10.20.0.0/16}}")},
+         "group_vars/gpu_a.yml", "kiln_ipoib_address", "has no kiln_ipoib_address"),
+    Case("ipoib_address_outside_its_subnet", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200, ipoib: {subnet: 10.20.0.0/16}}")
+         + 'kiln_ipoib_address: "10.30.0.{{ inventory_hostname[3:] | int }}"\n'},
+         "group_vars/gpu_a.yml", "kiln_ipoib_address", "is not in the IPoIB subnet 10.20.0.0/16"),
+    Case("ipoib_address_twice", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200, ipoib: {subnet: 10.20.0.0/16}}")
+         + "kiln_ipoib_address: 10.20.0.5\n"},
+         "group_vars/gpu_a.yml", "kiln_ipoib_address", "10.20.0.5 is used by 4 hosts"),
+    Case("ipoib_datagram_mtu_too_big", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200, ipoib: {subnet: 10.20.0.0/16, mtu: 65520}}")},
+         "group_vars/gpu_a.yml", "kiln_fabric.ipoib", "above datagram mode's 4092"),
+    Case("lossless_roce_on_inbox_stack", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: roce, hca_count: 4, rate_gbps: 200, roce: {interfaces: [eth2], pfc_priority: 3}}")},
+         "group_vars/gpu_a.yml", "kiln_fabric.roce", "comes with NVIDIA's stack"),
+    Case("rxe_without_netdev", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}", "kiln_fabric: {type: rxe, hca_count: 1}")},
+         "group_vars/gpu_a.yml", "kiln_fabric", "needs rxe_netdev"),
+    Case("gid_index_on_infiniband", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200, gid_index: 3}")},
+         "group_vars/gpu_a.yml", "kiln_fabric", "gid_index is for RoCE"),
+    Case("ofed_stack_without_pin", {"group_vars/gpu_a.yml": GPU_A.replace(
+         "kiln_fabric: {type: infiniband, hca_count: 4, rate_gbps: 200}",
+         "kiln_fabric: {type: infiniband, stack: doca, hca_count: 4, rate_gbps: 200}")},
+         "group_vars/all/versions.yml", "kiln_versions.ofed", "pin it"),
+    Case("opensm_on_a_cpu_node", {"hosts.yml": HOSTS.replace("cpu01: {ansible_host: 10.0.0.31}",
+                                                             "cpu01: {ansible_host: 10.0.0.31, kiln_opensm: true}")},
+         "hosts.yml", "kiln_opensm", "cpu01 runs a subnet manager but its fabric is none"),
     Case("partition_names_missing_group", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]", "groups: [cpu_c]")},
          "group_vars/all/cluster.yml", "kiln_slurm_partitions[1].groups", "'cpu_c', which is not in the inventory"),
     Case("two_default_partitions", {"group_vars/all/cluster.yml": CLUSTER.replace("groups: [cpu_b]}", "groups: [cpu_b], default: true}")},
