@@ -199,7 +199,7 @@ SETTINGS: dict[str, Setting] = {
            "command printing the kernel log since {since} (kiln gives -24h, read once for the gpu and fabric "
            "suites; ISO timestamps let the gpu suite keep the last 2 h for Xids); empty: journalctl -k, else dmesg"),
         _s("check_memlock", bool, True, "cluster", "fail nodes where jobs cannot lock unlimited memory"),
-        _s("check_ib_bandwidth_gbps", Annotated[int, Field(ge=0, le=3200)], 0, "cluster",
+        _s("check_ib_bandwidth_gbps", Annotated[float, Field(ge=0, le=3200)], 0, "cluster",
            "kiln check measures ib_write_bw node to node (a ring) and fails below this; 0: off"),
         _s("check_storage_timeout", Annotated[int, Field(ge=2, le=120)], 10, "cluster",
            "seconds a mount has to answer the storage check (stat, a file written, df) before it fails "

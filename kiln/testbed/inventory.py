@@ -54,6 +54,11 @@ VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_co
                "kiln_slurm_constrain_devices": True}
 
 
+# The VM kind's fabric is real: soft-RoCE (rdma_rxe) on the testbed NIC, set up by the rdma role; the rate is
+# what rxe reports for a virtio NIC. GID 1 is the RoCE v2 GID of the NIC's IPv4 address.
+VM_FABRIC = {"type": "rxe", "hca_count": 1, "hcas": ["rxe0"], "rxe_netdev": "eth0", "gid_index": 1,
+             "socket_ifname": "eth0", "rate_gbps": 0}
+
 # The VM kind's NFS: exported by the controller VM, mounted on every compute VM. Hard, NFS 4.2, and a short
 # RPC timeout (timeo is in tenths of a second) so a dead server is noticed quickly in tests; the storage
 # check's own bound (kiln_check_storage_timeout) is what keeps kiln check from hanging.
@@ -130,9 +135,9 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
     (tmp / "group_vars" / "testbed_compute.yml").write_text(header + yaml.safe_dump({
         "kiln_cpus": cpus, "kiln_memory_mb": 1024, "kiln_gpu_count": GPUS_PER_NODE,
         "kiln_gpu_model": SIM_GPU_MODEL, "kiln_nvswitch": True, "kiln_nvidia_kernel_modules": "none",
-        "kiln_fabric": {"type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE,
-                        "hcas": [f"mlx5_{i}" for i in range(SIM_HCAS)],
-                        "socket_ifname": "eth0" if testbed.node_kind == "vm" else "host0"},
+        "kiln_fabric": VM_FABRIC if testbed.node_kind == "vm" else {
+            "type": "infiniband", "hca_count": SIM_HCAS, "rate_gbps": SIM_RATE,
+            "hcas": [f"mlx5_{i}" for i in range(SIM_HCAS)], "socket_ifname": "host0"},
         "kiln_storage_mounts": [
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"},
             # the same host directory in every node (systemd-nspawn --bind): shared storage to check

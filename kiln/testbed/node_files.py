@@ -62,7 +62,8 @@ def node_files(testbed: "Testbed", node: "Node", nodes: list["Node"], host_key: 
         files["/etc/tmpfiles.d/kiln-testbed-gpus.conf"] = ("".join(
             f"c /dev/nvidia{i} 0666 root root - 195:{i}\n" for i in range(GPUS_PER_NODE)), 0o644)
         if simulate.available():
-            files |= simulate.simulator_files()
+            # VMs have a real RDMA stack (soft-RoCE): only the GPU tools are simulated there
+            files |= simulate.simulator_files(fabric=testbed.node_kind != "vm")
     network = f"[Network]\nAddress={node.address}/{node.prefix}\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n"
     if testbed.node_kind == "vm":
         from kiln.image.outputs import FSTAB

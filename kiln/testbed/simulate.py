@@ -17,11 +17,14 @@ def available() -> bool:
     return all((SIMULATORS / t).is_file() for t in TOOLS)
 
 
-def simulator_files() -> dict[str, tuple[str, int]]:
+FABRIC_TOOLS = ("ibstat", "ibv_devinfo", "ib_write_bw")
+
+
+def simulator_files(fabric: bool = True) -> dict[str, tuple[str, int]]:
     """Node path -> (content, mode) for every simulator, in /usr/local/bin (ahead of /usr/bin), and the
-    simulated fabric manager's unit."""
+    simulated fabric manager's unit. ``fabric=False``: no fabric tools (a VM's soft-RoCE is real)."""
     files = {f"/usr/local/bin/{t}": ((SIMULATORS / t).read_text(), 0o644 if t.endswith(".py") else 0o755)
-             for t in TOOLS}
+             for t in TOOLS if fabric or t not in FABRIC_TOOLS}
     for unit in ("nvidia-fabricmanager.service", "kiln-sim-boot.service"):
         files[f"/etc/systemd/system/{unit}"] = ((SIMULATORS / unit).read_text(), 0o644)
     return files
