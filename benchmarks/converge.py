@@ -100,7 +100,10 @@ def timed(argv: list[str], env: dict, log: Path) -> float:
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - start
     with log.open("a") as f:
-        f.write(f"$ {' '.join(argv)}\n(exit {out.returncode}, {seconds:.1f} s)\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}\n")
+        # a failed run is kept whole (the failing task is anywhere in it), a passing one by its end
+        keep = None if out.returncode != 0 else -4000
+        f.write(f"$ {' '.join(argv)}\n(exit {out.returncode}, {seconds:.1f} s)\n"
+                f"{out.stdout[keep:] if keep else out.stdout}\n{out.stderr[keep:] if keep else out.stderr}\n")
     if out.returncode != 0:
         raise SystemExit(f"{argv[0]} failed (exit {out.returncode}); see {log}")
     return seconds
