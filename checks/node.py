@@ -31,15 +31,16 @@ NO_ANSWER = 124  # a bounded command's exit code when it did not finish in time
 
 def bounded(command: str, seconds: int) -> str:
     """``command`` (sh text) as a subshell that ends within about ``seconds`` + 1, whatever the command
-    does: after ``seconds`` its whole process group is killed (``timeout -s KILL``), and a process that
-    even SIGKILL cannot end (uninterruptible sleep on a hung mount) is abandoned: the subshell then exits
-    124 with "no answer in N s" on stderr. Output goes through files, so nothing abandoned holds the
-    caller's pipes (or its SSH channel) open."""
-    ticks = 10 * seconds + 10
+    does: after ``seconds`` its whole process group is killed (``timeout -s KILL``), and should even that
+    not end it (a process in uninterruptible sleep on a hung mount keeps ``timeout`` waiting), a watcher
+    kills ``timeout`` itself a second later and the command is abandoned: the subshell then exits 124 with
+    "no answer in N s" on stderr. Output goes through files, and the watcher holds no pipe, so nothing
+    left behind keeps the caller's pipes (or its SSH channel) open. No polling: a command that answers at
+    once costs a few processes, not a loop."""
     return ("(d=$(mktemp -d) || exit 255; "
-            f"timeout -s KILL {seconds} sh -c {shlex.quote(command)} </dev/null >\"$d/o\" 2>\"$d/e\" & p=$!; n=0; "
-            f"while kill -0 $p 2>/dev/null && [ $n -lt {ticks} ]; do sleep 0.1; n=$((n+1)); done; "
-            f"if kill -0 $p 2>/dev/null; then rc={NO_ANSWER}; else wait $p; rc=$?; fi; "
+            f"timeout -s KILL {seconds} sh -c {shlex.quote(command)} </dev/null >\"$d/o\" 2>\"$d/e\" & p=$!; "
+            f"(sleep {seconds + 1}; kill -9 $p) </dev/null >/dev/null 2>&1 & w=$!; "
+            "wait $p; rc=$?; kill $w 2>/dev/null; "
             "cat \"$d/o\"; cat \"$d/e\" >&2; rm -rf \"$d\"; "
             f"if [ $rc = 137 ] || [ $rc = {NO_ANSWER} ]; then echo \"no answer in {seconds} s\" >&2; exit {NO_ANSWER}; fi; "
             "exit $rc)")

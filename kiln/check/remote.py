@@ -279,7 +279,9 @@ class RemoteCheck:
         marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
         quoted, tmp = quote(marker), quote(f"{marker}.{self.token}")
         guard, put = f"mountpoint -q {quote(path)}", f"echo {self.token} > {tmp} && mv -f {tmp} {quoted}"
-        seconds = self.cluster.setting("check_storage_timeout")  # a hung mount: no answer, never a stuck check
+        # A marker is a few bytes: a mount that answers does so in well under a second. A short bound keeps a
+        # hung mount (which the probe has already reported) from costing the check a second full timeout.
+        seconds = max(2, self.cluster.setting("check_storage_timeout") // 3)
         return (bounded(f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", seconds),
                 bounded(f"cat {quoted}", seconds), bounded(f"{guard} && {{ {put}; }}", seconds))
 
@@ -371,7 +373,8 @@ class RemoteCheck:
         def measure(pair):
             client, server = pair
             hca = (client.fabric.hcas or ["mlx5_0"])[0]
-            args = f"-d {quote(hca)} -F --report_gbits -s 8388608 -D 3"
+            # 1 MiB messages for 10 s: perftest leaves 2 s out at each end (its margin), 6 s are measured
+            args = f"-d {quote(hca)} -F --report_gbits -s 1048576 -D 10"
             if server.fabric.gid_index is not None:  # RoCE and rxe: the GID (RoCE v2 over IPv4) NCCL uses too
                 args += f" -x {server.fabric.gid_index}"
             self.node(server).run(f"(timeout 30 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")

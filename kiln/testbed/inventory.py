@@ -54,10 +54,11 @@ VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_co
                "kiln_slurm_constrain_devices": True}
 
 
-# The VM kind's fabric is real: soft-RoCE (rdma_rxe) on the testbed NIC, set up by the rdma role; the rate is
-# what rxe reports for a virtio NIC. GID 1 is the RoCE v2 GID of the NIC's IPv4 address.
+# The VM kind's fabric is real: soft-RoCE (rdma_rxe) on the testbed NIC, set up by the rdma role. rxe on a
+# virtio NIC reports "Rate: 2.5" (ibstat): at least 2 is expected. GID 1 is the RoCE v2 GID of the NIC's IPv4
+# address.
 VM_FABRIC = {"type": "rxe", "hca_count": 1, "hcas": ["rxe0"], "rxe_netdev": "eth0", "gid_index": 1,
-             "socket_ifname": "eth0", "rate_gbps": 0}
+             "socket_ifname": "eth0", "rate_gbps": 2}
 
 # The VM kind's NFS: exported by the controller VM, mounted on every compute VM. Hard, NFS 4.2, and a short
 # RPC timeout (timeo is in tenths of a second) so a dead server is noticed quickly in tests; the storage

@@ -93,7 +93,7 @@ def test_kernel_outliers():
     assert kernel_outliers({}) == {}
 
 
-READ_HOME = bounded("cat /home/.kiln-shared-check", 10)  # a read of the marker, bounded as every storage command
+READ_HOME = bounded("cat /home/.kiln-shared-check", 3)  # a read of the marker, bounded as every storage command
 
 
 def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list,
@@ -146,7 +146,7 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
         if run == "second":  # the marker of the first run tells every reader apart: no call beyond the batches
             assert extra == [] and len(calls) == 3
         else:
-            assert {script for _, script in extra} <= {READ_HOME, bounded("cat /lustre/.kiln-shared-check", 10)}
+            assert {script for _, script in extra} <= {READ_HOME, bounded("cat /lustre/.kiln-shared-check", 3)}
             assert len(extra) <= 6  # at most the writer and both readers, per filesystem
     assert (home / ".kiln-shared-check").read_text().startswith("kiln-")
     assert not (other / ".kiln-shared-check").exists()
