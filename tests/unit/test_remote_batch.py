@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from checks.node import Node, Result, bounded, local_node
 from checks.suites import SUITES, run_suites
 from kiln.check.remote import RemoteCheck, batched_suites, run_batch
@@ -250,3 +252,14 @@ def test_shared_storage_gives_no_verdict_where_the_marker_read_ran_out_of_time(t
     assert by_mount == {"hgx001": {"/home": "ok", "/lustre": "ok"}, "hgx002": {"/home": "ok", "/lustre": "ok"},
                         "hgx003": {"/lustre": "ok"}}
     assert not [c for n, c in calls if n == "hgx003" and c == READ_HOME]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 8, 9])
+def test_ring_phases_never_make_a_node_send_and_receive_at_once(count):
+    from kiln.check.remote import ring_phases
+    phases = ring_phases(count)
+    assert sorted(i for p in phases for i in p) == list(range(count))  # every pair once
+    for phase in phases:
+        senders, receivers = set(phase), {(i + 1) % count for i in phase}
+        assert not senders & receivers, (count, phase)
+    assert len(phases) == (2 if count % 2 == 0 else 3)
