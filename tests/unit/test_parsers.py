@@ -149,6 +149,13 @@ def test_ibstat_all_active_h100():
     assert {p.link_layer for p in ports} <= {"InfiniBand", "Ethernet"}
 
 
+def test_ibstat_soft_roce_from_the_vm_tier():
+    """rxe0 as Debian 12's ibstat prints it on a VM (empty CA type and firmware, rate 2.5, Ethernet)."""
+    adapters = parse_ibstat(read("ibstat/kiln-vm-ibstat.44.rxe.active"))
+    port = adapters["rxe0"].ports[1]
+    assert port.active and port.link_up and port.rate == 2.5 and port.link_layer == "Ethernet"
+
+
 def test_ibstat_some_down():
     adapters = parse_ibstat(read("ibstat/gpud-ibstat.47.0.some.down.0"))
     down = [a.name for a in adapters.values() for p in a.ports.values() if not p.active]
