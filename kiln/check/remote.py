@@ -380,16 +380,18 @@ class RemoteCheck:
         if len(hosts) < 2:
             return
         pairs = list(zip(hosts, hosts[1:] + hosts[:1]))
+        iterations = self.cluster.setting("check_ib_bandwidth_iterations")
 
         def measure(pair):
             client, server = pair
             hca = (client.fabric.hcas or ["mlx5_0"])[0]
-            # 1 MiB messages for 10 s: perftest leaves 2 s out at each end (its margin), 6 s are measured
-            args = f"-d {quote(hca)} -F --report_gbits -s 1048576 -D 10"
+            # 1 MiB messages, a fixed count (kiln_check_ib_bandwidth_iterations): perftest's duration mode
+            # (-D) times itself by CPU cycles and reported 0.00 under emulation, and leaves 2 s out at each end
+            args = f"-d {quote(hca)} -F --report_gbits -s 1048576 -n {iterations}"
             if server.fabric.gid_index is not None:  # RoCE and rxe: the GID (RoCE v2 over IPv4) NCCL uses too
                 args += f" -x {server.fabric.gid_index}"
-            self.node(server).run(f"(timeout 30 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
-            out = self.node(client).run(f"timeout 30 ib_write_bw {args} {quote(server.address)}")
+            self.node(server).run(f"(timeout 90 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
+            out = self.node(client).run(f"timeout 90 ib_write_bw {args} {quote(server.address)}")
             return bandwidth_verdict(out.stdout, threshold, f"{client.name} -> {server.name} via {hca}")
         for phase in ring_phases(len(pairs)):
             chosen = [pairs[i] for i in phase]
