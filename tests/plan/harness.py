@@ -62,3 +62,15 @@ def converged(plan: list[tuple[str, list[str]]], ctx: NodeContext, base: NodeSna
 
 
 _RPM = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*-[^-]+)$")
+
+
+def assert_reviewed(name: str, actual) -> None:
+    """``actual`` equals tests/plan/expected/<name>.json, the reviewed op list; with KILN_UPDATE_PLANS set it
+    is written there first (a deliberate change is reviewed by reading the diff)."""
+    import json
+    import os
+    from pathlib import Path
+    path = Path(__file__).parent / "expected" / f"{name}.json"
+    if os.environ.get("KILN_UPDATE_PLANS"):
+        path.write_text(json.dumps(actual, indent=1) + "\n")
+    assert actual == json.loads(path.read_text())

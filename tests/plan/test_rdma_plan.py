@@ -7,8 +7,6 @@ regenerating them (KILN_UPDATE_PLANS=1 pytest tests/plan) and reading the diff.
 
 from __future__ import annotations
 
-import json
-import os as os_module
 from dataclasses import replace
 
 import pytest
@@ -16,12 +14,11 @@ import pytest
 from kiln.inventory import load_cluster
 from roles.nccl import nccl_conf
 from roles.platform import PLATFORMS
-from tests.conftest import INVENTORIES, REPO
+from tests.conftest import INVENTORIES
 from tests.plan.facts import fresh
-from tests.plan.harness import plan_host
+from tests.plan.harness import assert_reviewed, plan_host
 from tests.plan.test_roles_plan import SLURM
 
-EXPECTED = REPO / "tests" / "plan" / "expected"
 HOSTS = ("ib01", "roce01", "lab01")
 
 
@@ -42,10 +39,7 @@ def rdma_ops(plan) -> list:
 def test_rdma_op_list_matches_the_reviewed_one(os, monkeypatch):
     cluster = cluster_for(os)
     actual = {name: rdma_ops(plan_host(cluster, name, os, fresh(os), monkeypatch)) for name in HOSTS}
-    path = EXPECTED / f"rdma-{os}.json"
-    if os_module.environ.get("KILN_UPDATE_PLANS"):
-        path.write_text(json.dumps(actual, indent=1) + "\n")
-    assert actual == json.loads(path.read_text())
+    assert_reviewed(f"rdma-{os}", actual)
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
