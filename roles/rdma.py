@@ -216,5 +216,5 @@ def _ipoib(ctx: NodeContext, ipoib) -> None:
                                       "644", ["systemctl enable --now systemd-networkd", "networkctl reload",
                                               f"networkctl reconfigure {quote(ipoib.interface)}"])
     written = ctx.put(path, content, mode=mode, name=f"rdma: IPoIB {ipoib.interface} {address}")
-    server.shell(name=f"rdma: IPoIB configuration applied (if it changed)" + (SKIPPED if ctx.in_container else ""),
+    server.shell(name="rdma: IPoIB configuration applied (if it changed)" + (SKIPPED if ctx.in_container else ""),
                  commands=apply, _if=lambda: not ctx.in_container and when_changed(written)())

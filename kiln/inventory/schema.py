@@ -22,7 +22,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
-from kiln.inventory.storage_schema import (STORAGE_TYPES, BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
+from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
 
