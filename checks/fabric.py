@@ -76,5 +76,6 @@ def bandwidth_verdict(output: str, threshold_gbps: float, pair: str) -> Verdict:
     except CheckError as e:
         return fail("FABRIC_BANDWIDTH", f"{pair}: {e}")
     best = max(results.values())
-    return ok("FABRIC_BANDWIDTH", f"{pair}: {best:.1f} Gb/s") if best >= threshold_gbps else \
-        fail("FABRIC_BANDWIDTH", f"{pair}: {best:.1f} Gb/s, below {threshold_gbps:g}: check the path")
+    figure = f"{best:.1f}" if best >= 10 else f"{best:.3g}"  # a slow link's figure is not rounded to 0.0
+    return ok("FABRIC_BANDWIDTH", f"{pair}: {figure} Gb/s") if best >= threshold_gbps else \
+        fail("FABRIC_BANDWIDTH", f"{pair}: {figure} Gb/s, below {threshold_gbps:g}: check the path")

@@ -202,7 +202,8 @@ SETTINGS: dict[str, Setting] = {
         _s("check_ib_bandwidth_gbps", Annotated[float, Field(ge=0, le=3200)], 0, "cluster",
            "kiln check measures ib_write_bw node to node (a ring) and fails below this; 0: off"),
         _s("check_ib_bandwidth_iterations", Annotated[int, Field(ge=10, le=1_000_000)], 5000, "cluster",
-           "1 MiB messages ib_write_bw sends per pair of the bandwidth ring (5000: about 0.2 s at 200 Gb/s)"),
+           "messages ib_write_bw sends per pair of the bandwidth ring, 1 MiB each (64 KiB on soft-RoCE); 5000: "
+           "about 0.2 s at 200 Gb/s"),
         _s("check_storage_timeout", Annotated[int, Field(ge=2, le=120)], 10, "cluster",
            "seconds a mount has to answer the storage check (stat, a file written, df) before it fails "
            "STORAGE_RESPONDING; a hung mount never stalls the check longer"),
