@@ -126,7 +126,8 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
         if header:
             unit = header.group(1)
             continue
-        row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", line)
+        # perftest may glue a warning to the row ("0.000000Correlation coefficient r^2: 0.67 < 0.9")
+        row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", line)
         if row and unit:
             average = float(row.group(4))
             gbits = average if unit == "Gb/sec" else average * 8 / 1000

@@ -394,7 +394,11 @@ class RemoteCheck:
             if server.fabric.gid_index is not None:  # RoCE and rxe: the GID (RoCE v2 over IPv4) NCCL uses too
                 args += f" -x {server.fabric.gid_index}"
             self.node(server).run(f"(timeout 90 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
-            out = self.node(client).run(f"timeout 90 ib_write_bw {args} {quote(server.address)}")
+            # the server may take longer than that to listen (a busy node): a client that got no result (it
+            # could not connect) tries again a second later, up to 10 tries; the last try's output is judged
+            out = self.node(client).run(f"for i in 1 2 3 4 5 6 7 8 9 10; do out=$(timeout 90 ib_write_bw {args} "
+                                        f"{quote(server.address)} 2>&1); case \"$out\" in *'BW average'*) break;; "
+                                        "esac; sleep 1; done; printf '%s\\n' \"$out\"")
             return bandwidth_verdict(out.stdout, threshold, f"{client.name} -> {server.name} via {hca}")
         for phase in ring_phases(len(pairs)):
             chosen = [pairs[i] for i in phase]

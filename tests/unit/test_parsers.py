@@ -156,6 +156,14 @@ def test_ibstat_soft_roce_from_the_vm_tier():
     assert port.active and port.link_up and port.rate == 2.5 and port.link_layer == "Ethernet"
 
 
+def test_ib_write_bw_row_with_a_warning_glued_to_it():
+    """As perftest printed it on a soft-RoCE VM: the correlation warning on the row's own line."""
+    text = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+            " 1048576    38           0.000000            0.000000            0.000000Correlation coefficient "
+            "r^2: 0.672018 < 0.9\n")
+    assert parse_ib_write_bw(text) == {1048576: 0.0}
+
+
 def test_ibstat_some_down():
     adapters = parse_ibstat(read("ibstat/gpud-ibstat.47.0.some.down.0"))
     down = [a.name for a in adapters.values() for p in a.ports.values() if not p.active]
