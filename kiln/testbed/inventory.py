@@ -118,9 +118,6 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         **(VM_SETTINGS if testbed.node_kind == "vm" else NSPAWN_SETTINGS),
         # soft-RoCE under emulation moves about 10 MB/s: 1000 messages of 64 KiB a pair of the bandwidth ring
         **({"kiln_check_ib_bandwidth_iterations": 1000} if testbed.node_kind == "vm" else {}),
-        # under emulation a healthy storage check alone takes about 20 s: a 5 s bound keeps a dead server's
-        # report well inside 30 s (a real node's check takes a second or two; 10 s is the default there)
-        **({"kiln_check_storage_timeout": 5} if testbed.node_kind == "vm" else {}),
         # Node checks: the simulated GPUs' kernel messages come from kiln-sim (kiln/testbed/simulators); nodes
         # share the host's clock and its 8 MiB locked-memory limit, so those two are not checked here.
         "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",

@@ -18,7 +18,7 @@ from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME
                                     NFS_MOUNT)
 from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, wait_for
 
-STORAGE_TIMEOUT = 5  # the VM testbed's kiln_check_storage_timeout (kiln/testbed/inventory.py)
+STORAGE_TIMEOUT = 10  # kiln_check_storage_timeout's default, which the testbed keeps
 
 
 def _check(tb, tmp_path, inventory=None, name="check.json"):
