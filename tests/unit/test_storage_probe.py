@@ -150,6 +150,31 @@ def test_throughput_reports_a_figure_and_fails_below_its_floor(tmp_path, hung_to
     assert not list(data.iterdir())
 
 
+def test_throughput_bound_follows_the_floor_and_a_cut_off_test_is_below_it():
+    """A mount meeting its floor is never cut off (the bound is the write and read at the floor, at least at
+    10 MB/s, plus the mount's timeout); one that is cut off fails naming the bound and the floor."""
+    from checks.node import Node, Result
+    from checks.storage import throughput_command, throughput_seconds
+    expect = {"node": "n1", "storage_timeout": 10, "storage_throughput_mib": 16,
+              "storage": [{"path": "/nfs", "type": "nfs", "source": "nas1:/data", "options": "rw",
+                           "min_throughput_mbps": 1}]}
+    assert throughput_seconds(expect, {"min_throughput_mbps": 1}) == 10 + 34      # 32 MiB at 1 MB/s
+    assert throughput_seconds(expect, {"min_throughput_mbps": 100_000}) == 10 + 4  # at 10 MB/s
+    slow = throughput_command("/nfs", "n1", 16, 44)
+
+    def run_command(command):
+        if command == slow:
+            return Result(NO_ANSWER, "", "no answer in 44 s")
+        if command.startswith("findmnt"):
+            return Result(0, _findmnt(["/nfs"]))
+        if command == "cat /etc/fstab":
+            return Result(0, "nas1:/data /nfs nfs4 rw 0 0\n")
+        return Result(0, "@@kiln-mount 0 0\nMounted on Use% IUse%\n/nfs 3% 1%\n")
+    [verdict] = [v for v in run(Node("n1", run_command), expect) if v.id == "STORAGE_THROUGHPUT"]
+    assert verdict.severity == "fail" and verdict.message.startswith(
+        "/nfs: the test file was not written and read back within 44 s, below the floor of 1 MB/s"), verdict
+
+
 def test_health_check_never_runs_the_throughput_test():
     """The health role's expectations turn it off, whatever the inventory says."""
     from dataclasses import replace

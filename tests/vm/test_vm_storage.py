@@ -3,8 +3,9 @@ its kernel's NFS server) and the GlusterFS volume ``kiln`` (glusterd, one brick)
 mounts them at /nfs (hard, NFS 4.2) and /gluster (the FUSE client), through /etc/fstab (the storage role).
 
 Shown here: data written on one client is read on the other and by a job on both, on each filesystem;
-kiln check's storage suite passes, its shared-data check included; with the server stopped, kiln check fails the mount on both clients (STORAGE_RESPONDING) in
-well under 30 s instead of hanging, and Slurm's HealthCheckProgram drains both within one interval;
+kiln check's storage suite passes, its shared-data check included; with the server stopped, kiln check
+fails the mount on both clients (STORAGE_RESPONDING) within its bound (the healthy run's time plus the
+storage timeout) instead of hanging, and Slurm's HealthCheckProgram drains both within one interval;
 with the server back, both resume. Then the opt-in throughput check gives a figure per node and fails
 under a floor no testbed reaches."""
 
@@ -75,15 +76,19 @@ def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_v
 
 
 def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_they_resume(vms, tmp_path):
-    out, data, _ = _check(vms, tmp_path)
+    out, data, healthy = _check(vms, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     ok(vms, vms.controller, "systemctl stop nfs-server")
     stopped = time.monotonic()
     try:
         out, data, took = _check(vms, tmp_path, name="dead.json")
-        print(f"kiln check --suite storage with the NFS server stopped: exit {out.returncode} in {took:.1f} s")
+        print(f"kiln check --suite storage: {healthy:.1f} s healthy, exit {out.returncode} in {took:.1f} s with the "
+              "NFS server stopped")
         assert out.returncode == 1, out.stdout + out.stderr
-        assert took < 30, f"kiln check took {took:.1f} s with the server down"
+        # a dead server costs the bound (the timeout, and a second for the watcher), never a hang; the
+        # healthy run's own time (about 20 s under emulation) varies by some seconds
+        assert took < healthy + 2 * STORAGE_TIMEOUT, f"kiln check took {took:.1f} s with the server down, " \
+            f"{healthy:.1f} s healthy"
         for node in vms.computes:
             [responding] = [c for c in _verdicts(data, node, "STORAGE_RESPONDING") if c["severity"] == "fail"]
             assert responding["message"].startswith(f"{NFS_MOUNT} (nfs from {vms.controller}:{NFS_EXPORT}) did not "
