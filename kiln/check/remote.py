@@ -306,10 +306,10 @@ class RemoteCheck:
         """Every node mounting a shared filesystem must see the marker its first node wrote.
 
         Settled from the first batch's outputs: a node that read this run's token, or the one the writer
-        replaced, sees the writer's filesystem; one that found no marker where the writer replaced one
-        does not. Any other node (it read before the first ever marker was written, or while another
-        kiln check wrote its own) is asked again together with the writer, and passes if both read the
-        same token. A filesystem whose first node could not write (unreachable, not mounted there,
+        replaced, sees the writer's filesystem. Any other node (it found no marker, read before the first
+        ever marker was written or while another kiln check wrote its own, or is on another filesystem)
+        is asked again together with the writer, and passes only if both read the same token: one round
+        trip, only for nodes that would otherwise fail or cannot be told yet. A filesystem whose first node could not write (unreachable, not mounted there,
         read-only) is written by one of the next nodes and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
             # reachable, and the mount answered there (a hung mount would only make each try wait out its bound)
@@ -331,8 +331,9 @@ class RemoteCheck:
                         for h in hosts if h is not writer}
                 seen_by = {name: True for name, found in seen.items() if found == self.token or (found and found == old)}
                 seen_by[writer.name] = True
-                # no marker where the writer replaced one: another filesystem (the rename leaves no gap)
-                seen_by.update({name: False for name, found in seen.items() if not found and old})
+                # Anything else is asked again, with the writer, before it fails: no marker where the writer
+                # replaced one is another filesystem, or an NFS client whose cached handle of the replaced
+                # file failed that one read (the rename leaves no gap on the server, a client may see one)
                 unsure = [h for h in hosts if h.name not in seen_by]
                 if unsure:
                     now = self._read_on([writer] + unsure, read)

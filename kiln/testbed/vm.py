@@ -173,7 +173,7 @@ class VmNodes:
             time.sleep(0.3)
         for pid in (qemu, supervisor):
             if pid and pid_alive(pid):
-                kill_and_wait(pid, signal.SIGKILL, timeout=5)
+                _kill(node, pid)
         self._supervisors.pop(node.name, None)
 
     def power_off(self, node: Node) -> None:
@@ -185,9 +185,8 @@ class VmNodes:
                 except ProcessLookupError:
                     pass
         for pid in (read_pid(node.dir / "qemu.pid"), read_pid(node.dir / "supervisor.pid")):
-            deadline = time.monotonic() + 10
-            while pid and pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            if pid and pid_alive(pid):
+                _kill(node, pid)
         self._supervisors.pop(node.name, None)
         self.release(node)
 
@@ -195,7 +194,7 @@ class VmNodes:
         """What a stopped VM still holds on the host (a QEMU left by a dead supervisor, its tap, pid
         files, the QMP socket) removed; its disk and seed stay."""
         if self._qemu_pid(node) and not self._supervisor_pid(node):
-            kill_and_wait(self._qemu_pid(node), signal.SIGKILL, timeout=5)  # an orphan: as if its power failed
+            _kill(node, self._qemu_pid(node))  # an orphan: as if its power failed
         elif self._supervisor_pid(node):
             self.stop(node)
         tap = tap_name(node)
@@ -230,3 +229,12 @@ def stray_processes(testbed_state: Path) -> list[int]:
         if str(testbed_state) + "/" in cmdline and ("qemu-system" in cmdline or SUPERVISOR_MARKER in cmdline):
             found.append(int(proc.name))
     return found
+
+
+def _kill(node: Node, pid: int) -> None:
+    """``pid`` (a VM's QEMU or supervisor) killed, and gone before this returns: a QEMU's lock on the
+    node's disk lasts until the process has ended, which on a loaded host can take seconds (it frees the
+    guest's memory first); the next boot's first step reads that disk."""
+    if not kill_and_wait(pid, signal.SIGKILL, timeout=60):
+        raise TestbedError(f"VM {node.name}: process {pid} did not end within 60 s of SIGKILL; "
+                           f"see ps -o pid,stat,wchan -p {pid}")
