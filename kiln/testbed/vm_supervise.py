@@ -36,6 +36,13 @@ def boot_files(disk: str, workdir: Path) -> tuple[Path, Path]:
     raw = workdir / "boot.raw"
     try:
         _run(["qemu-img", "convert", "-O", "raw", disk, str(raw)])
+        # A VM that lost power (or whose QEMU was killed) can hold its newest metadata (a new kernel's
+        # link, a rewritten initramfs, /boot itself) only in the ext4 journal, which debugfs does not
+        # read: replay it into this copy first, as the kernel does when it mounts the disk
+        fsck = _run(["e2fsck", "-E", "journal_only", "-p", str(raw)], check=False)
+        if fsck.returncode >= 4:
+            raise BootError(f"{disk}: its journal could not be replayed (e2fsck exit {fsck.returncode}): "
+                            f"{(fsck.stderr or fsck.stdout).strip()[-300:]}")
         out = {}
         for name in ("vmlinuz", "initrd.img"):
             path = _link_target(raw, f"/{name}") or _newest(raw, name)
