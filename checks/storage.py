@@ -74,13 +74,13 @@ def throughput_command(path: str, node_name: str, mib: int, seconds: int) -> str
     return bounded(body, seconds)
 
 
-def _throughput_plan(expect: dict) -> list[tuple[dict, str]]:
-    """(mount, command) for each mount whose throughput is checked this run."""
+def _throughput_plan(expect: dict) -> list[tuple[dict, int, str]]:
+    """(mount, bound in seconds, command) for each mount whose throughput is checked this run."""
     mib = expect.get("storage_throughput_mib", 0)
     if not mib:
         return []
-    return [(m, throughput_command(m["path"], expect.get("node", ""), mib, throughput_seconds(expect, m)))
-            for m in expect.get("storage") or [] if m.get("min_throughput_mbps")]
+    plan = [(m, throughput_seconds(expect, m)) for m in expect.get("storage") or [] if m.get("min_throughput_mbps")]
+    return [(m, seconds, throughput_command(m["path"], expect.get("node", ""), mib, seconds)) for m, seconds in plan]
 
 
 def throughput_seconds(expect: dict, mount: dict) -> int:
@@ -99,7 +99,7 @@ def commands(expect: dict) -> list[str]:
         return []
     name = expect.get("node", "")  # what run's node.name is, in both runners
     return [FINDMNT, FSTAB, probe_command(mounts, name, expect.get("storage_timeout", TIMEOUT))] + \
-        [command for _, command in _throughput_plan(expect)]
+        [command for _, _, command in _throughput_plan(expect)]
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -145,9 +145,9 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                                  f"says {entry.source}") + ": it will not come back the same after a reboot"))
         verdicts += _probed(m, probed.get(i), probe, seconds)
     answered = {m["path"] for i, m in enumerate(mounts) if (probed.get(i) or (None,))[0] in (0, NOT_WRITABLE)}
-    for m, command in _throughput_plan(expect):
+    for m, seconds, command in _throughput_plan(expect):
         if m["path"] in answered:
-            verdicts.append(_throughput(m, node.run(command), throughput_seconds(expect, m)))
+            verdicts.append(_throughput(m, node.run(command), seconds))
     return with_passes(verdicts, ["STORAGE_MOUNTED", "STORAGE_TYPE", "STORAGE_SOURCE", "STORAGE_OPTIONS",
                                   "STORAGE_FSTAB", "STORAGE_RESPONDING", "STORAGE_WRITABLE", "STORAGE_FULL"],
                        f"{len(mounts)} mounts")

@@ -309,8 +309,9 @@ class RemoteCheck:
         replaced, sees the writer's filesystem. Any other node (it found no marker, read before the first
         ever marker was written or while another kiln check wrote its own, or is on another filesystem)
         is asked again together with the writer, and passes only if both read the same token: one round
-        trip, only for nodes that would otherwise fail or cannot be told yet. A filesystem whose first node could not write (unreachable, not mounted there,
-        read-only) is written by one of the next nodes and read on the others, a round trip each."""
+        trip, only for nodes that would otherwise fail or cannot be told yet. A filesystem whose first
+        node could not write (unreachable, not mounted there, read-only) is written by one of the next
+        nodes and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
             # reachable, and the mount answered there (a hung mount would only make each try wait out its bound)
             swap, read, _ = self._marker_commands(path)
