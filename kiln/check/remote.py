@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 from testinfra.backend.ssh import SshBackend
 
-from checks.fabric import bandwidth_verdict
-from checks.node import NO_ANSWER, Node, Result, bounded
+from checks.node import Node, Result
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
+from kiln.check.bandwidth import measure_pair, ring_phases
 from kiln.check.expectations import node_expectations
+from kiln.check.shared_storage import SharedStorage
 from kiln.inventory.model import Cluster, Host
 from kiln.shell import quote
 
@@ -66,17 +67,6 @@ def ssh_command(host: Host, control_dir: Path, command: str) -> list[str]:
             str(host.connection.get("ssh_hostname", host.name)), command]
 
 
-def ring_phases(count: int) -> list[list[int]]:
-    """The ring's pairs (pair i: node i sends to node i+1) in phases where no node both sends and receives:
-    even pairs, then odd ones, and in a ring of odd length the last pair (its server, node 0, sends in pair
-    0) alone. Each link is measured one way with its two ends otherwise idle."""
-    if count < 2:
-        return [list(range(count))]
-    last = [count - 1] if count % 2 else []
-    phases = [[i for i in range(0, count - len(last), 2)], [i for i in range(1, count - len(last), 2)], last]
-    return [p for p in phases if p]
-
-
 class KilnSsh(SshBackend):
     """testinfra's ssh backend with kiln's argv (``ssh_command``): every word quoted, the destination
     after ``--``."""
@@ -92,8 +82,6 @@ class KilnSsh(SshBackend):
 MARK = "@@kiln-"
 CUT_SHORT = "the batched run was cut short"
 # On each shared filesystem: the token of the last kiln check that wrote it (one small file, kept)
-SHARED_MARKER = ".kiln-shared-check"
-WRITER_TRIES = 3  # hosts asked to write the marker when the planned writer could not
 
 
 def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
@@ -199,7 +187,7 @@ def _sweep_stale(mine: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-class RemoteCheck:
+class RemoteCheck(SharedStorage):
     """Holds the verdicts of a run; pytest reads them through the ``kiln_check`` fixture."""
 
     def __init__(self, cluster: Cluster, hosts: list[Host], suites: list[str], progress=lambda line: None,
@@ -273,102 +261,6 @@ class RemoteCheck:
         if "fabric" in self.suites and threshold:
             self._fabric_bandwidth(threshold)
 
-    def _shared_mounts(self) -> dict[tuple[str, str], list[Host]]:
-        """(path, source) -> the hosts mounting it, for every filesystem at least two hosts share."""
-        by_mount: dict[tuple[str, str], list[Host]] = {}
-        for h in self.hosts:
-            for m in h.storage_mounts:
-                if m.type != "tmpfs":
-                    by_mount.setdefault((m.path, m.source), []).append(h)
-        return {k: hosts for k, hosts in by_mount.items() if len(hosts) >= 2}
-
-    def _marker_commands(self, path: str) -> tuple[str, str, str]:
-        """For the shared filesystem at ``path``: the first node's command (print the marker the last run
-        left, then put this run's token in its place), the others' (print the marker), and the fallback
-        writer's (put the token only). The token goes in by one rename, so a reader sees the old or the
-        new one, never a file being written; nothing is written under an empty mount point."""
-        marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
-        quoted, tmp = quote(marker), quote(f"{marker}.{self.token}")
-        guard, put = f"mountpoint -q {quote(path)}", f"echo {self.token} > {tmp} && mv -f {tmp} {quoted}"
-        # A marker is a few bytes: a mount that answers does so in well under a second. A short bound keeps a
-        # hung mount (which the probe has already reported) from costing the check a second full timeout.
-        seconds = max(2, self.cluster.setting("check_storage_timeout") // 3)
-        return (bounded(f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", seconds),
-                bounded(f"cat {quoted}", seconds), bounded(f"{guard} && {{ {put}; }}", seconds))
-
-    def _shared_commands(self, host: Host) -> dict[tuple[str, str], str]:
-        """What ``host`` runs in its batch for the shared-storage check, per shared filesystem it mounts:
-        the first host swaps the marker, the others read it (``_marker_commands``)."""
-        return {(path, source): self._marker_commands(path)[0 if host is hosts[0] else 1]
-                for (path, source), hosts in self.shared.items() if host in hosts}
-
-    def _shared_storage(self) -> None:
-        """Every node mounting a shared filesystem must see the marker its first node wrote.
-
-        Settled from the first batch's outputs: a node that read this run's token, or the one the writer
-        replaced, sees the writer's filesystem. Any other node (it found no marker, read before the first
-        ever marker was written or while another kiln check wrote its own, or is on another filesystem)
-        is asked again together with the writer, and passes only if both read the same token: one round
-        trip, only for nodes that would otherwise fail or cannot be told yet. A filesystem whose first
-        node could not write (unreachable, not mounted there, read-only) is written by one of the next
-        nodes and read on the others, a round trip each."""
-        for (path, source), planned in self.shared.items():
-            # reachable, and the mount answered there (a hung mount would only make each try wait out its bound)
-            swap, read, _ = self._marker_commands(path)
-            # ... and whose batch's own marker command did not run out of time (no verdict either way)
-            hosts = [h for h in planned if h.name in self.outputs and not self._mount_broken(h, path)
-                     and all(self.outputs[h.name].get(c, Result(0, "")).rc != NO_ANSWER for c in (swap, read))]
-            if len(hosts) < 2:
-                continue
-            writer = planned[0]
-            wrote = self.outputs[writer.name].get(swap) if writer in hosts else None
-            if wrote is None or wrote.rc != 0:
-                writer, seen_by = self._write_then_read(path, hosts)
-                if writer is None:
-                    continue  # no node could write: STORAGE_MOUNTED / STORAGE_WRITABLE say why
-            else:
-                old = wrote.stdout.strip()
-                seen = {h.name: self.outputs[h.name].get(read, Result(1, "")).stdout.strip()
-                        for h in hosts if h is not writer}
-                seen_by = {name: True for name, found in seen.items() if found == self.token or (found and found == old)}
-                seen_by[writer.name] = True
-                # Anything else is asked again, with the writer, before it fails: no marker where the writer
-                # replaced one is another filesystem, or an NFS client whose cached handle of the replaced
-                # file failed that one read (the rename leaves no gap on the server, a client may see one)
-                unsure = [h for h in hosts if h.name not in seen_by]
-                if unsure:
-                    now = self._read_on([writer] + unsure, read)
-                    seen_by.update({h.name: bool(now[writer.name]) and now[h.name] == now[writer.name] for h in unsure})
-            for h in hosts:
-                verdict = ok("STORAGE_SHARED", f"{path}: sees what {writer.name} wrote") if seen_by[h.name] else \
-                    fail("STORAGE_SHARED", f"{path}: does not see what {writer.name} wrote: it is not the same "
-                         f"filesystem ({source}) as on the other nodes")
-                self.results[h.name].append(Verdict(verdict.id, verdict.severity, verdict.message, "storage"))
-
-    def _mount_broken(self, host: Host, path: str) -> bool:
-        """Whether the storage suite found ``path`` not answering on ``host`` (STORAGE_RESPONDING says so)."""
-        return any(v.failed and v.id == "STORAGE_RESPONDING" and
-                   (v.message.startswith(path + " ") or v.message.startswith(path + ":"))
-                   for v in self.results.get(host.name, []))
-
-    def _read_on(self, hosts: list[Host], command: str) -> dict[str, str]:
-        """Host name -> what ``command`` printed there (stripped), all hosts at once."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
-            found = pool.map(lambda h: self.node(h).run(command).stdout.strip(), hosts)
-            return dict(zip([h.name for h in hosts], found))
-
-    def _write_then_read(self, path: str, hosts: list[Host]) -> tuple[Host | None, dict[str, bool]]:
-        """The slow way, when the planned writer could not write: the first of the next few hosts that
-        can writes this run's token and the others read it. Returns the writer, or None when none of
-        them could write (a filesystem read-only for root everywhere: STORAGE_WRITABLE says so on each
-        node, and trying every node in turn would cost a round trip per node)."""
-        _, read, write = self._marker_commands(path)
-        for writer in hosts[:WRITER_TRIES]:
-            if self.node(writer).run(write).rc == 0:
-                found = self._read_on([h for h in hosts if h is not writer], read)
-                return writer, {writer.name: True} | {name: token == self.token for name, token in found.items()}
-        return None, {}
-
     def _same_kernel(self) -> None:
         """Every node should run the kernel most nodes run (with or without a pin)."""
         kernels = {name: out["uname -r"].stdout.strip() for name, out in self.outputs.items() if "uname -r" in out}
@@ -395,13 +287,8 @@ class RemoteCheck:
             args = f"-d {quote(hca)} -F -s {size} -n {iterations}"
             if server.fabric.gid_index is not None:  # RoCE and rxe: the GID (RoCE v2 over IPv4) NCCL uses too
                 args += f" -x {server.fabric.gid_index}"
-            self.node(server).run(f"(timeout 90 ib_write_bw {args} >/dev/null 2>&1 &) ; sleep 0.5")
-            # the server may take longer than that to listen (a busy node): a client that got no result (it
-            # could not connect) tries again a second later, up to 10 tries; the last try's output is judged
-            out = self.node(client).run(f"for i in 1 2 3 4 5 6 7 8 9 10; do out=$(timeout 90 ib_write_bw {args} "
-                                        f"{quote(server.address)} 2>&1); case \"$out\" in *'BW average'*) break;; "
-                                        "esac; sleep 1; done; printf '%s\\n' \"$out\"")
-            return bandwidth_verdict(out.stdout, threshold, f"{client.name} -> {server.name} via {hca}")
+            return measure_pair(self.node(client), self.node(server), server.address, args, threshold,
+                                f"{client.name} -> {server.name} via {hca}")
         for phase in ring_phases(len(pairs)):
             chosen = [pairs[i] for i in phase]
             with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(chosen))) as pool:

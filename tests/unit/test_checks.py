@@ -169,17 +169,17 @@ def test_storage_from_the_wrong_source_fails(node):
 
 
 def test_node_to_node_bandwidth_verdict(tmp_path):
+    """The ring pair's verdict on a client's output (the simulator's client and server, which need a
+    listening socket, are run by tests/unit/test_bandwidth_ring.py)."""
     from checks.fabric import bandwidth_verdict
     env = dict(os.environ, KILN_SIM_STATE=str(tmp_path / "s.json"))
     subprocess.run([str(SIMULATORS / "kiln-sim"), "init", "--gpus", "1", "--model", "h100", "--driver", "x",
                     "--hcas", "1", "--rate", "400"], check=True, env=env)
-    healthy = subprocess.run([str(SIMULATORS / "ib_write_bw"), "--report_gbits"], capture_output=True, text=True,
-                             env=env).stdout
-    assert bandwidth_verdict(healthy, 350, "a -> b").severity == "ok"
-    subprocess.run([str(SIMULATORS / "kiln-sim"), "inject", "ib-rate-low"], check=True, env=env)
-    low = subprocess.run([str(SIMULATORS / "ib_write_bw")], capture_output=True, text=True, env=env).stdout  # MB/sec
-    verdict = bandwidth_verdict(low, 350, "a -> b")
+    row = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n" \
+          " 65536      5000             48750.00            24425.00\t\t     0.372696\n"
+    verdict = bandwidth_verdict(row, 350, "a -> b")
     assert verdict.severity == "fail" and "195.4 Gb/s, below 350" in verdict.message
+    assert bandwidth_verdict(row.replace("24425.00", "48750.00"), 350, "a -> b").severity == "ok"
     assert bandwidth_verdict("Couldn't connect\n", 350, "a -> b").severity == "fail"
 
 
@@ -314,6 +314,29 @@ def test_a_pass_resumes_only_what_kiln_drained():
     assert drain_or_resume(person, "gpu01", PASSED) == "left drained by a person"
     assert drain_or_resume(person, "gpu01", FAILED) == "left drained by a person"
     assert not any("update" in c for c in person.commands)
+
+
+def test_a_drain_slurmctld_refused_is_reported_and_logged_not_claimed(monkeypatch):
+    """scontrol update failing (slurmctld busy or away) is not "drained": the action says why, and the
+    node's log has a line (the next health check tries again)."""
+    import checks.node_local as node_local
+    logged = []
+    monkeypatch.setattr(node_local, "log", logged.append)
+
+    class Refused(SlurmNode):
+        def __init__(self):
+            super().__init__("NodeName=gpu01 State=IDLE\n")
+            show = self.run
+
+            def run(command):
+                if command.startswith("scontrol update"):
+                    self.commands.append(command)
+                    return Result(1, "", "slurm_update error: Unable to contact slurm controller (connect failure)")
+                return show(command)
+            self.run = run
+    action = drain_or_resume(Refused(), "gpu01", FAILED)
+    assert action == "not drained (scontrol: slurm_update error: Unable to contact slurm controller (connect failure))"
+    assert logged == [f"{action}: gpu01: kiln: GPU_ECC_UNCORRECTED gpu3: 2 uncorrected volatile ECC errors"]
 
 
 def test_no_second_drain_for_the_same_reason_and_nothing_when_healthy():

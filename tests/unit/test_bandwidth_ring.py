@@ -1,0 +1,85 @@
+"""The fabric bandwidth ring's pair measurement (kiln/check/bandwidth.py), run here against the testbed's
+ib_write_bw simulator, which listens and connects as perftest does (its server takes one client on its
+TCP port; a client with no server listening prints perftest's "Couldn't connect")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+
+import pytest
+
+from checks.node import local_node
+from kiln.check.bandwidth import measure_pair, server_command
+from kiln.testbed.simulate import SIMULATORS
+
+pytestmark = pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to see the server listen")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sim(tmp_path, monkeypatch):
+    state = tmp_path / "state.json"
+    env = dict(os.environ, KILN_SIM_STATE=str(state))
+    subprocess.run([str(SIMULATORS / "kiln-sim"), "init", "--gpus", "1", "--model", "h100", "--driver", "x",
+                    "--hcas", "1", "--rate", "400"], check=True, env=env)
+    monkeypatch.setenv("KILN_SIM_STATE", str(state))
+    monkeypatch.setenv("PATH", f"{SIMULATORS}:{os.environ['PATH']}")
+    yield env
+    subprocess.run(["pkill", "-x", "ib_write_bw"], check=False)
+
+
+def test_a_pair_is_measured_once_its_server_listens(sim):
+    node = local_node("here", timeout=60)
+    verdict = measure_pair(node, node, "127.0.0.1", "--report_gbits", 350, "a -> b via mlx5_0", port=free_port())
+    assert verdict.severity == "ok" and verdict.message.startswith("a -> b via mlx5_0: 39"), verdict
+
+
+def test_a_slow_link_fails_below_the_threshold(sim):
+    subprocess.run([str(SIMULATORS / "kiln-sim"), "inject", "ib-rate-low"], check=True, env=sim)
+    node = local_node("here", timeout=60)
+    verdict = measure_pair(node, node, "127.0.0.1", "--report_gbits", 350, "a -> b", port=free_port())
+    assert verdict.severity == "fail" and "Gb/s, below 350: check the path" in verdict.message, verdict
+
+
+def test_a_server_that_never_listens_fails_the_pair_with_its_own_words(tmp_path, monkeypatch):
+    broken = tmp_path / "ib_write_bw"
+    broken.write_text("#!/bin/sh\necho 'Failed to open device mlx5_0'\nexit 1\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    node = local_node("here", timeout=60)
+    verdict = measure_pair(node, node, "127.0.0.1", "", 1, "a -> b", port=free_port(), tries=2, listen_seconds=1,
+                           pause=0)
+    assert verdict.severity == "fail", verdict
+    assert "ib_write_bw gave no result in 2 tries" in verdict.message
+    assert "no ib_write_bw server listened on here port" in verdict.message
+    assert "Failed to open device mlx5_0" in verdict.message, verdict.message
+
+
+def test_a_client_that_cannot_connect_is_retried_and_its_last_lines_reported(sim):
+    node = local_node("here", timeout=60)
+    # the server listens on one port, the client is sent to another: every try is refused
+    port = free_port()
+
+    class WrongPort:
+        name = "here"
+
+        @staticmethod
+        def run(command):
+            return node.run(command.replace(f"-p {port} 127.0.0.1", f"-p {free_port()} 127.0.0.1"))
+    verdict = measure_pair(WrongPort, node, "127.0.0.1", "", 1, "a -> b", port=port, tries=2, pause=0)
+    assert verdict.severity == "fail" and "gave no result in 2 tries" in verdict.message, verdict
+    assert "client: Couldn't connect to 127.0.0.1:" in verdict.message, verdict.message
+
+
+def test_a_server_left_listening_is_used_and_a_fresh_one_replaces_it():
+    assert server_command("-F", 18515).startswith("ss -Hltn 'sport = :18515' | grep -q . || ")
+    assert server_command("-F", 18515, fresh=True).startswith("pkill -x ib_write_bw && sleep 0.5; ss ")
