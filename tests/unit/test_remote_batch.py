@@ -96,14 +96,17 @@ def test_kernel_outliers():
 
 
 READ_HOME = bounded("cat /home/.kiln-shared-check", 3)  # a read of the marker, bounded as every storage command
+# the last read before a node fails: the directory listed first (a client's cached view of it refreshed)
+FRESH_HOME = bounded("ls -a /home >/dev/null 2>&1; cat /home/.kiln-shared-check", 3)
 
 
 def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls: list,
-                        first_read: dict[str, str] | None = None):
+                        first_read: dict[str, str] | None = None, asked_again: dict[str, str] | None = None):
     """kiln check's storage suite on hgx001-003 of the example inventory, each node's batch really run
     here by sh, with each shared mount path mapped to the directory ``filesystems[node][path]``.
     ``first_read``: node -> what its batch's read of /home's marker prints instead (another kiln check's
-    token, written between the first node's swap and this read)."""
+    token, written between the first node's swap and this read); ``asked_again``: node -> the shell that
+    replaces its later reads of /home's marker."""
     from kiln.inventory import load_cluster
     from tests.conftest import REPO
 
@@ -115,6 +118,8 @@ def _shared_storage_run(tmp_path, filesystems: dict[str, dict[str, str]], calls:
             calls.append((host.name, script))
             if host.name in (first_read or {}) and "@@kiln-out" in script:
                 script = script.replace(f"\n{READ_HOME}\n".replace("'", "'\"'\"'"), f"\necho {first_read[host.name]}\n")
+            if host.name in (asked_again or {}) and script in (READ_HOME, FRESH_HOME):
+                script = asked_again[host.name]
             for path, directory in filesystems[host.name].items():
                 script = script.replace(f"mountpoint -q {path} ", f"test -d {directory} ")
                 script = script.replace(f"{path}/.kiln-shared-check", f"{directory}/.kiln-shared-check")
@@ -132,7 +137,7 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
     """/home and /lustre are one filesystem each on hgx001 and hgx002, but hgx003's /home is another:
     only hgx003 fails, for /home. The marker rides in each node's one batch: the first run (no marker yet)
     asks again only where a read could have come before the write; the next run asks again only to
-    confirm hgx003's failure (with the writer), nothing for the nodes that pass."""
+    confirm hgx003's failure (with the writer, twice), nothing for the nodes that pass."""
     home, lustre, other = (tmp_path / d for d in ("home", "lustre", "other"))
     for d in (home, lustre, other):
         d.mkdir()
@@ -145,12 +150,15 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
         assert by_mount == {"hgx001": {"/home": "ok", "/lustre": "ok"}, "hgx002": {"/home": "ok", "/lustre": "ok"},
                             "hgx003": {"/home": "fail", "/lustre": "ok"}}, (run, verdicts)
         assert "does not see what hgx001 wrote" in verdicts["hgx003"][0].message
+        assert "(it read nothing (exit 1: cat: " in verdicts["hgx003"][0].message  # what each read, for the operator
         extra = [c for c in calls if "@@kiln-out" not in c[1]]
         if run == "second":  # the marker of the first run tells the passing readers apart at once
-            assert sorted((n, c) for n, c in extra) == [("hgx001", READ_HOME), ("hgx003", READ_HOME)]
+            assert sorted((n, c) for n, c in extra) == sorted([("hgx001", FRESH_HOME), ("hgx001", READ_HOME),
+                                                               ("hgx003", FRESH_HOME), ("hgx003", READ_HOME)])
         else:
-            assert {script for _, script in extra} <= {READ_HOME, bounded("cat /lustre/.kiln-shared-check", 3)}
-            assert len(extra) <= 6  # at most the writer and both readers, per filesystem
+            assert {script for _, script in extra} <= {READ_HOME, FRESH_HOME, bounded("cat /lustre/.kiln-shared-check", 3),
+                                                       bounded("ls -a /lustre >/dev/null 2>&1; cat /lustre/.kiln-shared-check", 3)}
+            assert len(extra) <= 10  # at most the writer and both readers per filesystem, the failing one twice
     assert (home / ".kiln-shared-check").read_text().startswith("kiln-")
     assert not (other / ".kiln-shared-check").exists()
     # another kiln check's token on /home since: the readers that find it are asked again with the writer
@@ -161,6 +169,7 @@ def test_shared_storage_fails_on_a_node_that_does_not_see_the_others_data(tmp_pa
     home_verdicts = {n: next(v for v in vs if v.message.startswith("/home")).severity for n, vs in verdicts.items()}
     assert home_verdicts == {"hgx001": "ok", "hgx002": "ok", "hgx003": "fail"}
     assert sorted(n for n, c in calls if c == READ_HOME) == ["hgx001", "hgx002", "hgx003"]  # one round, together
+    assert sorted(n for n, c in calls if c == FRESH_HOME) == ["hgx001", "hgx003"]  # the last, for the failing one
 
 
 def test_shared_storage_asks_again_before_failing_a_node_whose_read_found_nothing(tmp_path):
@@ -177,6 +186,23 @@ def test_shared_storage_asks_again_before_failing_a_node_whose_read_found_nothin
     assert {n: {v.message.split(":")[0]: v.severity for v in vs} for n, vs in verdicts.items()} == \
         {n: {"/home": "ok", "/lustre": "ok"} for n in ("hgx001", "hgx002", "hgx003")}, verdicts
     assert sorted(n for n, c in calls if c == READ_HOME) == ["hgx001", "hgx002"]
+
+
+@pytest.mark.parametrize("slow", ["hgx001", "hgx002"])
+def test_shared_storage_gives_no_verdict_where_a_read_asked_again_runs_out_of_time(tmp_path, slow):
+    """hgx002's batch read found nothing; asked again, its read (or the writer's, hgx001) is cut off by its
+    bound: hgx002 gets no STORAGE_SHARED verdict for /home (it cannot be told), the others pass."""
+    home, lustre = tmp_path / "home", tmp_path / "lustre"
+    home.mkdir()
+    lustre.mkdir()
+    shared = {"/home": str(home), "/lustre": str(lustre)}
+    filesystems = {n: shared for n in ("hgx001", "hgx002", "hgx003")}
+    _shared_storage_run(tmp_path, filesystems, [])
+    verdicts = _shared_storage_run(tmp_path, filesystems, [], first_read={"hgx002": ""},
+                                   asked_again={slow: "echo 'no answer in 3 s' >&2; exit 124"})
+    by_mount = {n: {v.message.split(":")[0]: v.severity for v in vs} for n, vs in verdicts.items()}
+    assert by_mount == {"hgx001": {"/home": "ok", "/lustre": "ok"}, "hgx002": {"/lustre": "ok"},
+                        "hgx003": {"/home": "ok", "/lustre": "ok"}}, verdicts
 
 
 def test_shared_storage_falls_back_to_a_writer_that_can_write(tmp_path):
@@ -224,8 +250,8 @@ def test_temporary_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
 def test_shared_storage_asks_only_a_few_writers_when_none_can_write(tmp_path, monkeypatch):
     """/home is not mounted on any node: no STORAGE_SHARED verdict for it (STORAGE_MOUNTED says why on each)
     and only WRITER_TRIES nodes are asked to write after the planned writer's batch, not every node."""
-    import kiln.check.remote as remote
-    monkeypatch.setattr(remote, "WRITER_TRIES", 2)
+    import kiln.check.shared_storage as shared_storage
+    monkeypatch.setattr(shared_storage, "WRITER_TRIES", 2)
     lustre, empty = tmp_path / "lustre", tmp_path / "not-mounted"
     lustre.mkdir()
     filesystems = {n: {"/home": str(empty), "/lustre": str(lustre)} for n in ("hgx001", "hgx002", "hgx003")}
@@ -273,7 +299,7 @@ def test_shared_storage_gives_no_verdict_where_the_marker_read_ran_out_of_time(t
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5, 8, 9])
 def test_ring_phases_never_make_a_node_send_and_receive_at_once(count):
-    from kiln.check.remote import ring_phases
+    from kiln.check.bandwidth import ring_phases
     phases = ring_phases(count)
     assert sorted(i for p in phases for i in p) == list(range(count))  # every pair once
     for phase in phases:
