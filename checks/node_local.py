@@ -43,7 +43,10 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
     or 'nothing'."""
     out = node.run(f"scontrol show node {shlex.quote(name)} -o")
     if out.rc != 0:
-        return f"nothing (scontrol: {(out.stderr or out.stdout).strip()[:80]})"
+        action = f"nothing (scontrol: {(out.stderr or out.stdout).strip()[:80]})"
+        if any(v.failed for v in verdicts):
+            log(f"{name} failed {', '.join(sorted({v.id for v in verdicts if v.failed}))} but was not drained: {action}")
+        return action
     fields = node_state(out.stdout)
     state, reason = fields.get("State", ""), fields.get("Reason", "")
     drained = "DRAIN" in state
@@ -58,12 +61,31 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
         new_reason = f"{KILN_PREFIX} {first.id} {first.message}"[:REASON_MAX]
         if drained and reason == new_reason:
             return "nothing (already drained by kiln for this)"
-        node.run(f"scontrol update nodename={shlex.quote(name)} state=drain reason={shlex.quote(new_reason)}")
-        return "drained"
+        return _update(node, f"scontrol update nodename={shlex.quote(name)} state=drain reason={shlex.quote(new_reason)}",
+                       "drained", f"{name}: {new_reason}")
     if drained and reason.startswith(KILN_PREFIX):
-        node.run(f"scontrol update nodename={shlex.quote(name)} state=resume")
-        return "resumed"
+        return _update(node, f"scontrol update nodename={shlex.quote(name)} state=resume", "resumed",
+                       f"{name} (was: {reason})")
     return "left drained by a person" if by_person else "nothing"
+
+
+def _update(node: Node, command: str, done: str, what: str) -> str:
+    """Run an ``scontrol update``; say in the node's log what was done, or why it could not be (slurmctld
+    busy or away: the next run tries again)."""
+    out = node.run(command)
+    action = done if out.rc == 0 else f"not {done} (scontrol: {(out.stderr or out.stdout).strip()[:120]})"
+    log(f"{action}: {what}")
+    return action
+
+
+def log(line: str) -> None:
+    """One line in the node's log (journald or syslog, as kiln-node-check)."""
+    try:
+        import syslog
+        syslog.openlog("kiln-node-check", 0, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_NOTICE, line)
+    except OSError:
+        pass
 
 
 def textfile(verdicts: list[Verdict], directory: str, seconds: float) -> None:

@@ -10,7 +10,6 @@ import importlib.util
 import re
 import sys
 import types
-from pathlib import Path
 
 import jinja2
 import pytest

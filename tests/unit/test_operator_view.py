@@ -279,7 +279,6 @@ def test_the_display_survives_threads_that_start_and_finish_hosts_while_it_reads
     The garbage collector runs at every allocation here, as it may in a long run: it executes Python code
     in the middle of a copy, where another thread can get in."""
     import gc
-    import threading
 
     threshold = gc.get_threshold()
     gc.set_threshold(1, 1, 1)

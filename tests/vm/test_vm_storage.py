@@ -40,6 +40,19 @@ def _state(tb, node):
     return line.split("State=")[1].split()[0], reason
 
 
+def _health_check_story(tb, node) -> str:
+    """Why a node was not drained: its Slurm state, when the health check last ran there and how long it
+    took (its textfile metrics), slurmd's last lines, and what kiln-node-check says run by hand."""
+    return "\n".join([
+        f"{node} in Slurm: {_state(tb, node)}",
+        on(tb, node, "date +%s; grep -h '^kiln_check_last_run\\|^kiln_check_duration\\|kiln_check_ok.*} 0' "
+                     "/var/lib/prometheus/node-exporter/kiln.prom").stdout,
+        on(tb, node, "journalctl -u slurmd -t kiln-node-check --no-pager -n 15 -o short-monotonic").stdout,
+        on(tb, node, "ps -eo pid,etimes,stat,cmd | grep -E 'kiln-node-check|kiln-write-check' | grep -v grep").stdout,
+        on(tb, node, "s=$(date +%s); /usr/local/sbin/kiln-node-check --no-drain 2>&1 | tail -5; "
+                     "echo \"by hand: $(( $(date +%s) - s )) s\"", timeout=120).stdout])
+
+
 def test_nfs_written_on_one_compute_vm_is_read_on_the_other(vms):
     a, b = vms.computes
     for node in vms.computes:
@@ -93,11 +106,16 @@ def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_th
             [responding] = [c for c in _verdicts(data, node, "STORAGE_RESPONDING") if c["severity"] == "fail"]
             assert responding["message"].startswith(f"{NFS_MOUNT} (nfs from {vms.controller}:{NFS_EXPORT}) did not "
                                                     f"answer within {STORAGE_TIMEOUT} s"), responding
-        # Slurm's HealthCheckProgram (every HEALTH_CHECK_INTERVAL s) drains both: one interval, the run's own
-        # bounded probe, and this test's polls
+        # Slurm's HealthCheckProgram (every HEALTH_CHECK_INTERVAL s) drains both: an interval, the run's own
+        # bounded probe, and room for a run that started just before the server stopped and passed (under
+        # emulation a health check takes 7 s healthy, 17 s or more with a dead mount), and this test's polls
         for node in vms.computes:
-            wait_for(lambda n=node: "DRAIN" in _state(vms, n)[0], timeout=HEALTH_CHECK_INTERVAL + STORAGE_TIMEOUT + 30,
-                     interval=1, what=f"{node} drained by the health check")
+            try:
+                wait_for(lambda n=node: "DRAIN" in _state(vms, n)[0],
+                         timeout=2 * HEALTH_CHECK_INTERVAL + 2 * STORAGE_TIMEOUT + 30, interval=1,
+                         what=f"{node} drained by the health check")
+            except AssertionError as late:
+                raise AssertionError(f"{late}\n{_health_check_story(vms, node)}") from None
             assert _state(vms, node)[1].startswith(f"kiln: STORAGE_RESPONDING {NFS_MOUNT}"), _state(vms, node)
         drained = time.monotonic() - stopped
         print(f"both clients drained {drained:.0f} s after the server stopped "
