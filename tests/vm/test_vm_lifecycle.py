@@ -34,8 +34,15 @@ def test_strict_host_keys_accept_the_vm_key_and_refuse_a_changed_one(vms, tmp_pa
 
 def test_power_loss_keeps_the_vm_disk_and_up_boots_only_that_vm(vms):
     node = vms.computes[0]
-    # in service first (a drained node that stops answering shows as drained*, not down)
-    wait_for(lambda: _sinfo(vms, node) == "idle", timeout=120, interval=3, what=f"{node} idle before the test")
+    # in service first (a drained node that stops answering shows as drained*, not down); the storage tests
+    # before this one stop and restart the NFS server, and a client can take minutes to recover from that
+    # (its retries back off), during which its health check drains it
+    try:
+        wait_for(lambda: _sinfo(vms, node) == "idle", timeout=240, interval=3, what=f"{node} idle before the test")
+    except AssertionError as late:
+        why = on(vms, vms.controller, f"sinfo -h -n {node} -o '%T %E'").stdout.strip()
+        log = on(vms, node, "journalctl -t kiln-node-check --no-pager -n 10 -o short-monotonic").stdout
+        raise AssertionError(f"{late}\n{node}: {why}\n{log}") from None
     for n in [vms.controller, *vms.computes]:
         ok(vms, n, f"echo before-power-loss-{n} > /var/tmp/kiln-marker && sync")
     others = {n: ok(vms, n, "cat /proc/sys/kernel/random/boot_id").strip() for n in [vms.controller, vms.computes[1]]}
