@@ -18,6 +18,7 @@ Slurm keeps kiln's reason).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shlex
@@ -33,6 +34,11 @@ from checks.suites import run_suites  # noqa: E402
 from checks.verdict import Verdict  # noqa: E402
 
 EXPECT = "/etc/kiln/node-checks.json"
+LOCK = "/run/kiln-node-check.lock"
+# Slurm starts HealthCheckProgram every interval whether the last run has ended or not, and kills one
+# after 60 s: on a slow node, runs that overlap slow each other down until none ends and none drains.
+# One runs at a time: a health check that finds one running leaves it be; a Prolog or Epilog waits.
+LOCK_WAIT = {"health": 0, "prolog": 50, "epilog": 50}
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 LOCAL_SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
 REASON_MAX = 200
@@ -88,6 +94,22 @@ def log(line: str) -> None:
         pass
 
 
+def one_at_a_time(path: str, wait: float) -> int | None:
+    """The lock file ``path`` held (its descriptor: closing it lets the next run in), waiting up to ``wait``
+    seconds for another run to end; None when it could not be had."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.5)
+
+
 def textfile(verdicts: list[Verdict], directory: str, seconds: float) -> None:
     """``kiln_check_ok{check,suite}`` 1 pass / 0 fail (warn counts as pass, with severity as a label)."""
     lines = ["# HELP kiln_check_ok 1 when the kiln node check passed (warnings included), 0 when it failed.",
@@ -115,27 +137,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--textfile", default=None, help=f"directory for kiln.prom (default {TEXTFILE_DIR})")
     ap.add_argument("--no-drain", action="store_true", help="report only; do not drain or resume in Slurm")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--lock", default=LOCK, help=f"held while checking: one run at a time (default {LOCK})")
     args = ap.parse_args(argv)
     start = time.monotonic()
-    with open(args.expect) as f:
-        expect = json.load(f)
-    name = (expect.get("slurm") or {}).get("node") or os.uname().nodename.split(".")[0]
-    node = local_node(name, timeout=expect.get("command_timeout", 40))
-    verdicts = run_suites(node, expect, expect.get("local_suites", LOCAL_SUITES), parallel=True)
-    action = "not asked" if args.no_drain or not (expect.get("slurm") or {}).get("compute") else \
-        drain_or_resume(node, name, verdicts)
-    seconds = time.monotonic() - start
-    textfile(verdicts, args.textfile or expect.get("textfile_dir") or TEXTFILE_DIR, seconds)
-    failed = [v for v in verdicts if v.failed]
-    if args.json:
-        print(json.dumps({"node": name, "mode": args.mode, "seconds": round(seconds, 3), "slurm": action,
-                          "verdicts": [v.as_dict() for v in verdicts]}, indent=1))
-    else:
-        for v in verdicts:
-            if v.severity != "ok":
-                print(f"{v.severity.upper():4} {v.id} {v.message}")
-        print(f"{name}: {len(verdicts)} checks, {len(failed)} failed, {seconds:.2f} s; slurm: {action}")
-    return 1 if failed and args.mode != "epilog" else 0
+    lock = one_at_a_time(args.lock, LOCK_WAIT[args.mode])
+    if lock is None:
+        print(f"another kiln-node-check is still running ({args.lock} held); this {args.mode} run checked nothing")
+        return 0
+    try:
+        with open(args.expect) as f:
+            expect = json.load(f)
+        name = (expect.get("slurm") or {}).get("node") or os.uname().nodename.split(".")[0]
+        node = local_node(name, timeout=expect.get("command_timeout", 40))
+        verdicts = run_suites(node, expect, expect.get("local_suites", LOCAL_SUITES), parallel=True)
+        action = "not asked" if args.no_drain or not (expect.get("slurm") or {}).get("compute") else \
+            drain_or_resume(node, name, verdicts)
+        seconds = time.monotonic() - start
+        textfile(verdicts, args.textfile or expect.get("textfile_dir") or TEXTFILE_DIR, seconds)
+        failed = [v for v in verdicts if v.failed]
+        if args.json:
+            print(json.dumps({"node": name, "mode": args.mode, "seconds": round(seconds, 3), "slurm": action,
+                              "verdicts": [v.as_dict() for v in verdicts]}, indent=1))
+        else:
+            for v in verdicts:
+                if v.severity != "ok":
+                    print(f"{v.severity.upper():4} {v.id} {v.message}")
+            print(f"{name}: {len(verdicts)} checks, {len(failed)} failed, {seconds:.2f} s; slurm: {action}")
+        return 1 if failed and args.mode != "epilog" else 0
+    finally:
+        os.close(lock)  # the next run may start
 
 
 if __name__ == "__main__":

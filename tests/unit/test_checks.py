@@ -360,10 +360,37 @@ def test_exit_codes_by_mode(tmp_path, monkeypatch):
     codes = {}
     for mode in ("health", "prolog", "epilog"):
         codes[mode] = node_local.main(["--mode", mode, "--expect", str(expect), "--textfile", str(tmp_path),
-                                       "--no-drain", "--json"])
+                                       "--no-drain", "--json", "--lock", str(tmp_path / "lock")])
     assert codes == {"health": 1, "prolog": 1, "epilog": 0}
     expect.write_text(json.dumps({"gpu": {"count": 0}, "local_suites": ["gpu"]}))  # nothing to fail
-    assert node_local.main(["--mode", "prolog", "--expect", str(expect), "--textfile", str(tmp_path), "--no-drain"]) == 0
+    assert node_local.main(["--mode", "prolog", "--expect", str(expect), "--textfile", str(tmp_path), "--no-drain",
+                            "--lock", str(tmp_path / "lock")]) == 0
+
+
+def test_one_node_check_at_a_time(tmp_path, monkeypatch, capsys):
+    """Slurm starts a health check every interval even while the last one runs (and kills it at 60 s): a
+    health check that finds another running checks nothing and leaves Slurm alone; a Prolog waits for the
+    lock (here: none held, so it runs)."""
+    import fcntl
+    import json
+
+    import checks.node_local as node_local
+    expect = tmp_path / "node-checks.json"
+    expect.write_text(json.dumps({"gpu": {"count": 99, "kernel_log": "true"}, "local_suites": ["gpu"]}))
+    lock = tmp_path / "lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another run holds it
+        monkeypatch.setattr(node_local, "run_suites", lambda *a, **k: pytest.fail("a second run checked"))
+        assert node_local.main(["--mode", "health", "--expect", str(expect), "--textfile", str(tmp_path),
+                                "--lock", str(lock)]) == 0
+        assert "another kiln-node-check is still running" in capsys.readouterr().out
+        assert not (tmp_path / "kiln.prom").exists()  # the running one writes the metrics
+        monkeypatch.setattr(node_local, "LOCK_WAIT", {"health": 0, "prolog": 1, "epilog": 1})
+        assert node_local.main(["--mode", "prolog", "--expect", str(expect), "--textfile", str(tmp_path),
+                                "--lock", str(lock)]) == 0  # waited 1 s, then let the job start
+    monkeypatch.undo()
+    assert node_local.main(["--mode", "health", "--expect", str(expect), "--textfile", str(tmp_path), "--no-drain",
+                            "--lock", str(lock)]) == 1  # free again: it checks
 
 
 def test_prometheus_textfile(tmp_path):
