@@ -76,6 +76,10 @@ def measure_pair(client: Node, server: Node, address: str, args: str, threshold_
                   f"(server: {_tail(up.stdout + up.stderr)})"
             continue
         out = client.run(client_command(args, address, port))
+        if out.rc == 124:  # connected, but the run did not end in time: a stalled or crawling link
+            return fail("FABRIC_BANDWIDTH", f"{label}: ib_write_bw did not finish within {RUN_SECONDS} s "
+                        f"(client: {_tail(out.stdout + out.stderr)}): the link is stalled or far below its rate; "
+                        "check both ends' ports (ibstat) and counters")
         if "BW average" in out.stdout:
             return bandwidth_verdict(out.stdout, threshold_gbps, label)
         log = server.run(f"tail -n 3 {SERVER_LOG} 2>/dev/null")

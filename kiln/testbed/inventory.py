@@ -122,8 +122,9 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True}],
         "kiln_teams": TESTBED_TEAMS,
         **(VM_SETTINGS if testbed.node_kind == "vm" else NSPAWN_SETTINGS),
-        # soft-RoCE under emulation moves about 10 MB/s: 1000 messages of 64 KiB a pair of the bandwidth ring
-        **({"kiln_check_ib_bandwidth_iterations": 1000} if testbed.node_kind == "vm" else {}),
+        # soft-RoCE under emulation moves 4-10 MB/s and stalls under load: 200 messages of 64 KiB a pair of
+        # the bandwidth ring (13 MB; CI saw 1000 run past the 90 s bound)
+        **({"kiln_check_ib_bandwidth_iterations": 200} if testbed.node_kind == "vm" else {}),
         # Node checks: the simulated GPUs' kernel messages come from kiln-sim (kiln/testbed/simulators); nodes
         # share the host's clock and its 8 MiB locked-memory limit, so those two are not checked here.
         "kiln_check_kernel_log": "kiln-sim kernel-log --since={since}",

@@ -83,3 +83,23 @@ def test_a_client_that_cannot_connect_is_retried_and_its_last_lines_reported(sim
 def test_a_server_left_listening_is_used_and_a_fresh_one_replaces_it():
     assert server_command("-F", 18515).startswith("ss -Hltn 'sport = :18515' | grep -q . || ")
     assert server_command("-F", 18515, fresh=True).startswith("pkill -x ib_write_bw && sleep 0.5; ss ")
+
+
+def test_a_run_that_does_not_finish_in_time_fails_at_once_saying_so(tmp_path, monkeypatch):
+    """A client that connected but was cut off by its bound (perftest printed its header, no row): the pair
+    fails saying so, without three more runs of the same length."""
+    calls = []
+
+    class Node:
+        name = "here"
+
+        @staticmethod
+        def run(command):
+            from checks.node import Result
+            calls.append(command)
+            if command.startswith("timeout "):
+                return Result(124, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+            return Result(0, "")
+    verdict = measure_pair(Node, Node, "10.0.0.2", "-F", 1, "a -> b via rxe0", pause=0)
+    assert verdict.severity == "fail" and "ib_write_bw did not finish within 90 s" in verdict.message, verdict
+    assert sum(c.startswith("timeout ") for c in calls) == 1

@@ -37,7 +37,7 @@ def test_every_compute_vm_has_an_active_soft_roce_device_from_real_tools(vms):
 
 def test_fabric_suite_passes_and_the_bandwidth_ring_runs_each_pair(vms, tmp_path):
     """The fabric suite passes on real rxe output. The ring's ib_write_bw runs for real between the VMs
-    (connection, QP exchange, 1000 messages of 64 KiB each way) and its result row is read per pair; the
+    (connection, QP exchange, 200 messages of 64 KiB each way) and its result row is read per pair; the
     figure itself is perftest's, which times itself by CPU cycles at /proc/cpuinfo's MHz and prints 0
     under QEMU's emulation, so no floor is asserted here."""
     out, data = _fabric_check(vms, tmp_path)
