@@ -45,10 +45,10 @@ class SharedStorage:
                     by_mount.setdefault((m.path, m.source), []).append(h)
         return {k: hosts for k, hosts in by_mount.items() if len(hosts) >= 2}
 
-    def _marker_commands(self, path: str) -> tuple[str, str, str]:
+    def _marker_commands(self, path: str) -> tuple[str, str, str, str]:
         """For the shared filesystem at ``path``: the first node's command (print the marker the last run
-        left, then put this run's token in its place), the others' (print the marker), and the fallback
-        writer's (put the token only). The token goes in by one rename, so a reader sees the old or the
+        left, then put this run's token in its place), the others' (print the marker), the fallback
+        writer's (put the token only), and the last read before a node fails (the directory listed first). The token goes in by one rename, so a reader sees the old or the
         new one, never a file being written; nothing is written under an empty mount point."""
         marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
         quoted, tmp = quote(marker), quote(f"{marker}.{self.token}")
@@ -57,7 +57,8 @@ class SharedStorage:
         # hung mount (which the probe has already reported) from costing the check a second full timeout.
         seconds = max(2, self.cluster.setting("check_storage_timeout") // 3)
         return (bounded(f"{guard} && {{ cat {quoted} 2>/dev/null; {put}; }}", seconds),
-                bounded(f"cat {quoted}", seconds), bounded(f"{guard} && {{ {put}; }}", seconds))
+                bounded(f"cat {quoted}", seconds), bounded(f"{guard} && {{ {put}; }}", seconds),
+                bounded(f"ls -a {quote(path)} >/dev/null 2>&1; cat {quoted}", seconds))
 
     def _shared_commands(self, host: Host) -> dict[tuple[str, str], str]:
         """What ``host`` runs in its batch for the shared-storage check, per shared filesystem it mounts:
@@ -77,7 +78,7 @@ class SharedStorage:
         nodes and read on the others, a round trip each."""
         for (path, source), planned in self.shared.items():
             # reachable, and the mount answered there (a hung mount would only make each try wait out its bound)
-            swap, read, _ = self._marker_commands(path)
+            swap, read, _, _ = self._marker_commands(path)
             # ... and whose batch's own marker command did not run out of time (no verdict either way)
             hosts = [h for h in planned if h.name in self.outputs and not self._mount_broken(h, path)
                      and all(self.outputs[h.name].get(c, Result(0, "")).rc != NO_ANSWER for c in (swap, read))]
@@ -116,10 +117,7 @@ class SharedStorage:
         client's cached view of it is refreshed) before it fails. Returns node -> seen (a node whose read,
         or whose writer's, ran out of time is left out: no verdict), and node -> what it read, for a
         failing node's message."""
-        _, read, _ = self._marker_commands(path)
-        marker = f"{path.rstrip('/')}/{SHARED_MARKER}"
-        fresh = bounded(f"ls -a {quote(path)} >/dev/null 2>&1; cat {quote(marker)}",
-                        max(2, self.cluster.setting("check_storage_timeout") // 3))
+        _, read, _, fresh = self._marker_commands(path)
         seen: dict[str, bool] = {}
         why: dict[str, str] = {}
         for command in (read, fresh):
@@ -160,7 +158,7 @@ class SharedStorage:
         can writes this run's token and the others read it. Returns the writer, or None when none of
         them could write (a filesystem read-only for root everywhere: STORAGE_WRITABLE says so on each
         node, and trying every node in turn would cost a round trip per node)."""
-        _, read, write = self._marker_commands(path)
+        _, read, write, _ = self._marker_commands(path)
         for writer in hosts[:WRITER_TRIES]:
             if self.node(writer).run(write).rc == 0:
                 found = self._read_on([h for h in hosts if h is not writer], read)
