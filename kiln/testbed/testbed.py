@@ -166,6 +166,10 @@ class Testbed:
                 host_keys[node.name] = self._host_key(node, reuse=True)
                 self._finish(node, "running", "left as it was")
                 continue
+            if kept and kind.adopt(node):
+                host_keys[node.name] = self._host_key(node, reuse=True)
+                self._finish(node, "running", "running on; its new supervisor took it over")
+                continue
             if kept:
                 self._step(node, "reusing its disk")
                 kind.release(node)  # a crash's or a power loss's leftovers; the disk stays

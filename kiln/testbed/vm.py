@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kiln.testbed.host import TestbedError, file_tail, kill_and_wait, link_exists, pid_alive, read_pid, run
 from kiln.testbed.nspawn import Node, _kiln_path
+from kiln.testbed.vm_supervise import WATCHED
 
 SUPERVISOR_MARKER = "kiln.testbed.vm_supervise"
 VM_CPUS = 2
@@ -119,12 +120,40 @@ class VmNodes:
                 "shared_host": str(self.shared_host), "console": str(node.dir / "console.log"),
                 "qmp": str(node.dir / "qmp.sock"), "pidfile": str(node.dir / "qemu.pid")}
         (node.dir / "node.json").write_text(json.dumps(spec))
-        proc = subprocess.Popen([sys.executable, "-m", "kiln.testbed.vm_supervise", str(node.dir / "node.json")],
+        self._supervise(node)
+
+    def _supervise(self, node: Node, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "kiln.testbed.vm_supervise", str(node.dir / "node.json"), *args],
                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=open(node.dir / "supervisor.log", "ab"), cwd="/",
                                 env=dict(os.environ, PYTHONPATH=_kiln_path()))
         (node.dir / "supervisor.pid").write_text(f"{proc.pid}\n")
         self._supervisors[node.name] = proc
+        return proc
+
+    def adopt(self, node: Node, timeout: float = 60) -> bool:
+        """A VM whose QEMU runs on without its supervisor (``orphaned``) gets a new supervisor that takes
+        over that QEMU, so the guest is not rebooted. False where there is nothing to adopt, or the new
+        supervisor could not take it over (then the VM is as it was: ``release`` and ``start`` boot it)."""
+        qemu = self._qemu_pid(node)
+        if self._supervisor_pid(node) or not qemu or not (node.dir / "node.json").is_file():
+            return False
+        log = node.dir / "supervisor.log"
+        offset = log.stat().st_size if log.exists() else 0
+        proc = self._supervise(node, "--adopt", str(qemu))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            with open(log, "rb") as fh:
+                fh.seek(offset)
+                if f"QEMU {qemu}: {WATCHED}".encode() in fh.read():
+                    return True
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._supervisors.pop(node.name, None)
+        (node.dir / "supervisor.pid").unlink(missing_ok=True)
+        return False
 
     def _ssh(self, node: Node, command: list[str], timeout: float) -> subprocess.CompletedProcess:
         # a new connection each time, bounded: QEMU's NIC takes connections for a VM that is down
@@ -204,7 +233,7 @@ class VmNodes:
             (node.dir / name).unlink(missing_ok=True)
 
     def state(self, node: Node) -> str:
-        """running | stopped | orphaned (QEMU runs on without its supervisor: ``up`` restarts it)."""
+        """running | stopped | orphaned (QEMU runs on without its supervisor: ``up`` adopts it)."""
         if self.running(node):
             return "running"
         return "orphaned" if self._qemu_pid(node) else "stopped"

@@ -2,13 +2,17 @@
 
 Started by ``kiln testbed up --kind vm`` in a session of its own, one per VM:
 
-    python -m kiln.testbed.vm_supervise NODE_JSON
+    python -m kiln.testbed.vm_supervise NODE_JSON [--adopt QEMU_PID]
 
 Each boot loads the kernel and initramfs the VM's own disk holds (``/vmlinuz``, ``/initrd.img``: what
 its package manager and ``update-initramfs`` last wrote), as a bootloader would, and boots them with
 QEMU's direct kernel boot. QEMU runs with ``-no-reboot``; its QMP socket says why it stopped: a guest
 reset (``systemctl reboot``, Slurm's RebootProgram) boots the VM again, a guest poweroff ends the
 supervisor. SIGTERM asks the guest to power off (ACPI) and, after a grace time, ends QEMU.
+
+``--adopt``: a VM whose supervisor died (killed, or its host session lost) runs on; a new supervisor
+takes over its QEMU through the QMP socket instead of booting the VM again, so its jobs run on, as a
+restarted hypervisor daemon keeps its running guests.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+from kiln.testbed.host import pid_alive
+
+WATCHED = "watched over QMP"  # the log line kiln.testbed.vm waits for when it adopts a VM
 POWERDOWN_GRACE = 90  # seconds a guest gets to shut down cleanly under software emulation
 
 
@@ -113,10 +120,39 @@ def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
             "-display", "none", "-qmp", f"unix:{node['qmp']},server=on,wait=off", "-no-reboot"]
 
 
+class Adopted:
+    """A running QEMU this supervisor did not start (``--adopt``): the parts of ``subprocess.Popen`` the
+    supervisor uses, over its pid. It is not this process's child, so its exit status is unknown
+    (reported as 0) and its end is seen by polling."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not pid_alive(self.pid, "qemu-system"):
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"qemu {self.pid}", timeout)
+            time.sleep(0.2)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class Monitor:
     """QEMU's QMP socket: the shutdown reason, and the ACPI power button."""
 
-    def __init__(self, path: str, qemu: subprocess.Popen, timeout: float = 120):
+    def __init__(self, path: str, qemu: subprocess.Popen | Adopted, timeout: float = 120):
         self.sock = None
         deadline = time.monotonic() + timeout  # QEMU makes the socket early; a loaded host can be slow
         while self.sock is None and time.monotonic() < deadline:
@@ -158,12 +194,12 @@ def say(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def main(spec_path: str) -> int:
+def main(spec_path: str, adopt: int | None = None) -> int:
     node = json.loads(Path(spec_path).read_text())
     workdir = Path(spec_path).parent
     stopping = False
     monitor: Monitor | None = None
-    child: subprocess.Popen | None = None
+    child: subprocess.Popen | Adopted | None = None
 
     def on_term(signum, frame):  # noqa: ARG001
         nonlocal stopping
@@ -180,14 +216,22 @@ def main(spec_path: str) -> int:
     try:
         while not stopping:
             boots += 1
-            kernel, initrd = boot_files(node["disk"], workdir)
-            log.write(f"\n=== kiln: boot {boots} at {time.strftime('%H:%M:%S')} ({accelerator()}) ===\n".encode())
-            Path(node["qmp"]).unlink(missing_ok=True)
-            child = subprocess.Popen(qemu_command(node, kernel, initrd), stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=log)
-            Path(node["pidfile"]).write_text(f"{child.pid}\n")
-            say(f"boot {boots}: QEMU {child.pid} started")
+            if adopt is not None:
+                if not pid_alive(adopt, "qemu-system"):
+                    raise BootError(f"QEMU {adopt} to adopt is not running")
+                child, adopt = Adopted(adopt), None
+                log.write(f"\n=== kiln: QEMU {child.pid} adopted at {time.strftime('%H:%M:%S')} ===\n".encode())
+                say(f"boot {boots}: QEMU {child.pid} adopted (its supervisor had ended)")
+            else:
+                kernel, initrd = boot_files(node["disk"], workdir)
+                log.write(f"\n=== kiln: boot {boots} at {time.strftime('%H:%M:%S')} ({accelerator()}) ===\n".encode())
+                Path(node["qmp"]).unlink(missing_ok=True)
+                child = subprocess.Popen(qemu_command(node, kernel, initrd), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=log)
+                Path(node["pidfile"]).write_text(f"{child.pid}\n")
+                say(f"boot {boots}: QEMU {child.pid} started")
             monitor = Monitor(node["qmp"], child)
+            say(f"QEMU {child.pid}: {WATCHED}")
             if stopping:
                 on_term(signal.SIGTERM, None)
             try:
@@ -215,4 +259,6 @@ def main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[2] == "--adopt":
+        sys.exit(main(sys.argv[1], adopt=int(sys.argv[3])))
     sys.exit(main(sys.argv[1]))

@@ -145,3 +145,87 @@ def test_a_qemu_that_exits_before_its_monitor_answers_is_reported_not_waited_for
     qemu = subprocess.Popen(["sh", "-c", "exit 1"])
     with pytest.raises(vm_supervise.BootError, match="exited with status 1"):
         vm_supervise.Monitor(str(tmp_path / "qmp.sock"), qemu, timeout=30)
+
+
+def _paused_qemu(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """A real QEMU with nothing to boot, paused (no CPU spent), with the supervisor's QMP socket and a
+    second one for the test. Needs only qemu-system-x86_64, no root."""
+    import shutil
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("needs qemu-system-x86_64 (apt-get install qemu-system-x86) to run a QEMU to adopt")
+    qemu = subprocess.Popen(["qemu-system-x86_64", "-accel", "tcg", "-m", "32", "-display", "none", "-nodefaults",
+                             "-S", "-no-reboot", "-qmp", f"unix:{tmp_path / 'qmp.sock'},server=on,wait=off",
+                             "-qmp", f"unix:{tmp_path / 'test.sock'},server=on,wait=off"],
+                            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    (tmp_path / "qemu.pid").write_text(f"{qemu.pid}\n")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "test.sock").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    spec = dict(NODE, console=str(tmp_path / "console.log"), qmp=str(tmp_path / "qmp.sock"),
+                pidfile=str(tmp_path / "qemu.pid"), disk=str(tmp_path / "absent.qcow2"))
+    (tmp_path / "node.json").write_text(json.dumps(spec))
+    return qemu, tmp_path / "test.sock"
+
+
+def _quit(sock_path: Path) -> None:
+    """QEMU told to quit over the test's own QMP socket, as a host would end it."""
+    import socket
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(sock_path))
+        f = sock.makefile("rwb", buffering=0)
+        f.readline()
+        for command in ("qmp_capabilities", "quit"):
+            f.write(json.dumps({"execute": command}).encode() + b"\n")
+            f.readline()
+
+
+def test_a_running_qemu_is_adopted_by_a_new_supervisor_which_sees_it_end(tmp_path):
+    """A VM whose supervisor died runs on: ``up`` adopts it (VmNodes.adopt) instead of booting it again.
+    The new supervisor watches the same QEMU over its QMP socket; the QEMU ending is seen and logged, and
+    the supervisor ends with it (a stop that is not a guest reset is a machine that stays off)."""
+    from kiln.testbed.vm import VmNodes
+    qemu, test_sock = _paused_qemu(tmp_path)
+    node = Node("kilnvm02", "10.0.0.2", 24, "compute", tmp_path)
+    kind = VmNodes("kilnvm", None, "kt-none", tmp_path, tmp_path / "ssh_config")
+    try:
+        assert kind.state(node) == "orphaned"
+        assert kind.adopt(node, timeout=60)
+        assert kind.state(node) == "running" and qemu.poll() is None  # the same QEMU, not a new boot
+        assert not kind.adopt(node)  # supervised now: nothing to adopt
+        supervisor = kind._supervisors[node.name]
+        _quit(test_sock)
+        assert supervisor.wait(timeout=30) == 0
+        log = (tmp_path / "supervisor.log").read_text()
+        assert f"QEMU {qemu.pid} adopted" in log and f"QEMU {qemu.pid}: {vm_supervise.WATCHED}" in log, log
+        assert "QEMU ended, status 0, host-qmp-quit" in log, log
+        assert not (tmp_path / "qemu.pid").exists() and kind.state(node) == "stopped"
+    finally:
+        qemu.kill()
+        qemu.wait()
+        for proc in kind._supervisors.values():
+            proc.kill()
+
+
+def test_a_supervisor_that_cannot_adopt_leaves_the_vm_as_it_was(tmp_path):
+    """No QEMU answering on the node's QMP socket: adopt gives up within its bound, says False, kills only
+    its own new supervisor, and the VM is left for ``up`` to boot (release, start)."""
+    from kiln.testbed.vm import VmNodes
+    node = Node("kilnvm02", "10.0.0.2", 24, "compute", tmp_path)
+    kind = VmNodes("kilnvm", None, "kt-none", tmp_path, tmp_path / "ssh_config")
+    assert not kind.adopt(node)  # no QEMU at all
+    sleeper = subprocess.Popen(["bash", "-c", "exec -a qemu-system-x86_64 sleep 300"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while b"qemu-system" not in Path(f"/proc/{sleeper.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)  # bash has not exec'd yet
+        (tmp_path / "qemu.pid").write_text(f"{sleeper.pid}\n")
+        (tmp_path / "node.json").write_text(json.dumps(dict(NODE, qmp=str(tmp_path / "none.sock"),
+                                                             console=str(tmp_path / "console.log"))))
+        assert kind.state(node) == "orphaned"
+        assert not kind.adopt(node, timeout=3)
+        assert sleeper.poll() is None and kind.state(node) == "orphaned"
+        assert not (tmp_path / "supervisor.pid").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
