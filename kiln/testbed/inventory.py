@@ -34,6 +34,10 @@ GPUS_PER_NODE = 4
 # What the tool simulators on compute nodes report (kiln/testbed/simulators, installed by `kiln testbed up`).
 SIM_GPU_MODEL, SIM_NVLINKS, SIM_HCAS, SIM_RATE = "h100", 18, 2, 400
 HEALTH_CHECK_INTERVAL = 10  # seconds; short so tests see a node drain and resume quickly
+# Under software emulation a health run costs a VM about 5 s of CPU (14 commands, each a process start
+# the emulator translates): every 10 s, the two compute VMs kept the host's 2 cores 97% busy with
+# nothing else running (each VM's QEMU: 55 CPU-seconds a minute; 1 with the checks off). Every 60 s.
+VM_HEALTH_CHECK_INTERVAL = 60
 
 # Two teams, so fair-share, per-team GPU limits and pam_slurm_adopt can be shown with real users.
 TESTBED_TEAMS = [
@@ -47,11 +51,12 @@ TESTBED_TEAMS = [
 # Containers: the host mounts cgroups as the hybrid (v1 + unified) hierarchy, where Slurm needs v1;
 # nodes get their own writable freezer and devices cgroups but share the host's cpuset and memory
 # hierarchies read-only, so Slurm constrains devices (GPUs) there, not cores or memory.
-NSPAWN_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v1", "kiln_slurm_constrain_cores_memory": False}
+NSPAWN_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v1", "kiln_slurm_constrain_cores_memory": False,
+                   "kiln_health_check_interval": HEALTH_CHECK_INTERVAL}
 # VMs have their own kernel: what a real node runs (cgroup v2; cores, memory and devices constrained;
 # jobacct_gather/cgroup follows from the constraints; reboots through RebootProgram are real).
 VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_cores_memory": True,
-               "kiln_slurm_constrain_devices": True}
+               "kiln_slurm_constrain_devices": True, "kiln_health_check_interval": VM_HEALTH_CHECK_INTERVAL}
 
 
 # The VM kind's fabric is real: soft-RoCE (rdma_rxe) on the testbed NIC, set up by the rdma role. rxe on a
@@ -132,7 +137,6 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_nvidia_source": "debian",
         "kiln_check_memlock": False,
         "kiln_check_time_sync": False,
-        "kiln_health_check_interval": HEALTH_CHECK_INTERVAL,
         # A node that loses power is DOWN in Slurm within about half a minute (tests wait for it).
         "kiln_slurm_slurmd_timeout": 30,
         # The testbed's stand-in hardware: the simulators' units (kiln/testbed/simulators) are the

@@ -68,3 +68,17 @@ def test_containers_check_their_bind_share_and_vms_their_network_filesystems(tmp
         mounts[kind] = [m.path for m in load_cluster(tmp_path / kind).hosts["unit02"].storage_mounts]
     assert mounts["nspawn"] == ["/scratch", "/srv/kiln-shared"]
     assert mounts["vm"] == ["/scratch", NFS_MOUNT, GLUSTER_MOUNT]
+
+
+def test_vms_run_their_health_check_less_often_than_containers(tmp_path):
+    """Under software emulation a health run costs a VM seconds of CPU: every 10 s it kept the host's cores
+    busy, so VMs check every VM_HEALTH_CHECK_INTERVAL s; containers keep the short interval their tests
+    time drains by."""
+    from kiln.testbed.inventory import HEALTH_CHECK_INTERVAL, VM_HEALTH_CHECK_INTERVAL
+    interval = {}
+    for kind in ("nspawn", "vm"):
+        tb = Testbed("unit", progress=lambda m: None, node_kind=kind)
+        write_inventory(tmp_path / kind, tb, tb.node_list(3))
+        interval[kind] = load_cluster(tmp_path / kind).health_check_interval
+    assert interval == {"nspawn": HEALTH_CHECK_INTERVAL, "vm": VM_HEALTH_CHECK_INTERVAL}
+    assert VM_HEALTH_CHECK_INTERVAL > HEALTH_CHECK_INTERVAL

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.testbed.slurm_helpers import copy_inventory, deploy_json, kiln, ok, on
+from tests.testbed.slurm_helpers import copy_inventory, deploy_json, kiln, ok, on, wait_for
 
 
 def _fabric_check(tb, tmp_path, inventory=None, name="fabric.json"):
@@ -69,3 +69,8 @@ def test_a_deleted_rxe_link_fails_exactly_that_vm_and_a_redeploy_brings_it_back(
     out, data = _fabric_check(vms, tmp_path, name="back.json")
     assert out.returncode == 0, out.stdout + out.stderr
     assert on(vms, broken, "rdma link show rxe0/1").returncode == 0
+    # its health check may have drained it while the link was gone; the node check run now (as an operator
+    # would after the fix, instead of waiting for the next interval) puts it back in service
+    wait_for(lambda: on(vms, broken, "/usr/local/sbin/kiln-node-check").returncode == 0 and
+             "drain" not in on(vms, vms.controller, f"sinfo -h -n {broken} -o %T").stdout, timeout=120, interval=5,
+             what=f"{broken} back in service")

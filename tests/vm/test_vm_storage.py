@@ -15,8 +15,8 @@ import json
 import time
 import uuid
 
-from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME, HEALTH_CHECK_INTERVAL, NFS_EXPORT,
-                                    NFS_MOUNT)
+from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME, NFS_EXPORT, NFS_MOUNT,
+                                    VM_HEALTH_CHECK_INTERVAL)
 from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, wait_for
 
 STORAGE_TIMEOUT = 10  # kiln_check_storage_timeout's default, which the testbed keeps
@@ -106,27 +106,27 @@ def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_th
             [responding] = [c for c in _verdicts(data, node, "STORAGE_RESPONDING") if c["severity"] == "fail"]
             assert responding["message"].startswith(f"{NFS_MOUNT} (nfs from {vms.controller}:{NFS_EXPORT}) did not "
                                                     f"answer within {STORAGE_TIMEOUT} s"), responding
-        # Slurm's HealthCheckProgram (every HEALTH_CHECK_INTERVAL s) drains both: an interval, the run's own
+        # Slurm's HealthCheckProgram (every VM_HEALTH_CHECK_INTERVAL s) drains both: an interval, the run's own
         # bounded probe, and room for a run that started just before the server stopped and passed (under
         # emulation a health check takes 7 s healthy, 17 s or more with a dead mount), and this test's polls
         for node in vms.computes:
             try:
                 wait_for(lambda n=node: "DRAIN" in _state(vms, n)[0],
-                         timeout=2 * HEALTH_CHECK_INTERVAL + 2 * STORAGE_TIMEOUT + 30, interval=1,
+                         timeout=2 * VM_HEALTH_CHECK_INTERVAL + 2 * STORAGE_TIMEOUT + 30, interval=1,
                          what=f"{node} drained by the health check")
             except AssertionError as late:
                 raise AssertionError(f"{late}\n{_health_check_story(vms, node)}") from None
             assert _state(vms, node)[1].startswith(f"kiln: STORAGE_RESPONDING {NFS_MOUNT}"), _state(vms, node)
         drained = time.monotonic() - stopped
         print(f"both clients drained {drained:.0f} s after the server stopped "
-              f"(health check interval {HEALTH_CHECK_INTERVAL} s, storage timeout {STORAGE_TIMEOUT} s)")
+              f"(health check interval {VM_HEALTH_CHECK_INTERVAL} s, storage timeout {STORAGE_TIMEOUT} s)")
     finally:
         ok(vms, vms.controller, "systemctl start nfs-server")
     back = time.monotonic()
     # the server's grace time (kiln_storage_nfs_lease_seconds: 15 on the testbed) before clients may open files
     for node in vms.computes:
-        wait_for(lambda n=node: "DRAIN" not in _state(vms, n)[0], timeout=180, interval=2,
-                 what=f"{node} resumed once the server was back")
+        wait_for(lambda n=node: "DRAIN" not in _state(vms, n)[0], timeout=2 * VM_HEALTH_CHECK_INTERVAL + 120,
+                 interval=2, what=f"{node} resumed once the server was back")
     print(f"both clients resumed {time.monotonic() - back:.0f} s after the server started again")
     out, data, _ = _check(vms, tmp_path, name="back.json")
     assert out.returncode == 0, out.stdout + out.stderr
