@@ -48,8 +48,19 @@ def testbed(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("inventory") / "testbed"
     tb.up(NODES, inventory_dir=inventory)
     tb.inventory = inventory
+    SHARED_UP.append(tb)
     yield tb
-    tb.down(inventory_dir=inventory)
+    take_down_shared_testbed()
+
+
+SHARED_UP: list[Testbed] = []  # the shared testbed while it is up
+
+
+def take_down_shared_testbed() -> None:
+    """The shared testbed down, if it is up (at the end of the run, or earlier: tests/vm/conftest.py)."""
+    while SHARED_UP:
+        tb = SHARED_UP.pop()
+        tb.down(inventory_dir=tb.inventory)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from kiln.testbed.testbed import VM_TOOLS, Testbed
-from tests.testbed.conftest import quiet, require_testbed
+from tests.testbed.conftest import quiet, require_testbed, take_down_shared_testbed
 from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, wait_for
 
 VM_NAME = "kilnvm"
@@ -32,6 +32,13 @@ def require_vms() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the VM tier, but {reason}")
         pytest.skip(reason)
+
+
+def pytest_runtest_setup(item):  # noqa: ARG001 - every item here is a VM-tier test
+    """The VM tier runs after every nspawn test (tests/testbed/conftest.py orders them) and is CPU-bound
+    under emulation: the shared nspawn testbed is taken down before the first VM-tier test instead of
+    running its five nodes (Slurm, a health check every 10 s) beside the VMs until the run ends."""
+    take_down_shared_testbed()
 
 
 def build_image(inventory, *target: str) -> str:
