@@ -168,18 +168,6 @@ def _paused_qemu(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return qemu, tmp_path / "test.sock"
 
 
-def _quit(sock_path: Path) -> None:
-    """QEMU told to quit over the test's own QMP socket, as a host would end it."""
-    import socket
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect(str(sock_path))
-        f = sock.makefile("rwb", buffering=0)
-        f.readline()
-        for command in ("qmp_capabilities", "quit"):
-            f.write(json.dumps({"execute": command}).encode() + b"\n")
-            f.readline()
-
-
 def test_a_running_qemu_is_adopted_by_a_new_supervisor_which_sees_it_end(tmp_path):
     """A VM whose supervisor died runs on: ``up`` adopts it (VmNodes.adopt) instead of booting it again.
     The new supervisor watches the same QEMU over its QMP socket; the QEMU ending is seen and logged, and
@@ -194,7 +182,9 @@ def test_a_running_qemu_is_adopted_by_a_new_supervisor_which_sees_it_end(tmp_pat
         assert kind.state(node) == "running" and qemu.poll() is None  # the same QEMU, not a new boot
         assert not kind.adopt(node)  # supervised now: nothing to adopt
         supervisor = kind._supervisors[node.name]
-        _quit(test_sock)
+        host = vm_supervise.Monitor(str(test_sock), qemu)  # the test's own QMP socket
+        host.send({"execute": "quit"})  # as a host would end it
+        qemu.wait(timeout=30)
         assert supervisor.wait(timeout=30) == 0
         log = (tmp_path / "supervisor.log").read_text()
         assert f"QEMU {qemu.pid} adopted" in log and f"QEMU {qemu.pid}: {vm_supervise.WATCHED}" in log, log

@@ -66,7 +66,8 @@ def test_up_recovers_a_vm_whose_supervisor_was_killed_without_rebooting_it(vms):
     os.kill(read_pid(node.dir / "supervisor.pid"), signal.SIGKILL)  # QEMU runs on, an orphan
     assert {n["name"]: n["state"] for n in vms.status()["nodes"]}[node.name] == "orphaned"
     vms.up(len(vms.recorded_nodes()), inventory_dir=vms.inventory, images=vms.images)
-    assert {n["name"]: n["state"] for n in vms.status()["nodes"]}[node.name] == "running"
+    # up (systemd's own word for the guest: running, or degraded where a unit of its own failed)
+    assert {n["name"]: n["state"] for n in vms.status()["nodes"]}[node.name] in ("running", "degraded")
     assert ok(vms, node.name, "cat /proc/sys/kernel/random/boot_id").strip() == boot_id, "the VM was rebooted"
     assert ok(vms, node.name, "cat /var/tmp/kiln-marker").strip() == f"before-power-loss-{node.name}"
     assert "adopted" in (node.dir / "supervisor.log").read_text()
