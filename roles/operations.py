@@ -271,7 +271,7 @@ DAEMON_RELOAD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 
 @operation()
-def service_running(ctx, unit: str, enabled: bool = True, start=True):
+def service_running(ctx, unit: str, enabled: bool = True, start=True, before: str | None = None):
     """
     A systemd unit that is active (and enabled, unless ``enabled=False``).
 
@@ -280,6 +280,8 @@ def service_running(ctx, unit: str, enabled: bool = True, start=True):
     + enabled: also enable it at boot
     + start: start it now; a callable is asked once the snapshot is read (nvidia-persistenced starts
       only where the driver's module is loaded)
+    + before: a command run right before the start, only when there is one: a wait for what the
+      daemon needs at its start (``answers``: slurmctld needs slurmdbd to answer)
     """
     snap = _snapshot(ctx)
     state = snap.unit(unit)
@@ -288,6 +290,8 @@ def service_running(ctx, unit: str, enabled: bool = True, start=True):
     if callable(start):
         start = start(snap)
     if start and state.active != "active":
+        if before:
+            yield before
         yield f"systemctl start {quote(unit)}"
 
 
@@ -351,12 +355,15 @@ def module_loaded(ctx, module: str, requires: str):
 
 
 @operation()
-def service_restarted(unit: str):
+def service_restarted(unit: str, before: str | None = None):
     """
     Restart a systemd unit; use with ``_if=when_changed(...)`` so it runs only when its files changed.
 
     + unit: e.g. ``munge.service``
+    + before: a command run right before the restart (see ``service_running``)
     """
+    if before:
+        yield before
     yield f"systemctl restart {quote(unit)}"
 
 
@@ -402,24 +409,56 @@ def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
             yield f"usermod -a -G {quote_all(missing, ',')} {name}"
 
 
+def logs_of(service: str, log_file: str | None = None) -> str:
+    """Shell words that print the last lines of a unit's journal (and its own log file) on stderr."""
+    tail = f"; tail -n 15 {quote(log_file)} >&2 2>/dev/null" if log_file else ""
+    return f"journalctl -u {quote(service)} -n 15 --no-pager -o cat >&2{tail}"
+
+
+def answers(what: str, probe: str, within: float, held_back: str, logs: str | None = None) -> str:
+    """A command that waits until ``probe`` succeeds (tried every second, each try bounded by
+    ``timeout 5``), for at most ``within`` seconds: the wait for a service another one needs at its
+    start (slurmdbd before slurmctld, wherever slurmdbd runs). On time out it fails saying what did
+    not answer and what was held back for it (``held_back``: "slurmctld was not started"), after
+    ``logs`` (shell words printing the last log lines on stderr) where the service's logs are on this
+    node: the verdict is the last line."""
+    # the verdict comes last, after the log lines: it is the line a deploy's summary shows
+    if logs:
+        told = f"echo {quote(f'last log lines of {what}:')} >&2; {logs}; echo {quote(f'{what} did not answer within {within:.0f} s, so {held_back}')} >&2; "
+    else:
+        told = f"echo {quote(f'{what} did not answer within {within:.0f} s, so {held_back}: see its log there')} >&2; "
+    return (f"end=$(( $(date +%s) + {int(within)} )); "
+            f"until timeout 5 sh -c {quote(probe)} >/dev/null 2>&1; do "
+            f"[ $(date +%s) -lt $end ] || {{ {told}exit 1; }}; sleep 1; done")
+
+
+def tcp_answers(host: str, port: int) -> str:
+    """A probe that succeeds once ``host`` accepts a TCP connection on ``port`` (bash's /dev/tcp: no
+    client tool needed on the node)."""
+    return f"bash -c {quote(f': </dev/tcp/{host}/{port}')}"
+
+
 def settled(service: str, seconds: float = 3.0, ready: str | None = None, waiting: str | None = None,
-            ready_within: float = 90.0) -> str:
+            ready_within: float = 90.0, log_file: str | None = None, what: str | None = None) -> str:
     """A command that fails unless ``service`` stays active for ``seconds`` after a (re)start: a
     daemon can exit right after systemd called its start a success (slurmd with a bad gres.conf).
-    ``ready``: a command that succeeds once the daemon has finished starting (it answers its own
-    RPC): the wait ends there, since a daemon that answers has read its files; one that stays active
-    but does not answer within ``ready_within`` seconds fails (a slow node, software-emulated VMs,
-    takes several seconds to start slurmctld). ``waiting``: a pattern of the unit's journal that
-    means "stopped to wait for another node, retried by systemd" (a configless slurmd before
-    slurmctld serves its files): that passes, said on stdout."""
-    steps = max(1, int((ready_within if ready else seconds) / 0.5))
-    early = f"{ready} >/dev/null 2>&1 && exit 0; " if ready else ""
+    ``ready``: a command that succeeds once the daemon serves what it is for (answers its own RPC,
+    listens on its port): the wait ends there; one that stays active but does not answer within
+    ``ready_within`` seconds fails, saying ``what`` did not answer, with its last log lines (a
+    daemon that is active is not yet serving: slurmdbd opens its port only after it has read, or
+    converted, its database). ``waiting``: a pattern of the unit's journal that means "stopped to
+    wait for another node, retried by systemd" (a configless slurmd before slurmctld serves its
+    files): that passes, said on stdout. ``log_file``: the daemon's own log, printed with its journal."""
     wait = (f"if journalctl -u {service} -n 20 --no-pager -o cat | grep -qE {quote(waiting)}; then "
             f"echo '{service} waits for its files from the controller; systemd retries it'; exit 0; fi; "
             if waiting else "")
-    late = (f"; echo '{service} is active but did not answer within {ready_within:.0f} s' >&2; exit 1"
-            if ready else "")
-    return (f"for i in $(seq {steps}); do sleep 0.5; systemctl is-active --quiet {service} || "
-            f"{{ {wait}echo '{service} stopped right after it started:' >&2; "
-            f"journalctl -u {service} -n 15 --no-pager -o cat >&2; "
-            f"tail -n 15 /var/log/slurm/{service}.log >&2 2>/dev/null; exit 1; }}; {early}done{late}")
+    logs = logs_of(service, log_file)
+    alive = (f"systemctl is-active --quiet {service} || {{ {wait}echo 'last log lines of {service}:' >&2; {logs}; "
+             f"echo '{service} stopped after its start' >&2; exit 1; }}; ")
+    if not ready:
+        return f"for i in $(seq {max(1, int(seconds / 0.5))}); do sleep 0.5; {alive}done"
+    within = int(ready_within)
+    late = (f"echo 'last log lines of {service}:' >&2; {logs}; "
+            f"echo {quote(f'{service} is active but {what or service} did not answer within {within} s')} >&2; exit 1")
+    return (f"end=$(( $(date +%s) + {within} )); while :; do sleep 0.5; {alive}"
+            f"timeout 5 sh -c {quote(ready)} >/dev/null 2>&1 && exit 0; [ $(date +%s) -lt $end ] || {{ {late}; }}; done")

@@ -17,8 +17,15 @@ Defaults, in one place:
   ``kiln_slurm_constrain_cores_memory``.
 + A changed slurm.conf is applied with ``scontrol reconfigure`` once every node has it (see
   ``after_run``), not by restarting every slurmd. A changed gres.conf or cgroup.conf restarts slurmd
-  on that node (Slurm reads them only at start). A (re)started daemon must stay active for 3 s, or until it
-  answers (``scontrol show slurmd``, ``scontrol ping``): then it has read its files.
+  on that node (Slurm reads them only at start).
++ A daemon is judged by what it serves, not by its unit staying active: a (re)started munge must
+  encode and decode a credential, MariaDB answer ``mariadb-admin ping`` before the accounting
+  database is touched, slurmdbd accept connections on its port (6819) before slurmctld is started
+  (waited for from the controller, wherever slurmdbd runs: slurmctld exits at once when it cannot
+  reach it), slurmctld answer ``scontrol ping``, slurmd ``scontrol show slurmd``. Each wait is
+  bounded by ``kiln_service_start_timeout`` (600 s: a large database's first start, or its
+  conversion after an upgrade, takes minutes) and fails saying what did not answer, with its last
+  log lines.
 + slurmd is ordered after nvidia-persistenced and munge (a drop-in), so after ``scontrol reboot``
   it never starts before the GPU device files exist.
 + pam_slurm_adopt on compute nodes: a user with no job on the node cannot ssh in; with a job the
@@ -36,8 +43,8 @@ from pyinfra.operations import server
 
 from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
-from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, path_absent,
-                              pinned_packages, service_restarted, service_running, settled)
+from roles.operations import (DAEMON_RELOAD, answers, line_present, line_removed, logs_of, managed_directory,
+                              path_absent, pinned_packages, service_restarted, service_running, settled, tcp_answers)
 from roles.slurm_accounting import slurm_accounts
 from roles.storage import slurmd_mounts
 
@@ -61,9 +68,13 @@ CONFIGLESS_DROPIN = ("# Written by kiln: configless Slurm\n[Unit]\nConditionPath
 # ordered after them, and started again every 5 s until it stays up.
 SLURMCTLD_DROPIN = ("# Written by kiln\n[Unit]\nAfter=munge.service slurmdbd.service mariadb.service\n"
                     "StartLimitIntervalSec=0\n\n[Service]\nRestart=on-failure\nRestartSec=5\n")
-# Each daemon's own answer that it has started (read its files, listening): the wait for it to stay
-# up ends there instead of after the full 3 s.
+# Each daemon's own answer that it serves (read its files, listening): the wait for it to stay up ends
+# there instead of after the full 3 s, and one that stays active without answering fails at
+# kiln_service_start_timeout. slurmdbd opens its port only once it has read (or converted) its database.
 READY = {"slurmd": "scontrol show slurmd", "slurmctld": "scontrol ping | grep -q 'is UP'"}
+DBD_PORT = 6819
+MUNGE_READY = "munge -n | unmunge"
+MARIADB_READY = "mariadb-admin ping 2>/dev/null || mysqladmin ping"
 PAM_LINE = "account    required     pam_slurm_adopt.so"
 PAM_SYSTEMD = r"^-?session\s+(\[[^]]*\]|\S+)\s+pam_systemd\.so"
 
@@ -199,14 +210,30 @@ def _directory(ctx: NodeContext, name: str, path: str, owner: str, mode: str) ->
                       reapply_after=ctx.marks.get("slurm_packages", []))
 
 
+def _timeout(ctx: NodeContext) -> int:
+    return ctx.cluster.setting("service_start_timeout")
+
+
+def _dbd_answers(ctx: NodeContext, which: set[str]) -> str:
+    """The wait before slurmctld starts: slurmdbd accepts connections, wherever it runs."""
+    host = slurm_config.dbd_host(ctx.cluster)
+    logs = logs_of("slurmdbd", "/var/log/slurm/slurmdbd.log") if "dbd" in which else None
+    return answers(f"slurmdbd on {host}:{DBD_PORT}", tcp_answers(host, DBD_PORT), _timeout(ctx), "slurmctld was not started", logs)
+
+
 def configure(ctx: NodeContext) -> None:
     which = parts(ctx)
     _cluster_files(ctx, which)
     munge_key = ctx.marks["munge_key"]
     unit = ctx.watch_unit("munge")
-    service_running(name="slurm: munge running", ctx=ctx, unit=unit)
+    started = service_running(name="slurm: munge running", ctx=ctx, unit=unit)
     # The package starts munge with a key of its own: restart even right after a start.
-    service_restarted(name="slurm: restart munge (if the key changed)", unit=unit, _if=when_changed(*munge_key))
+    restarted = service_restarted(name="slurm: restart munge (if the key changed)", unit=unit,
+                                  _if=when_changed(*munge_key))
+    server.shell(name="slurm: munge answers after its start",
+                 commands=[settled("munge", ready=MUNGE_READY, ready_within=_timeout(ctx), what="munge (munge -n | unmunge)",
+                                   log_file="/var/log/munge/munged.log")],
+                 _if=when_changed(started, restarted))
     if "dbd" in which:
         _database(ctx)
     if "controller" in which:
@@ -214,7 +241,7 @@ def configure(ctx: NodeContext) -> None:
         # it (scontrol reconfigure would leave it refusing, or serving, the files).
         configless = ctx.watch_line(f"{CONF}/slurm.conf", r"^SlurmctldParameters=.*enable_configless")
         flipped = lambda: (configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
-        _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped)
+        _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped, before=_dbd_answers(ctx, which))
         slurm_accounts(name="slurm: accounts, shares, GPU limits and users of the teams",
                        cluster=ctx.cluster.name, teams=list(ctx.cluster.teams))
     if "compute" in which:
@@ -223,20 +250,23 @@ def configure(ctx: NodeContext) -> None:
         _daemon(ctx, "slurmd", ctx.marks["munge_key"] + ctx.marks["node_conf"] + ctx.marks["slurmd_unit"])
 
 
-def _daemon(ctx: NodeContext, service: str, restart_on: list, restart_if=lambda: False) -> None:
+def _daemon(ctx: NodeContext, service: str, restart_on: list, restart_if=lambda: False, ready: str | None = None,
+            before: str | None = None) -> None:
     """Enabled and running; restarted when one of ``restart_on`` changed or ``restart_if()`` says so
-    (read once the snapshot is there); checked to stay up."""
+    (read once the snapshot is there); checked to stay up and answer (``ready``, else READY's).
+    ``before``: a wait run right before a start or restart (for what the daemon needs at its start)."""
     unit = ctx.watch_unit(service)
-    start = service_running(name=f"slurm: {service} running", ctx=ctx, unit=unit)
+    start = service_running(name=f"slurm: {service} running", ctx=ctx, unit=unit, before=before)
     # Slurm's packages cannot start a daemon before kiln wrote its files (their units need them), so a
     # daemon this run just started has read the new files already: no second start.
-    restart = service_restarted(name=f"slurm: restart {service} (if its files changed)", unit=unit,
+    restart = service_restarted(name=f"slurm: restart {service} (if its files changed)", unit=unit, before=before,
                                 _if=lambda: (changed_any(*restart_on) or restart_if()) and not changed_any(start))
     ctx.mark(f"{service}_started", start)
     ctx.mark(f"{service}_started", restart)
     waiting = "failed to fetch remote configs" if service == "slurmd" and configless_node(ctx) else None
     server.shell(name=f"slurm: {service} stays active after its start",
-                 commands=[settled(service, ready=READY.get(service), waiting=waiting)],
+                 commands=[settled(service, ready=ready or READY.get(service), waiting=waiting,
+                                   ready_within=_timeout(ctx), log_file=f"/var/log/slurm/{service}.log")],
                  _if=when_changed(start, restart))
 
 
@@ -244,16 +274,21 @@ def _database(ctx: NodeContext) -> None:
     service = ctx.platform.mariadb_service
     db = service_running(name="slurm: MariaDB running", ctx=ctx, unit=ctx.watch_unit(service))
     dbd_conf = ctx.marks["dbd_conf"]
+    mariadb = answers("MariaDB", MARIADB_READY, _timeout(ctx), "the accounting database was not set up", logs_of(service))
     # The password is read on the node from slurmdbd.conf and reaches mysql on its standard input: it is
     # in no process's argv (sed's holds only the pattern; echo is the shell's own).
     grant = server.shell(
         name="slurm: accounting database and its user (if slurmdbd.conf changed)",
-        commands=["{ echo \"CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost';\"; "
+        commands=[mariadb,
+                  "{ echo \"CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost';\"; "
                   "sed -n \"s/^StoragePass=\\(.*\\)$/ALTER USER 'slurm'@'localhost' IDENTIFIED BY '\\1';/p\" "
                   "/etc/slurm/slurmdbd.conf; "
                   "echo \"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;\"; } | mysql -u root"],
         _if=when_changed(db, *dbd_conf))
-    _daemon(ctx, "slurmdbd", dbd_conf + ctx.marks["munge_key"] + [grant])
+    # slurmdbd is active long before it listens (it reads, or converts, the database first)
+    _daemon(ctx, "slurmdbd", dbd_conf + ctx.marks["munge_key"] + [grant],
+            ready=tcp_answers(slurm_config.dbd_host(ctx.cluster), DBD_PORT),
+            before=mariadb)
 
 
 def after_run(ctx: NodeContext, config_changed: bool) -> None:

@@ -7,14 +7,16 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
 + ``kiln_storage_nfs_exports``: the kernel NFS server (``nfs-kernel-server`` / ``nfs-utils``), each export's
   directory (made if missing, mode from the inventory, root-owned), /etc/exports.d/kiln.exports rendered
   from the inventory (one line per export: ``PATH CLIENT(OPTIONS) ...``) and re-read (``exportfs -ra``) when
-  it changed; ``nfs-server`` enabled and running. Default options ``rw,sync,no_subtree_check`` (root is
+  it changed; ``nfs-server`` enabled and running, and after a start waited for until it answers on TCP 2049
+  (``kiln_service_start_timeout``), so clients' first mounts find it. Default options ``rw,sync,no_subtree_check`` (root is
   squashed, as exports(5) does by default). ``kiln_storage_nfs_lease_seconds`` (default 90, the kernel's)
   sets nfsd's lease and grace time in /etc/nfs.conf.d/kiln.conf: how long clients wait after the server
   restarts before they may open files again; a change restarts the server.
 + ``kiln_storage_gluster_volumes``: ``glusterfs-server``, ``glusterd`` enabled and running, each volume one
   brick on this server (``gluster volume create NAME HOST:BRICK force``: a lab's brick may sit on the root
   filesystem), started; Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
-  says it is not, so a no-op deploy asks nothing of gluster.
+  says it is not, so a no-op deploy asks nothing of gluster; those commands first wait until glusterd
+  answers (``gluster pool list``: the unit is active before glusterd listens).
 + In a container (the nspawn testbed) nothing kernel-side is started: there is no NFS server in a
   container's kernel share. The files are still written; the VM tier serves NFS for real.
 """
@@ -25,7 +27,7 @@ from pyinfra.operations import server
 
 from kiln.shell import quote
 from roles.context import NodeContext, when_changed
-from roles.operations import managed_directory, pinned_packages, service_running
+from roles.operations import answers, logs_of, managed_directory, pinned_packages, service_running, tcp_answers
 
 # Rocky's repositories carry no glusterfs-server (validation refuses volumes on a rocky9 server)
 SERVER_PACKAGES = {"debian": {"nfs": "nfs-kernel-server", "glusterfs": "glusterfs-server"},
@@ -83,7 +85,12 @@ def _nfs(ctx: NodeContext, exports) -> None:
     server.shell(name="storage_server: restart nfs-server (if its lease time changed)",
                  commands=[f"systemctl restart {unit}"],
                  _if=lambda: ctx.snapshot.unit(unit).active == "active" and when_changed(conf)())
-    service_running(name="storage_server: nfs-server enabled and running", ctx=ctx, unit=unit)
+    started = service_running(name="storage_server: nfs-server enabled and running", ctx=ctx, unit=unit)
+    # clients mount as soon as their own deploy gets there: the server answers on its port first
+    server.shell(name="storage_server: nfs-server answers after its start",
+                 commands=[answers("nfs-server (TCP 2049)", tcp_answers("127.0.0.1", 2049),
+                                   ctx.cluster.setting("service_start_timeout"), "the exports were not re-read", logs_of(unit))],
+                 _if=when_changed(started))
     server.shell(name="storage_server: re-read the exports (if they changed)", commands=["exportfs -ra"],
                  _if=when_changed(written))
 
@@ -91,7 +98,11 @@ def _nfs(ctx: NodeContext, exports) -> None:
 def _gluster(ctx: NodeContext, volumes) -> None:
     if not volumes:
         return
-    service_running(name="storage_server: glusterd enabled and running", ctx=ctx, unit=ctx.watch_unit("glusterd"))
+    unit = ctx.watch_unit("glusterd")
+    service_running(name="storage_server: glusterd enabled and running", ctx=ctx, unit=unit)
+    # the gluster command talks to glusterd, which is "active" before it listens (TCP 24007)
+    glusterd = answers("glusterd", "gluster --mode=script pool list", ctx.cluster.setting("service_start_timeout"),
+                       "the volume was not created or started", logs_of(unit))
     for v in volumes:
         ctx.watch_path(v.brick)
         managed_directory(name=f"storage_server: brick {v.brick}", ctx=ctx, path=v.brick, user="root", group="root",
@@ -101,8 +112,8 @@ def _gluster(ctx: NodeContext, volumes) -> None:
         started = ctx.watch_line(info, "^status=1$")
         name, brick = quote(v.name), quote(f"{ctx.node.name}:{v.brick}")
         server.shell(name=f"storage_server: GlusterFS volume {v.name} created", commands=[
-            f"gluster --mode=script volume create {name} {brick} force"],
+            glusterd, f"gluster --mode=script volume create {name} {brick} force"],
             _if=lambda i=info: ctx.snapshot.files.get(i) is None)
         server.shell(name=f"storage_server: GlusterFS volume {v.name} started", commands=[
-            f"gluster --mode=script volume start {name}"],
+            glusterd, f"gluster --mode=script volume start {name}"],
             _if=lambda i=started: i not in ctx.snapshot.lines)

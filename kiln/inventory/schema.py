@@ -176,6 +176,10 @@ SETTINGS: dict[str, Setting] = {
            "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
         _s("slurm_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 300, "cluster",
            "SlurmdTimeout: seconds without an answer from slurmd before Slurm sets the node DOWN (a node that lost power)"),
+        _s("service_start_timeout", Annotated[int, Field(ge=10, le=7200)], 600, "cluster",
+           "seconds a deploy waits for a daemon it (re)started to answer (munge, MariaDB, slurmdbd's port, "
+           "slurmctld, slurmd, nfs-server, glusterd) before that host fails; slurmdbd's first start on a large "
+           "database, or after an upgrade's conversion, takes minutes"),
         _s("slurm_configless", bool, False, "cluster",
            "configless Slurm: compute nodes hold no slurm.conf; slurmd fetches it and its siblings from slurmctld "
            "(--conf-server), so one compute image serves any cluster"),

@@ -104,7 +104,8 @@ def test_controller_gets_database_daemons_and_accounts(monkeypatch):
         "mv -f /etc/slurm/slurmdbd.conf.kiln-new /etc/slurm/slurmdbd.conf"]
     assert plan["slurm: munge key"][-1].endswith("chmod 400 /etc/munge/munge.key.kiln-new && "
                                                  "mv -f /etc/munge/munge.key.kiln-new /etc/munge/munge.key")
-    grant = plan["slurm: accounting database and its user (if slurmdbd.conf changed)"][0]
+    waited, grant = plan["slurm: accounting database and its user (if slurmdbd.conf changed)"]
+    assert "mariadb-admin ping" in waited and "MariaDB did not answer within 600 s" in waited
     assert SECRETS.dbd_password not in grant and "StoragePass" in grant  # read on the node, never sent
     accounts = "\n".join(plan["slurm: accounts, shares, GPU limits and users of the teams"])
     assert "sacctmgr -i add account vision Cluster=plan Fairshare=60 GrpTRES=gres/gpu=8" in accounts
@@ -232,3 +233,41 @@ def test_configless_compute_nodes_get_the_conf_server_and_no_slurm_files(os, mon
     had.files[f"{conf}/slurm.conf"] = had.files["/etc/hosts"]
     again = dict(plan_host(cluster, "gpu01", os, had, monkeypatch))
     assert again["slurm: no local slurm.conf (configless)"] == [f"rm -f {conf}/slurm.conf"]
+
+
+def _op(plan, name: str) -> list[str]:
+    return dict(plan)[name]
+
+
+def test_slurmctld_starts_only_once_slurmdbd_answers_wherever_it_runs(monkeypatch):
+    """slurmctld exits at its start when slurmdbd does not answer: its start waits for slurmdbd's port,
+    on the controller itself (with slurmdbd's log lines on time out) or on a separate slurm_dbd host;
+    slurmdbd counts as started only once it listens, MariaDB only once it answers a ping."""
+    cluster = cluster_for("debian12")
+    ctl = plan_host(cluster, "ctl1", "debian12", fresh("debian12"), monkeypatch)
+    wait, start = _op(ctl, "slurm: slurmctld running")[-2:]
+    assert start == "systemctl start slurmctld.service"
+    assert "/dev/tcp/ctl1/6819" in wait and "slurmdbd on ctl1:6819 did not answer within 600 s, so slurmctld was not started'" in wait
+    assert "tail -n 15 /var/log/slurm/slurmdbd.log" in wait
+    settle = _op(ctl, "slurm: slurmdbd stays active after its start")[0]
+    assert "/dev/tcp/ctl1/6819" in settle and "slurmdbd is active but slurmdbd did not answer within 600 s" in settle
+    assert "mariadb-admin ping" in _op(ctl, "slurm: slurmdbd running")[-2]
+    names = [name for name, _ in ctl]
+    assert names.index("slurm: slurmdbd stays active after its start") < names.index("slurm: slurmctld running")
+    assert "munge -n | unmunge" in _op(ctl, "slurm: munge answers after its start")[0]
+
+    apart = replace(cluster_for("debian12", service_start_timeout=45), groups={**cluster.groups, "slurm_dbd": ("login1",)})
+    ctl = plan_host(apart, "ctl1", "debian12", fresh("debian12"), monkeypatch)
+    wait = _op(ctl, "slurm: slurmctld running")[-2]
+    assert "/dev/tcp/login1/6819" in wait and "within 45 s, so slurmctld was not started: see its log there" in wait
+    assert "slurm: slurmdbd running" not in dict(ctl)
+    dbd = plan_host(apart, "login1", "debian12", fresh("debian12"), monkeypatch)
+    assert "/dev/tcp/login1/6819" in _op(dbd, "slurm: slurmdbd stays active after its start")[0]
+
+
+def test_a_running_slurmctld_is_not_held_back_by_a_wait(monkeypatch):
+    """The wait belongs to a start: a deploy that starts nothing asks nothing of slurmdbd."""
+    installed = fresh("debian12")
+    installed.units["slurmctld.service"] = replace(installed.unit("slurmctld.service"), active="active", enabled="enabled")
+    ctl = plan_host(cluster_for("debian12"), "ctl1", "debian12", installed, monkeypatch)
+    assert _op(ctl, "slurm: slurmctld running") == []
