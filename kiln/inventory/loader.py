@@ -17,18 +17,28 @@ from typing import Any
 from kiln.inventory.errors import InventoryError
 from kiln.inventory.files import InventoryFiles, read_inventory_files
 
-# Ansible reads its settings at import time: parse only YAML and INI, and fail on an unparsable source
-# instead of warning and going on with an empty inventory.
-os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "yaml,ini")
+# ansible-core is configured by kiln alone, never by what sits beside the inventory: Ansible reads an
+# ansible.cfg from ANSIBLE_CONFIG, else the working directory, else ~ and /etc, and takes ANSIBLE_*
+# variables over any file, and such a file or variable can name plugin directories whose Python runs
+# while the inventory is read (a branch's vars plugin during `kiln inventory validate`). So every
+# ANSIBLE_* variable but the vault password file is dropped and ANSIBLE_CONFIG names kiln's own file
+# (kiln/inventory/ansible.cfg), before Ansible is imported (it reads its settings then).
+KEPT_ANSIBLE_VARIABLES = frozenset({"ANSIBLE_VAULT_PASSWORD_FILE"})
+for _name in [n for n in os.environ if n.startswith("ANSIBLE_") and n not in KEPT_ANSIBLE_VARIABLES]:
+    del os.environ[_name]
+os.environ["ANSIBLE_CONFIG"] = str(Path(__file__).with_name("ansible.cfg"))
+# Parse only YAML and INI, and fail on an unparsable source instead of warning and going on with an
+# empty inventory (kiln's ansible.cfg says the same).
+os.environ["ANSIBLE_INVENTORY_ENABLED"] = "yaml,ini"
 os.environ["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "True"
 os.environ["ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED"] = "True"
-os.environ.setdefault("ANSIBLE_LOCALHOST_WARNING", "False")
-os.environ.setdefault("ANSIBLE_HOST_PATTERN_MISMATCH", "ignore")
+os.environ["ANSIBLE_LOCALHOST_WARNING"] = "False"
+os.environ["ANSIBLE_HOST_PATTERN_MISMATCH"] = "ignore"
 # Group names other tools use (kube-master) are fine for kiln: no warning about them on every run.
-os.environ.setdefault("ANSIBLE_TRANSFORM_INVALID_GROUP_CHARS", "ignore")
+os.environ["ANSIBLE_TRANSFORM_INVALID_GROUP_CHARS"] = "ignore"
 # An inventory has no gathered facts: not injecting them spares a per-host scan of Ansible's plugin
 # directories (a fifth of reading 10,000 hosts).
-os.environ.setdefault("ANSIBLE_INJECT_FACT_VARS", "False")
+os.environ["ANSIBLE_INJECT_FACT_VARS"] = "False"
 
 # The only variables kiln reads (and so renders); every other variable belongs to another tool and is
 # never rendered, decrypted or reported.
