@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.inventory.errors import InventoryError
+from kiln.inventory import template_policy
 from kiln.inventory.files import InventoryFiles, read_inventory_files
 
 # ansible-core is configured by kiln alone, never by what sits beside the inventory: Ansible reads an
@@ -209,13 +210,14 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
                 try:
                     if known[1] is _Template:
                         templar.available_variables = resolved
-                        values[key] = plain(templar.template(value))
+                        with template_policy.bounded_render():
+                            values[key] = plain(templar.template(value))
                     elif isinstance(known[1], Exception):
                         raise known[1]
                     else:
                         values[key] = known[1]
-                except (AnsibleError, ReferenceError) as exc:
-                    message = _ansible_message(exc)
+                except (AnsibleError, ReferenceError, template_policy.TemplateRefused, template_policy.RenderBound) as exc:
+                    message = template_policy.why_refused(exc) or _ansible_message(exc)
                     if "vault" in message.lower() and not password_file:
                         message = ("the value is encrypted with Ansible Vault and kiln reads it: give the password "
                                    "with --vault-password-file or ANSIBLE_VAULT_PASSWORD_FILE")
@@ -347,17 +349,21 @@ def _caching_templar(templar: Any) -> Any:
 
     A range of 2,000 hosts shares one ``ansible_host: "10.0.{{ ... }}"``; ansible-core compiles it anew
     for every host (3 ms each). The compiled template does not depend on the variables, so it is reused.
-    If ansible-core's internals change shape, templating still works, only slower.
+    Every template is checked against kiln's allow-list (template_policy) before it is compiled, the
+    variables a kiln value names included. Where ansible-core's internals have another shape, kiln
+    refuses to read rather than render unchecked templates.
     """
     engine = getattr(templar, "_engine", None)
     compile_template = getattr(engine, "_compile_template", None)
     if compile_template is None:
-        return templar
+        raise RuntimeError("this ansible-core's templar has no _compile_template: kiln cannot check the templates "
+                           "of an inventory before they render; install the ansible-core pyproject.toml names")
     cache: dict[tuple[str, str], Any] = {}
 
     def cached(template: str, options: Any) -> Any:
         key = (str.__str__(template), repr(options))
         if key not in cache:
+            template_policy.check(key[0])
             cache[key] = compile_template(template, options)
         return cache[key]
 
