@@ -72,7 +72,7 @@ def write_inventory(work: Path, size: int, port: int) -> Path:
         "slurm_controller": {"hosts": {first: names[first]}},
         "compute": {"hosts": {n: a for n, a in names.items() if n != first}}}}}))
     (inv / "group_vars" / "all" / "fanout.yml").write_text(yaml.safe_dump({
-        "kiln_cluster_name": "fanout", "kiln_os": "debian12", "ansible_port": port, "ansible_user": "root",
+        "kiln_cluster_name": "fanout", "kiln_local_nodes": True, "kiln_os": "debian12", "ansible_port": port, "ansible_user": "root",
         "ansible_ssh_private_key_file": f"{work}/id", "kiln_ssh_known_hosts_file": f"{work}/known_hosts",
         "kiln_check_time_sync": False, "kiln_check_memlock": False, "kiln_versions": TESTBED_VERSIONS,
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["compute"], "default": True}]}))

@@ -56,6 +56,28 @@ def make_inventory(root: Path, nodes: int) -> None:
         (gv / f"{name}.yml").write_text("\n".join(text) + "\n")
 
 
+def make_listed_inventory(root: Path, nodes: int) -> None:
+    """The same cluster written as a CMDB export writes it: one host per line, each with its own
+    ansible_host, no ranges and no templates."""
+    shutil.copytree(REPO / "inventory" / "example", root)
+    h100 = nodes * 4 // 5
+    l40s = nodes - h100 - 2
+    hosts = (root / "hosts.yml").read_text()
+    for pattern, name, count, offset in (("hgx[001:032]", "hgx", h100, 0), ("l40s[01:08]", "l40s", l40s, 1 << 14)):
+        indent = " " * 12
+        lines = "\n".join(f"{indent}{name}{i:05d}: {{ansible_host: 10.{(offset + i) // 256 + 16}.{(offset + i) % 256}.1}}"
+                          for i in range(1, count + 1))
+        hosts = hosts.replace(f"{indent}{pattern}:", lines)
+    (root / "hosts.yml").write_text(hosts)
+    for name in ("gpu_h100", "gpu_l40s"):
+        path = root / "group_vars" / f"{name}.yml"
+        path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+                                if not line.startswith("ansible_host")))
+
+
+LAYOUTS = {"ranges": make_inventory, "listed": make_listed_inventory}
+
+
 def run_kiln(path: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     start = time.perf_counter()

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from kiln.inventory import model
+from kiln.inventory.formats import is_this_machine
 from kiln.inventory.loader import RawInventory
 from kiln.inventory.schema import CLUSTER_NAME, SERVICE_ACCOUNTS, SETTINGS
 from kiln.inventory.suggest import suggest
@@ -178,10 +179,20 @@ def check_fabric(raw: RawInventory, hosts: dict[str, model.Host], values: dict[s
                     f"({', '.join(names[:4])}): give each its own", line)
 
 
-def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
+def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any], add: Any) -> None:
+    """Each host has its own address, and none is this machine (loopback, unspecified, localhost):
+    kiln would deploy onto, reboot or drain the operator's own machine. A benchmark or testbed whose
+    nodes listen on loopback says so with kiln_local_nodes."""
     by_address: dict[str, list[str]] = defaultdict(list)
+    local = values.get("kiln_local_nodes", False)
     for host in hosts.values():
         by_address[host.address].append(host.name)
+        if not local and is_this_machine(host.address):
+            file, line = raw.origin("ansible_host", host.name)
+            add(file, "ansible_host" if "ansible_host" in raw.hosts[host.name].vars else host.name,
+                f"{host.name}'s address {host.address} is this machine (loopback): kiln would deploy onto it; give "
+                "the node's own address (kiln_local_nodes: true is for a benchmark whose nodes listen on loopback)",
+                line)
     for address, names in by_address.items():
         if len(names) > 1:
             file, line = raw.origin("ansible_host", names[1])

@@ -18,35 +18,20 @@ from typing import Any
 import yaml
 
 from kiln.inventory.errors import InventoryError
-from kiln.inventory.formats import CONTROL, check_hostname
+from kiln.inventory import yaml_reading
+from kiln.inventory.formats import CONTROL, ascii_digits, check_hostname, read_by_kiln
 
 VARS_DIRS = ("group_vars", "host_vars")
 VARS_EXTS = ("", ".yml", ".yaml", ".json")
 # Ansible skips these in an inventory directory; kiln does the same.
 IGNORED_EXTS = (".md", ".txt", ".rst", ".orig", ".cfg", ".retry", ".bak", ".swp", "~", ".pyc")
 
-_RANGE = re.compile(r"\[([^\]]*)\]")
+_RANGE = re.compile(r"\[([^\]]*)\]", re.ASCII)
 
 # Limits that keep a hostile or broken inventory from costing minutes or gigabytes before it is refused.
 MAX_FILE_BYTES = 8 * 1024 * 1024  # one hosts or vars file
 MAX_FILES = 10_000  # vars files under group_vars/ and host_vars/
-MAX_YAML_VALUES = 1_000_000  # values of one YAML document once its aliases are expanded
 MAX_HOSTS = 100_000  # hosts after expanding every range
-
-
-class _Loader(yaml.SafeLoader):
-    """A safe loader that accepts Ansible's tags (``!vault``, ``!unsafe``) as plain values."""
-
-
-def _tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.ScalarNode):
-        return loader.construct_scalar(node)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node)
-    return loader.construct_mapping(node)
-
-
-_Loader.add_multi_constructor("!", _tagged)
 
 
 @dataclass
@@ -139,40 +124,14 @@ def _read_text(files: InventoryFiles, path: Path) -> str | None:
     return None
 
 
-def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
-    """How many values ``node`` stands for once every alias in it is expanded (an alias is the same node
-    object again, so shared subtrees are counted each time they are used, and computed once)."""
-    known = sizes.get(id(node))
-    if known is not None:
-        return known
-    sizes[id(node)] = MAX_YAML_VALUES + 1  # a node that contains itself expands for ever
-    if isinstance(node, yaml.SequenceNode):
-        total = 1 + sum(_expanded_size(child, sizes) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        total = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
-    else:
-        total = 1
-    sizes[id(node)] = total = min(total, MAX_YAML_VALUES + 1)
-    return total
-
-
-def _load_yaml(text: str) -> Any:
-    loader = _Loader(text)
+def _parse_yaml(files: InventoryFiles, path: Path, text: str, hosts_file: bool = False) -> yaml_reading.Document | None:
+    """The parsed document; its problems (a key given twice, a surprising number in a value kiln reads)
+    are reported as errors of this file. None when it does not parse."""
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_size(node, {}) > MAX_YAML_VALUES:
-            raise yaml.YAMLError(f"its aliases expand to more than {MAX_YAML_VALUES} values (an alias bomb?): "
-                                 "write the values out")
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _parse_yaml(files: InventoryFiles, path: Path, text: str) -> Any:
-    try:
-        return _load_yaml(text)
+        doc = yaml_reading.load(text, read_by_kiln, hosts_file=hosts_file)
+        for p in doc.problems:
+            files.errors.append(InventoryError(_rel(files, path), p.key, p.message, p.line))
+        return doc
     except RecursionError:
         files.errors.append(InventoryError(_rel(files, path), "-", "YAML error: nested too deeply"))
     except yaml.MarkedYAMLError as exc:
@@ -217,9 +176,10 @@ def _read_vars_dir(files: InventoryFiles, base: Path, kind: str) -> None:
             if text.startswith("$ANSIBLE_VAULT;"):
                 files.encrypted.append(_rel(files, path))
                 continue
-            data = _parse_yaml(files, path, text)
-            if data is None:
-                data = {}
+            doc = _parse_yaml(files, path, text)
+            if doc is None:
+                continue
+            data = {} if doc.data is None else doc.data
             if not isinstance(data, dict):
                 files.errors.append(InventoryError(_rel(files, path), "-", "a vars file must hold a "
                                                    f"mapping of variable names, not a {type(data).__name__}"))
@@ -233,43 +193,34 @@ def _read_source(files: InventoryFiles, path: Path) -> None:
         return
     rel = _rel(files, path)
     if path.suffix in (".yml", ".yaml", ".json"):
-        data = _parse_yaml(files, path, text)
-        if data is None:
+        doc = _parse_yaml(files, path, text, hosts_file=True)
+        if doc is None or doc.data is None:
             return
-        if not isinstance(data, dict):
+        if not isinstance(doc.data, dict):
             files.errors.append(InventoryError(rel, "-", "a YAML inventory must be a mapping of groups"))
             return
-        lines = text.splitlines()
-        for group, body in data.items():
-            _walk_yaml_group(files, rel, lines, str(group), body)
+        for group, body in doc.data.items():
+            _walk_yaml_group(files, rel, doc.key_lines, str(group), body)
     else:
         _walk_ini(files, rel, text)
 
 
-def _line_of(lines: list[str], pattern: str) -> int | None:
-    """The first line that names ``pattern`` as a YAML key (``gpu[01:04]:``, ``"gpu01":``)."""
-    for number, line in enumerate(lines, 1):
-        stripped = line.strip().strip("'\"")
-        if stripped.startswith(pattern) or line.strip()[1:].startswith(pattern):
-            return number
-    return None
-
-
-def _walk_yaml_group(files: InventoryFiles, rel: str, lines: list[str], group: str, body: Any) -> None:
+def _walk_yaml_group(files: InventoryFiles, rel: str, lines: dict[str, int], group: str, body: Any) -> None:
+    """Record the hosts of ``group`` and its children; ``lines``: each key's first line in the file."""
     if body is None:
         return
     if not isinstance(body, dict):
         files.errors.append(InventoryError(rel, group, "a group must be a mapping with hosts, "
-                                           "children or vars", _line_of(lines, group)))
+                                           "children or vars", lines.get(group)))
         return
     unknown = set(body) - {"hosts", "children", "vars"}
     if unknown:
         files.errors.append(InventoryError(rel, f"{group}.{sorted(unknown)[0]}", "a group holds only "
-                                           "'hosts', 'children' and 'vars'", _line_of(lines, group)))
+                                           "'hosts', 'children' and 'vars'", lines.get(group)))
     hosts = body.get("hosts") or {}
     if isinstance(hosts, dict):
         for pattern in hosts:
-            _record_pattern(files, rel, f"{group}.hosts.{pattern}", str(pattern), _line_of(lines, str(pattern)))
+            _record_pattern(files, rel, f"{group}.hosts.{pattern}", str(pattern), lines.get(str(pattern)))
     children = body.get("children") or {}
     if isinstance(children, dict):
         for child, child_body in children.items():
@@ -333,12 +284,12 @@ def _range_parts(pattern: str) -> tuple[str, list[str], str] | None:
         raise ValueError(f"invalid host range {pattern!r}: write [start:end] or [start:end:step]")
     start, end = parts[0], parts[1]
     step = parts[2] if len(parts) == 3 else "1"
-    if start.isdigit() and end.isdigit() and step.isdigit() and len(start) <= 9 and len(end) <= 9:
+    if ascii_digits(start) and ascii_digits(end) and ascii_digits(step) and len(start) <= 9 and len(end) <= 9:
         lo, hi, st = int(start), int(end), int(step)
         width = len(start) if start.startswith("0") else 0
         values = range(lo, hi + 1, st) if st > 0 else range(0)
         render = lambda i: str(i).zfill(width)  # noqa: E731
-    elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha() and step.isdigit():
+    elif len(start) == 1 and len(end) == 1 and start.isascii() and end.isascii() and start.isalpha() and end.isalpha() and ascii_digits(step):
         st = int(step)
         values = range(ord(start), ord(end) + 1, st) if st > 0 else range(0)
         render = chr

@@ -21,41 +21,52 @@ from pydantic import AfterValidator
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators: nothing kiln or
 # ssh reads may hold one (a newline in a value would add a line of its own to a rendered file).
+# The only variables kiln reads (and so renders); every other variable belongs to another tool and is
+# never rendered, decrypted or reported.
+KILN_PREFIX = "kiln_"
+KILN_CONNECTION_VARS = frozenset({"ansible_host", "ansible_user", "ansible_port", "ansible_ssh_private_key_file",
+                                  "ansible_become"})
+
+
+def read_by_kiln(name: str) -> bool:
+    return name.startswith(KILN_PREFIX) or name in KILN_CONNECTION_VARS
+
+
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.ASCII)
 # POSIX portable user names (the portable filename characters, never a leading '-'): users, groups,
 # teams (Slurm accounts) and partitions.
-POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$", re.ASCII)
 # GPU models, node features, HCA names, switch names, inventory group names
-NAME_GLOB = re.compile(r"^[A-Za-z0-9@+._*?-][A-Za-z0-9@+._*?:-]{0,127}$")
-TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+NAME_GLOB = re.compile(r"^[A-Za-z0-9@+._*?-][A-Za-z0-9@+._*?:-]{0,127}$", re.ASCII)
+TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", re.ASCII)
 # NCCL_SOCKET_IFNAME: an optional ^ (exclude) or = (exact) and a comma-separated list of prefixes
-IFNAME_LIST = re.compile(r"^[=^]?[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14})*$")
+IFNAME_LIST = re.compile(r"^[=^]?[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14})*$", re.ASCII)
 # Package versions as Debian and RPM spell them (epoch:upstream-revision, ~ + . _)
-VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,127}$")
-PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+._-]{0,127}$")
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,127}$", re.ASCII)
+PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+._-]{0,127}$", re.ASCII)
 # Slurm time limits: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds, or INFINITE/UNLIMITED
 SLURM_TIME = re.compile(r"^(?:INFINITE|UNLIMITED|\d{1,7}|\d{1,7}:\d{1,2}|\d{1,5}:\d{1,2}:\d{1,2}"
-                        r"|\d{1,4}-\d{1,2}(?::\d{1,2}(?::\d{1,2})?)?)$")
+                        r"|\d{1,4}-\d{1,2}(?::\d{1,2}(?::\d{1,2})?)?)$", re.ASCII)
 # Paths kiln writes into files or hands to commands: no whitespace, quotes, '%', '#', ';' or '$'
-PATH_CHARS = re.compile(r"^[A-Za-z0-9_./@+,=:~-]+$")
+PATH_CHARS = re.compile(r"^[A-Za-z0-9_./@+,=:~-]+$", re.ASCII)
 # What is mounted: nfs01:/export, 10.0.0.1@o2ib:/lustre, mon1,mon2:/, tmpfs, user@host:/dir
-MOUNT_SOURCE = re.compile(r"^[A-Za-z0-9_/\[][A-Za-z0-9_./@+,=:\[\]-]{0,1023}$")
-MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+,=:-]{0,1023}$")
-SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:[./][A-Za-z0-9_:-]+)+$")
-SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+-]+(?: [A-Za-z0-9_.,:/=+-]+)*$")
+MOUNT_SOURCE = re.compile(r"^[A-Za-z0-9_/\[][A-Za-z0-9_./@+,=:\[\]-]{0,1023}$", re.ASCII)
+MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+,=:-]{0,1023}$", re.ASCII)
+SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:[./][A-Za-z0-9_:-]+)+$", re.ASCII)
+SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+-]+(?: [A-Za-z0-9_.,:/=+-]+)*$", re.ASCII)
 # One network interface name (the kernel's limit is 15 characters)
-IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}$")
+IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}$", re.ASCII)
 # Who may mount an NFS export: a host name (wildcards * and ?), an address, a network ADDRESS/PREFIX, or
 # @netgroup, as exports(5) spells them
 EXPORT_CLIENT = re.compile(r"^(?:\*|@[A-Za-z0-9_.-]{1,64}|[A-Za-z0-9*?](?:[A-Za-z0-9*?.-]{0,252})"
-                           r"|[0-9.]{7,15}/\d{1,2}|[0-9A-Fa-f:]{2,39}/\d{1,3})$")
-URL = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9_.~/%+@,=:{}-]*)?$")
+                           r"|[0-9.]{7,15}/\d{1,2}|[0-9A-Fa-f:]{2,39}/\d{1,3})$", re.ASCII)
+URL = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9_.~/%+@,=:{}-]*)?$", re.ASCII)
 # A program and its arguments (kiln_check_kernel_log): words of plain characters, kiln quotes each
-COMMAND_WORD = re.compile(r"^[A-Za-z0-9_./=:{}+,@-]+$")
+COMMAND_WORD = re.compile(r"^[A-Za-z0-9_./=:{}+,@-]+$", re.ASCII)
 
 # Mount points that would shadow the operating system: never, nor anything below them
 SYSTEM_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/run", "/bin", "/sbin", "/lib", "/lib32",
@@ -76,7 +87,7 @@ def control_free(value: str) -> str:
 def _matching(what: str, pattern: re.Pattern, hint: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         control_free(value)
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid {what}: {hint}")
         return value
     check.__name__ = f"check_{what.replace(' ', '_')}"
@@ -89,31 +100,58 @@ def _text(what: str, pattern: re.Pattern, hint: str) -> Any:
 
 def check_hostname(value: str) -> str:
     control_free(value)
-    if len(value) > 253 or not HOSTNAME.match(value):
+    if len(value) > 253 or not HOSTNAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid host name: letters, digits and '-' in dot-separated labels "
                          "of at most 63 characters, not starting or ending with '-' (RFC 1123)")
     return value
 
 
+def ascii_digits(value: str) -> bool:
+    """Digits 0-9 only: str.isdigit() is true for superscripts and other scripts' digits as well."""
+    return value.isascii() and value.isdigit()
+
+
 def check_address(value: str) -> str:
-    """An IP address or a host name (ansible_host, NTP servers): nothing that starts with '-'."""
+    """An IP address or a host name (ansible_host, NTP servers), in one canonical form: an IP address
+    as Python writes it (IPv6 compressed, lower case). A name whose last label is all digits or hex
+    (``010.0.0.1``, ``10.1``, ``167772161``, ``0x0a.0.0.1``) is refused: it is no host name (RFC 1123's
+    top-level labels are not numeric), and the system resolver reads it as an address of its own
+    (leading zeros as octal: 010.0.0.1 is 8.0.0.1)."""
     control_free(value)
     try:
-        ipaddress.ip_address(value)
-        return value
+        return str(ipaddress.ip_address(value))
     except ValueError:
         pass
+    last = value.rstrip(".").rsplit(".", 1)[-1].lower()
+    if ascii_digits(last) or (last.startswith("0x") and all(c in "0123456789abcdef" for c in last[2:])):
+        raise ValueError(f"{value!r} is not an IP address as written (leading zeros, fewer than four parts, hex): "
+                         "the system resolver would read it as another address (010.0.0.1 is 8.0.0.1); write "
+                         "a.b.c.d in plain decimal")
     try:
         return check_hostname(value)
     except ValueError:
         raise ValueError(f"{value!r} is neither an IP address nor a host name (RFC 1123)") from None
 
 
+def is_this_machine(address: str) -> bool:
+    """A loopback or unspecified address, IPv4-mapped ones too, or a name the resolver keeps on this
+    machine (localhost, *.localhost)."""
+    name = address.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or ip.is_unspecified or bool(mapped and (mapped.is_loopback or mapped.is_unspecified))
+
+
 def check_mount_point(value: str) -> str:
     control_free(value)
     if not value.startswith("/"):
         raise ValueError(f"mount point {value!r} is relative: give an absolute path such as /{value}")
-    if not PATH_CHARS.match(value):
+    if not PATH_CHARS.fullmatch(value):
         raise ValueError(f"mount point {value!r} may hold only letters, digits and _ . / @ + , = : ~ -")
     if posixpath.normpath(value) != value or "//" in value:
         raise ValueError(f"mount point {value!r} is not normalised: write {posixpath.normpath(value)}")
@@ -126,7 +164,7 @@ def check_mount_point(value: str) -> str:
 def check_path(value: str) -> str:
     """A file path kiln hands to a program (known_hosts, ssh key, topology XML): plain characters only."""
     control_free(value)
-    if not PATH_CHARS.match(value) or value.startswith("-"):
+    if not PATH_CHARS.fullmatch(value) or value.startswith("-"):
         raise ValueError(f"path {value!r} may hold only letters, digits and _ . / @ + , = : ~ - (and not start "
                          "with '-')")
     return value
@@ -141,7 +179,7 @@ def check_absolute_path(value: str) -> str:
 
 def check_url(value: str) -> str:
     control_free(value)
-    if not URL.match(value):
+    if not URL.fullmatch(value):
         raise ValueError(f"{value!r} is not an http(s) URL of plain characters (host, optional port and path; no "
                          "spaces, quotes or user:password@)")
     return value
@@ -151,7 +189,7 @@ def check_command(value: str) -> str:
     """A program with arguments, as words: kiln quotes every word, no shell ever reads the text as is."""
     control_free(value)
     words = value.split(" ")
-    if not value or any(not COMMAND_WORD.match(w) for w in words) or words[0].startswith("-"):
+    if not value or any(not COMMAND_WORD.fullmatch(w) for w in words) or words[0].startswith("-"):
         raise ValueError(f"{value!r} must be a program and its arguments separated by single spaces, each of "
                          "letters, digits and _ . / = : { } + , @ - (no shell syntax: kiln quotes every word)")
     return value
@@ -162,7 +200,7 @@ def check_sysctl_value(value: Any) -> Any:
         raise ValueError(f"sysctl value {value!r} must be a number or a string")
     if isinstance(value, str):
         control_free(value)
-        if not SYSCTL_VALUE.match(value):
+        if not SYSCTL_VALUE.fullmatch(value):
             raise ValueError(f"sysctl value {value!r} may hold only letters, digits, _ . , : / = + - and single "
                              "spaces between words")
     return value

@@ -16,7 +16,7 @@ import re
 from kiln.inventory.model import Cluster
 
 # Ansible's subscripts: [N], [-N], [A:B], [A-B], [A:]
-_SUBSCRIPT = re.compile(r"^(?P<pattern>.+)\[(?:(?P<index>-?\d+)|(?P<start>\d+)[:-](?P<end>\d+)?)\]$")
+_SUBSCRIPT = re.compile(r"^(?P<pattern>.+)\[(?:(?P<index>-?\d+)|(?P<start>\d+)[:-](?P<end>\d+)?)\]$", re.ASCII)
 
 
 class LimitError(ValueError):

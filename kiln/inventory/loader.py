@@ -16,6 +16,7 @@ from typing import Any
 
 from kiln.inventory.errors import InventoryError
 from kiln.inventory import template_policy
+from kiln.inventory.formats import KILN_CONNECTION_VARS, KILN_PREFIX, read_by_kiln  # noqa: F401 - kiln's API
 from kiln.inventory.files import InventoryFiles, read_inventory_files
 
 # ansible-core is configured by kiln alone, never by what sits beside the inventory: Ansible reads an
@@ -40,17 +41,6 @@ os.environ["ANSIBLE_TRANSFORM_INVALID_GROUP_CHARS"] = "ignore"
 # An inventory has no gathered facts: not injecting them spares a per-host scan of Ansible's plugin
 # directories (a fifth of reading 10,000 hosts).
 os.environ["ANSIBLE_INJECT_FACT_VARS"] = "False"
-
-# The only variables kiln reads (and so renders); every other variable belongs to another tool and is
-# never rendered, decrypted or reported.
-KILN_PREFIX = "kiln_"
-KILN_CONNECTION_VARS = frozenset({"ansible_host", "ansible_user", "ansible_port", "ansible_ssh_private_key_file",
-                                  "ansible_become"})
-
-
-def read_by_kiln(name: str) -> bool:
-    return name.startswith(KILN_PREFIX) or name in KILN_CONNECTION_VARS
-
 
 @dataclass
 class RawHost:

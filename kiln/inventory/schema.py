@@ -176,6 +176,9 @@ SETTINGS: dict[str, Setting] = {
            "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
         _s("slurm_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 300, "cluster",
            "SlurmdTimeout: seconds without an answer from slurmd before Slurm sets the node DOWN (a node that lost power)"),
+        _s("local_nodes", bool, False, "cluster",
+           "allow nodes on this machine's loopback (127.0.0.0/8, ::1, localhost): only for a benchmark or test "
+           "whose nodes are sshd's on this machine; otherwise such an address is refused"),
         _s("service_start_timeout", Annotated[int, Field(ge=10, le=7200)], 600, "cluster",
            "seconds a deploy waits for a daemon it (re)started to answer (munge, MariaDB, slurmdbd's port, "
            "slurmctld, slurmd, nfs-server, glusterd) before that host fails; slurmdbd's first start on a large "
@@ -305,5 +308,5 @@ CONNECTION_VARS = {
     "ansible_become": ("_sudo", bool),
 }
 
-HOST_RANGE = re.compile(r"\[([^\]]*)\]")
-CLUSTER_NAME = re.compile(_HOSTNAME)
+HOST_RANGE = re.compile(r"\[([^\]]*)\]", re.ASCII)
+CLUSTER_NAME = re.compile(_HOSTNAME, re.ASCII)

@@ -8,14 +8,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kiln.inventory.formats import (Address, ExportClient, MountOptions, MountPoint, MountSource, Token, Url,
+from kiln.inventory.formats import (Address, ExportClient, MountOptions, MountPoint, MountSource, Token, Url, ascii_digits,
                                     _text)
 from kiln.inventory.strict import Strict as _Strict
 
 STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs", "sshfs", "bind", "tmpfs")
 # An LNet network: a network type with an optional number and the interfaces it uses, e.g. o2ib0(ib0),
 # tcp0(eth0), o2ib1(ib0,ib1)
-LNET_NETWORK = re.compile(r"^(?:o2ib|tcp|kfi|gni|ptl4)\d{0,3}\([A-Za-z0-9_.:-]{1,15}(?:,[A-Za-z0-9_.:-]{1,15})*\)$")
+LNET_NETWORK = re.compile(r"^(?:o2ib|tcp|kfi|gni|ptl4)\d{0,3}\([A-Za-z0-9_.:-]{1,15}(?:,[A-Za-z0-9_.:-]{1,15})*\)$", re.ASCII)
 LNetNetwork = _text("LNet network", LNET_NETWORK, "a network type (o2ib, tcp, kfi), an optional number and its "
                     "interfaces in parentheses, e.g. o2ib0(ib0) or tcp0(eth0)")
 
@@ -73,7 +73,7 @@ def check_nfs_options(options: str) -> str:
             return f"{key}={values[key]} is not an NFS version: use one of {', '.join(NFS_VERSIONS)}"
     for key, low, high in (("timeo", 1, 6000), ("retrans", 0, 100), ("rsize", 1024, 16777216),
                            ("wsize", 1024, 16777216), ("actimeo", 0, 3600)):
-        if key in values and not (values[key].isdigit() and low <= int(values[key]) <= high):
+        if key in values and not (ascii_digits(values[key]) and low <= int(values[key]) <= high):
             return f"{key}={values[key]} must be a whole number from {low} to {high}"
     return ""
 
@@ -95,7 +95,7 @@ class GlusterVolume(_Strict):
 
 
 
-APT_SUITE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,63}$|^\./$")
+APT_SUITE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,63}$|^\./$", re.ASCII)
 AptSuite = _text("apt suite", APT_SUITE, "a suite (e.g. bookworm) or ./ for a flat repository")
 
 

@@ -15,7 +15,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from kiln.inventory import cluster_checks, identities, model, nvidia_stack
 from kiln.inventory.errors import InventoryError, InventoryInvalid
-from kiln.inventory.formats import CONTROL
+from kiln.inventory.formats import CONTROL, ascii_digits
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
 from kiln.inventory.schema import CONNECTION_VARS, PREFIX, SETTINGS, SUPPORTED_OS, Fabric, Setting
 from kiln.inventory.suggest import suggest
@@ -79,7 +79,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     hosts = {n: _with_node_type(h, type_of) for n, h in hosts.items()}
     cluster_checks.check_groups(raw, cluster_values, out.add)
     cluster_checks.check_compute(raw, hosts, out.add)
-    cluster_checks.check_addresses(raw, hosts, out.add)
+    cluster_checks.check_addresses(raw, hosts, cluster_values, out.add)
     cluster_checks.check_storage_servers(raw, hosts, out.add)
     cluster_checks.check_filesystem_clients(raw, hosts, cluster_values, out.add)
     cluster_checks.check_fabric(raw, hosts, cluster_values, out.add)
@@ -253,7 +253,7 @@ def _connection(host: RawHost, out: _Collector) -> dict[str, Any]:
             continue
         value, (file, line) = host.vars[var], host.origins.get(var, (host.source, None))  # this host's own
         if kind is int:
-            if isinstance(value, bool) or not str(value).isdigit() or not 0 < int(value) < 65536:
+            if isinstance(value, bool) or not ascii_digits(str(value)) or not 0 < int(value) < 65536:
                 out.add(file, var, f"must be a TCP port number, got {value!r}", line)
                 continue
             value = int(value)
