@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import time
 from dataclasses import dataclass
 
 from checks.parsers.xid_catalog import classify
@@ -90,12 +91,19 @@ class Xid:
 
     @property
     def severity(self) -> str:
-        """"fail" (drains), "warn" (reported: an SXid without its event line, an Xid kiln does not know)
-        or "ok" (non-fatal SXid, an application's Xid)."""
+        """"fail" (drains), "warn" (reported: an SXid without its event line, an Xid kiln does not know,
+        an Xid the driver itself calls non-fatal) or "ok" (non-fatal SXid, an application's Xid). Where
+        the driver prints the event's severity on its line (SXids; Blackwell's NVLink Xids: "Fatal",
+        "Nonfatal"), its own word decides; otherwise the catalog."""
+        said = _said_severity(self.message)
         if self.nvswitch:
-            if self.message.startswith("Non-fatal"):
+            if said == "nonfatal":
                 return "ok"
-            return "fail" if self.message.startswith("Fatal") else "warn"
+            return "fail" if said == "fatal" else "warn"
+        if said == "nonfatal" and classify(self.code, self.message)[0] == "fail":
+            return "warn"
+        if said == "fatal":
+            return "fail"
         return classify(self.code, self.message)[0]
 
     @property
@@ -109,6 +117,17 @@ class Xid:
         return classify(self.code, self.message)[1]
 
 
+_SEVERITY_WORD = re.compile(r"(?:^|[\s,])(Non-?fatal|Fatal)\b", re.IGNORECASE)
+
+
+def _said_severity(message: str) -> str | None:
+    """"fatal" or "nonfatal" where the driver wrote the word in the event's message, else None."""
+    found = _SEVERITY_WORD.search(message)
+    if not found:
+        return None
+    return "nonfatal" if found.group(1).lower().startswith("non") else "fatal"
+
+
 def _pci(text: str) -> str:
     """PCI:0000:3b:00 and 0000:3b:00.0 name one device."""
     text = text.removeprefix("PCI:").lower()
@@ -116,9 +135,16 @@ def _pci(text: str) -> str:
 
 
 def _seconds(stamp: str) -> float | None:
+    """Seconds of a line's stamp, comparable within one log: ``[ 5321.442100]`` (since boot), ``dmesg -T``'s
+    ``[Mon Dec  1 10:00:00 2025]`` (local time, read as UTC: only differences count), or ISO."""
     if stamp.startswith("["):
+        inner = " ".join(stamp.strip("[]").split())
         try:
-            return float(stamp.strip("[]").split()[-1])
+            return float(inner)
+        except ValueError:
+            pass
+        try:
+            return float(calendar.timegm(time.strptime(inner, "%a %b %d %H:%M:%S %Y")))
         except ValueError:
             return None
     return _epoch(stamp)
@@ -130,6 +156,7 @@ def parse_xids(text: str) -> list[Xid]:
     within BURST_SECONDS counts once (``count`` says how many lines came)."""
     events: list[Xid] = []
     open_sxid: set[tuple[str, int]] = set()  # switches whose last SXid event line came already
+    partial_sxid: dict[tuple[str, int], Xid] = {}  # SXids seen only by their Severity/Data lines so far
     last_pci = "unknown"  # older drivers print the notice over three NVRM lines, the address on the first
     for line in text.splitlines():
         stamp_match = _STAMP.match(line)
@@ -144,10 +171,21 @@ def parse_xids(text: str) -> list[Xid]:
         match = _SXID.search(line)
         if match:
             pci, code, rest = _pci(match.group("pci")), int(match.group("code")), match.group("rest").strip()
-            if _SXID_MORE.match(rest) and (pci, code) in open_sxid:
-                continue  # its event line came already (other switches' lines may stand between)
-            open_sxid.add((pci, code))
-            events.append(Xid(pci, code, "", "", rest, stamp, nvswitch=True))
+            partial = _SXID_MORE.match(rest) is not None
+            if partial and ((pci, code) in open_sxid or (pci, code) in partial_sxid):
+                continue  # its event line (or another of its lines) came already; other switches' may stand between
+            if not partial and (pci, code) in partial_sxid:
+                # its Severity/Data lines came first (newer drivers): the event line gives the event its words
+                event = partial_sxid.pop((pci, code))
+                event.message = rest
+                open_sxid.add((pci, code))
+                continue
+            event = Xid(pci, code, "", "", rest, stamp, nvswitch=True)
+            events.append(event)
+            if partial:
+                partial_sxid[(pci, code)] = event  # reported as an SXid without its event line unless one comes
+            else:
+                open_sxid.add((pci, code))
             continue
         named = _NVRM_PCI.search(line)
         if named:

@@ -280,6 +280,11 @@ def test_fstab_df_and_options():
     ("kiln-made-xid-154-only.log", [(154, "fail")], ("GPU_XID_154", "fail")),
     ("kiln-made-xid-154-cleared.log", [(154, "ok")], ("GPU_XID", "ok")),
     ("kiln-made-xid-149-nvlink-blackwell.log", [(149, "fail")], ("GPU_XID_149", "fail")),
+    # the driver's own word decides where it prints one: Nonfatal NVLink Xids are reported, not drained
+    ("kiln-made-xid-149-nvlink-blackwell-nonfatal.log", [(149, "warn")], ("GPU_XID", "warn")),
+    # Data and Severity lines before the event line: one event, with the event line's words
+    ("kiln-made-sxid-data-first-fatal.log", [(20034, "fail")], ("GPU_XID_20034", "fail")),
+    ("kiln-made-dmesg-T-xid-hours-apart.log", [(48, "fail"), (48, "fail")], ("GPU_XID_48", "fail")),
     ("kiln-made-fallen-off-the-bus-no-xid.log", [(79, "fail"), (79, "fail")], ("GPU_XID_79", "fail")),
     ("kiln-made-unknown-xid-171.log", [(171, "warn")], ("GPU_XID", "warn")),
     ("kiln-made-xid-13-burst.log", [(13, "ok")], ("GPU_XID", "ok")),
@@ -299,6 +304,13 @@ def test_a_burst_is_one_event_and_the_same_code_later_is_another():
     later = parse_xids("[100.0] NVRM: Xid (PCI:0000:0f:00): 48, DBE\n[100.5] NVRM: Xid (PCI:0000:0f:00): 48, DBE\n"
                        "[500.0] NVRM: Xid (PCI:0000:0f:00): 48, DBE\n")
     assert [x.count for x in later] == [2, 1]
+
+
+def test_dmesg_ctime_stamps_are_read_as_times_not_as_the_year():
+    """`dmesg -T` stamps end in the year: read as seconds they made every line of 2025 one burst."""
+    events = parse_xids(read("kernel-xid/gpud-dmesg-with-xid-119.log"))
+    assert [(x.code, x.count) for x in events] == [(119, 2), (119, 1), (119, 1), (119, 1)]
+    assert [x.count for x in parse_xids(read("kernel-xid/kiln-made-dmesg-T-xid-hours-apart.log"))] == [1, 1]
 
 
 def test_the_catalog_splits_fatal_application_and_unknown():
