@@ -34,14 +34,26 @@ class Adapter:
     ports: dict[int, Port] = field(default_factory=dict)
 
 
+# ibstat's own keys: an adapter's before its first port, a port's after its "Port N:" line. Read by key,
+# not by indentation, so a capture whose tabs were lost (pasted into a ticket, a log shipper that
+# strips them) reads the same; a key ibstat does not print is not guessed at.
+_ADAPTER_KEYS = ("CA type", "Number of ports", "Firmware version", "Hardware version", "Node GUID",
+                 "System image GUID")
+_PORT_KEYS = ("State", "Physical state", "Rate", "Base lid", "LMC", "SM lid", "Capability mask", "Port GUID",
+              "Link layer")
+
+
 def parse_ibstat(text: str) -> dict[str, Adapter]:
-    """``ibstat`` (all adapters): name -> Adapter with its ports."""
+    """``ibstat`` (all adapters): name -> Adapter with its ports. Indentation is not needed. Refused
+    (CheckError), never passed: output that is not ibstat's, a port cut short (no State line), and
+    an adapter listing fewer ports than its "Number of ports" (ibstat prints every port)."""
     adapters: dict[str, Adapter] = {}
+    declared: dict[str, int] = {}
     adapter = port = None
     for line in text.splitlines():
         if line.startswith("ibpanic:"):
             raise CheckError(f"ibstat failed: {line.strip()}")
-        ca = re.match(r"^CA '([^']+)'", line)
+        ca = re.match(r"^\s*CA '([^']+)'", line)
         if ca:
             adapter = adapters.setdefault(ca.group(1), Adapter(ca.group(1)))
             port = None
@@ -50,24 +62,34 @@ def parse_ibstat(text: str) -> dict[str, Adapter]:
             if line.strip():
                 raise CheckError(f"ibstat output does not start with an adapter: {line[:80]!r}")
             continue
-        p = re.match(r"^\s+Port (\d+):", line)
+        p = re.match(r"^\s*Port (\d+):\s*$", line)
         if p:
             port = adapter.ports.setdefault(int(p.group(1)), Port(int(p.group(1))))
             continue
-        kv = re.match(r"^\s+([^:]+):\s*(.*)$", line)  # tabs from ibstat; spaces where a log copied it
-        if kv and port is not None:
-            key, value = kv.group(1).strip(), kv.group(2).strip()
+        kv = re.match(r"^\s*([^:]+?):\s*(.*)$", line)  # tabs from ibstat; spaces, or nothing, where a log copied it
+        if not kv:
+            if line.strip():
+                raise CheckError(f"ibstat line not understood under {adapter.name}: {line[:80]!r}")
+            continue
+        key, value = kv.group(1).strip(), kv.group(2).strip()
+        if key in _ADAPTER_KEYS and port is None:
+            if key == "Number of ports" and re.fullmatch(r"\d+", value, re.ASCII):
+                declared[adapter.name] = int(value)
+        elif key in _PORT_KEYS and port is not None:
             if key == "State":
                 port.state = value
             elif key == "Physical state":
                 port.physical_state = value
             elif key == "Rate":
-                port.rate = float(value) if re.match(r"^\d+(\.\d+)?$", value) else None
+                port.rate = float(value) if re.fullmatch(r"\d+(\.\d+)?", value, re.ASCII) else None
             elif key == "Link layer":
                 port.link_layer = value
     if not adapters:
         raise CheckError("ibstat listed no adapter")
     for a in adapters.values():
+        if not a.ports or len(a.ports) < declared.get(a.name, 1):
+            raise CheckError(f"ibstat output for {a.name} lists {len(a.ports)} port(s) of "
+                             f"{declared.get(a.name, 'at least 1')}: not ibstat's full output, not read")
         for p in a.ports.values():
             if not p.state:
                 raise CheckError(f"ibstat output for {a.name} port {p.number} is cut short (no State line)")

@@ -79,7 +79,9 @@ _ALL_INACTIVE = re.compile(r"all links are inactive", re.IGNORECASE)
 
 def parse_nvlink_status(text: str) -> dict[int, dict]:
     """``nvidia-smi nvlink -s``: gpu index -> {"name", "links": {n: GB/s or None if inactive},
-    "all_inactive": bool}."""
+    "all_inactive": bool}. Indentation is not needed (a capture whose spaces were lost reads the
+    same); a line under a GPU that is neither a link nor the all-inactive notice is refused, never
+    skipped (a GPU would look like one with no NVLink)."""
     gpus: dict[int, dict] = {}
     current = None
     for line in text.splitlines():
@@ -95,10 +97,12 @@ def parse_nvlink_status(text: str) -> dict[int, dict]:
         if _ALL_INACTIVE.search(line):  # drivers spell it "inactive", "inActive"; some write "Nvlink"
             current["all_inactive"] = True
             continue
-        link = re.match(r"^\s+Link (\d+): (.*)$", line)
+        link = re.match(r"^\s*Link (\d+): (.*)$", line)
         if link:
             speed = link.group(2).strip()
-            current["links"][int(link.group(1))] = None if "inactive" in speed else number(speed)
+            current["links"][int(link.group(1))] = None if "inactive" in speed.lower() else number(speed)
+        elif line.strip():
+            raise CheckError(f"nvlink status line not understood under GPU {next(reversed(gpus))}: {line[:80]!r}")
     if not gpus:
         raise CheckError("no GPU in nvlink status output")
     return gpus

@@ -354,3 +354,49 @@ def test_sxid_lines_of_two_switches_interleaved_are_two_events():
     fatal = read("kernel-xid/kiln-made-sxid-multiline-fatal.log").splitlines(keepends=True)
     mixed = "".join(a + b for a, b in zip(one[:3], fatal))  # switch 1 and switch 3, line by line
     assert [(x.code, x.severity) for x in parse_xids(mixed)] == [(12028, "ok"), (20034, "fail")]
+
+
+def _flat(text: str) -> str:
+    """The capture as a ticket or a log shipper leaves it: every line's indentation gone."""
+    return "\n".join(line.strip() for line in text.splitlines()) + "\n"
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in (CAPTURED / "ibstat").iterdir() if "ibpanic" not in p.name))
+def test_ibstat_without_indentation_reads_the_same(path):
+    text = read(f"ibstat/{path}")
+    assert parse_ibstat(_flat(text)) == parse_ibstat(text)
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in (CAPTURED / "nvidia-smi-nvlink-status").iterdir()))
+def test_nvlink_status_without_indentation_reads_the_same(path):
+    text = read(f"nvidia-smi-nvlink-status/{path}")
+    try:
+        expected = parse_nvlink_status(text)
+    except CheckError:
+        with pytest.raises(CheckError):
+            parse_nvlink_status(_flat(text))
+        return
+    assert parse_nvlink_status(_flat(text)) == expected
+
+
+def test_ibstat_with_fewer_ports_than_it_declares_is_refused():
+    text = read("ibstat/gpud-ibstat.47.0.some.down.0")
+    two = text.replace("Number of ports: 1", "Number of ports: 2", 1)
+    with pytest.raises(CheckError, match="lists 1 port\\(s\\) of 2"):
+        parse_ibstat(two)
+    no_port = "CA 'mlx5_0'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.39.1002\n"
+    with pytest.raises(CheckError, match="lists 0 port"):
+        parse_ibstat(no_port)
+
+
+def test_ibstat_with_a_line_it_does_not_print_is_refused():
+    text = read("ibstat/gpud-ibstat.47.0.some.down.0").replace("\t\tState: Active", "\t\tState Active", 1)
+    with pytest.raises(CheckError, match="not understood"):
+        parse_ibstat(text)
+
+
+def test_nvlink_status_with_a_line_it_does_not_print_is_refused():
+    text = read("nvidia-smi-nvlink-status/gpud-nvidia-smi.nvlink.status.a100")
+    broken = text.replace("Link 3: 25 GB/s", "Lnk 3 25 GB/s", 1)
+    with pytest.raises(CheckError, match="not understood under GPU 0"):
+        parse_nvlink_status(broken)
