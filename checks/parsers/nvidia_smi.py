@@ -6,8 +6,19 @@ import re
 
 from checks.verdict import CheckError
 
-NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]",
+# What nvidia-smi prints in a field's place (NVML's return code of the query, in brackets), by what it
+# means: the field is not there on this GPU or driver (read as None), or the GPU is in a state kiln
+# must act on (the row carries it as a fault). A bracketed value not listed here is refused, not read.
+NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Not Found]",
                  "[Requested functionality has been deprecated]", "")
+GPU_FAULTS = {
+    "[GPU requires reset]": "the GPU needs a reset (nvidia-smi -r, or reboot the node)",
+    "[GPU is lost]": "the GPU is lost (fallen off the bus): reboot the node; if it recurs, service it",
+    "[Unknown Error]": "the driver could not read the GPU (Unknown Error): reset the GPU or reboot the node",
+    "[Timeout]": "the GPU did not answer the driver in time: reset the GPU or reboot the node",
+    "[Memory Error]": "the driver reports a memory error reading the GPU: reset the GPU; if it recurs, service it",
+}
+FAULTS = "_faults"  # a row's key: [(field, what nvidia-smi printed, what to do)]
 
 # nvidia-smi's documented exit codes, with what an operator should do.
 EXIT_CODES = {
@@ -32,14 +43,21 @@ def explain_exit(code: int) -> str:
 
 def _value(text: str) -> str | None:
     text = text.strip()
-    return None if text in NOT_AVAILABLE else text
+    if text in NOT_AVAILABLE or text in GPU_FAULTS:
+        return None
+    if text.startswith("[") and text.endswith("]"):
+        raise CheckError(f"nvidia-smi printed {text!r} in place of a value, which kiln does not know: not read "
+                         "(run nvidia-smi on the node to see what it says)")
+    return text
 
 
 def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict[str, str | None]]:
     """Rows of ``--format=csv[,noheader][,nounits]`` as dicts (field -> value, None for [N/A]).
 
     With a header line the field names come from it (units in brackets dropped); with ``noheader``
-    give ``fields``. A row with the wrong number of values (truncated output) is an error."""
+    give ``fields``. A row with the wrong number of values (truncated output) is an error. A field
+    that nvidia-smi could not read because of the GPU's state (``[GPU requires reset]``, ``[GPU is
+    lost]``, ``[Unknown Error]``) is None, and the row lists it under ``FAULTS`` with what to do."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise CheckError("nvidia-smi printed nothing")
@@ -53,7 +71,9 @@ def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict[str
             values = values[:-1]  # some drivers end rows with ", "
         if len(values) != len(fields):
             raise CheckError(f"nvidia-smi row has {len(values)} values for {len(fields)} fields: {line[:80]!r}")
-        rows.append({f: _value(v) for f, v in zip(fields, values)})
+        row: dict = {f: _value(v) for f, v in zip(fields, values)}
+        row[FAULTS] = [(f, v.strip(), GPU_FAULTS[v.strip()]) for f, v in zip(fields, values) if v.strip() in GPU_FAULTS]
+        rows.append(row)
     return rows
 
 

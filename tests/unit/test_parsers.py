@@ -400,3 +400,34 @@ def test_nvlink_status_with_a_line_it_does_not_print_is_refused():
     broken = text.replace("Link 3: 25 GB/s", "Lnk 3 25 GB/s", 1)
     with pytest.raises(CheckError, match="not understood under GPU 0"):
         parse_nvlink_status(broken)
+
+
+GPU_ROW = ("{i}, NVIDIA H100 80GB HBM3, 00000000:{bus}:00.0, 550.163.01, Enabled, Enabled, {ecc}, No, 5, 5, 16, 16, "
+           "0x0000000000000000")
+
+
+def _table(*ecc: str) -> str:
+    return "\n".join(GPU_ROW.format(i=i, bus=f"{0x18 + i:02X}", ecc=e) for i, e in enumerate(ecc)) + "\n"
+
+
+@pytest.mark.parametrize("placeholder", ["[GPU requires reset]", "[GPU is lost]", "[Unknown Error]", "[Timeout]"])
+def test_a_gpu_state_placeholder_is_a_lost_gpu_verdict_not_a_pass_or_a_crash(placeholder):
+    from checks.gpu import FIELDS, check_table
+    rows = parse_query_csv(_table("0", placeholder, "0"), FIELDS + ["throttle"])
+    assert rows[1]["ecc.errors.uncorrected.volatile.total"] is None
+    verdicts = check_table(rows, {"count": 3, "model": "h100", "driver": "550.163.01"})
+    lost = [v for v in verdicts if v.id == "GPU_LOST"]
+    assert len(lost) == 1 and lost[0].severity == "fail", verdicts
+    assert lost[0].message.startswith(f"gpu1 (00000000:19:00.0): nvidia-smi printed {placeholder}")
+
+
+def test_not_available_placeholders_are_no_value_and_no_fault():
+    from checks.gpu import FIELDS, check_table
+    rows = parse_query_csv(_table("[N/A]", "[Not Supported]"), FIELDS + ["throttle"])
+    assert [r["ecc.errors.uncorrected.volatile.total"] for r in rows] == [None, None]
+    assert all(v.severity == "ok" for v in check_table(rows, {"count": 2, "model": "h100"}))
+
+
+def test_a_placeholder_kiln_does_not_know_is_refused():
+    with pytest.raises(CheckError, match=r"printed '\[Driver Reloading\]' in place of a value"):
+        parse_query_csv(_table("0", "[Driver Reloading]"), ["f"] * 13)
