@@ -138,10 +138,13 @@ def parse_ibv_devinfo(text: str) -> dict[str, Adapter]:
 
 
 def parse_ib_write_bw(text: str) -> dict[int, float]:
-    """``ib_write_bw`` result rows: message size (bytes) -> average bandwidth in Gb/s (MB/sec converted
-    when the run did not use --report_gbits). A size printed more than once (one row per port of a
-    two-port run) keeps its lowest figure: the slow port is the one to report."""
+    """``ib_write_bw`` result rows: message size (bytes) -> average bandwidth in Gb/s, one direction
+    (MB/sec converted when the run did not use --report_gbits). A size printed more than once (one row
+    per port of a two-port run) keeps its lowest figure: the slow port is the one to report. A
+    bidirectional run (``-b``: "Bidirectional BW Test") reports both directions added up: halved, so
+    the figure compares with a link's rate. Older perftest prints four columns (no MsgRate)."""
     unit = None
+    both_ways = "Bidirectional BW Test" in text
     results: dict[int, float] = {}
     for line in text.splitlines():
         header = re.search(r"BW average\[(Gb/sec|MB/sec)\]", line)
@@ -149,12 +152,16 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
             unit = header.group(1)
             continue
         # perftest may glue a warning to the row ("0.000000Correlation coefficient r^2: 0.67 < 0.9")
-        row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", line)
+        row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)(?:\s+[\d.]+)?", line, re.ASCII)
         if row and unit:
             average = float(row.group(4))
             gbits = average if unit == "Gb/sec" else average * 8 / 1000
+            if both_ways:
+                gbits /= 2
             size = int(row.group(1))
             results[size] = min(gbits, results.get(size, gbits))
     if not results:
+        if unit is None and re.search(r"#bytes\s+#iterations", text):
+            raise CheckError("ib_write_bw's result header names no BW average unit kiln reads: not read")
         raise CheckError("ib_write_bw printed no result row (did the peer connect?)")
     return results

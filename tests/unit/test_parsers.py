@@ -349,6 +349,20 @@ def test_ib_write_bw_two_ports_keeps_the_slow_one():
     assert parse_ib_write_bw(read("ib_write_bw/kiln-made-two-ports.txt")) == {8388608: 196.95}
 
 
+def test_ib_write_bw_bidirectional_is_read_per_direction():
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-made-bidirectional.txt")) == {1048576: 785.42 / 2}
+
+
+def test_ib_write_bw_older_four_columns():
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-made-old-four-columns.txt")) == {65536: 5871.90 * 8 / 1000}
+
+
+def test_ib_write_bw_with_a_unit_kiln_does_not_read_is_refused_with_that_reason():
+    text = read("ib_write_bw/kiln-made-old-four-columns.txt").replace("BW average[MB/sec]", "BW average[MiB/sec]")
+    with pytest.raises(CheckError, match="names no BW average unit"):
+        parse_ib_write_bw(text)
+
+
 def test_sxid_lines_of_two_switches_interleaved_are_two_events():
     one = read("kernel-xid/kiln-made-sxid-multiline-nonfatal.log").splitlines(keepends=True)
     fatal = read("kernel-xid/kiln-made-sxid-multiline-fatal.log").splitlines(keepends=True)
