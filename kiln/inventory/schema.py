@@ -294,8 +294,11 @@ SETTINGS: dict[str, Setting] = {
            "GlusterFS volumes of a storage server (hosts in storage_servers only; see GlusterVolume)"),
         _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),
         _s("ssh_known_hosts_file", FilePath, None, "host",
-           "known_hosts file for this host (strict checking is always on)"),
-        _s("ssh_config_file", FilePath, None, "host", "ssh_config file used to reach this host"),
+           "known_hosts file for this host (strict checking is always on; relative paths from the inventory directory)"),
+        _s("ssh_config_file", FilePath, None, "host",
+           "ssh_config file used to reach this host (relative paths from the inventory directory); only options "
+           "that say how to connect (kiln/inventory/ssh_config.py): ProxyCommand, Match exec, Include and the like "
+           "are refused"),
     )
 }
 

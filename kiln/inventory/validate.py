@@ -6,14 +6,16 @@ fixes an inventory in one pass. Nothing here opens a connection or imports pyinf
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from kiln.inventory import cluster_checks, identities, model, nvidia_stack
+from kiln.inventory import cluster_checks, identities, model, nvidia_stack, ssh_config
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.formats import CONTROL, ascii_digits
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
@@ -73,7 +75,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     checked: dict = {}  # hosts share their group_vars' values: each distinct value is checked once
     settings = {name: _host_settings(raw, raw.hosts[name], out, checked) for name in managed}
     cluster_values = _cluster_settings(raw, settings, out)
-    hosts = {name: _build_host(raw.hosts[name], settings[name], out) for name in managed}
+    hosts = {name: _build_host(raw.hosts[name], settings[name], out, raw.root) for name in managed}
     node_types = _node_types(raw, hosts, out)
     type_of = {h: t for t, members in reversed(node_types.items()) for h in members}  # the first type wins
     hosts = {n: _with_node_type(h, type_of) for n, h in hosts.items()}
@@ -246,7 +248,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _connection(host: RawHost, out: _Collector) -> dict[str, Any]:
+def _connection(host: RawHost, out: _Collector, root: Path) -> dict[str, Any]:
     data: dict[str, Any] = {"ssh_strict_host_key_checking": "yes"}
     for var, (key, kind) in CONNECTION_VARS.items():
         if var not in host.vars:
@@ -273,12 +275,33 @@ def _connection(host: RawHost, out: _Collector) -> dict[str, Any]:
     for var, key in (("kiln_ssh_known_hosts_file", "ssh_known_hosts_file"),
                      ("kiln_ssh_config_file", "ssh_config_file")):
         if var in host.vars:
-            data[key] = str(host.vars[var])
+            # relative to the inventory directory, wherever kiln runs (ssh alone would take the working directory)
+            data[key] = str(root / str(host.vars[var]))
+    config = data.get("ssh_config_file")
+    if config:
+        why = _ssh_config_problem(config)
+        if why:
+            file, line = host.origins.get("kiln_ssh_config_file", (host.source, None))
+            out.add(file, "kiln_ssh_config_file", why, line)
     return data
 
 
-def _build_host(host: RawHost, s: dict[str, Any], out: _Collector) -> model.Host:
-    conn = _connection(host, out)
+def _ssh_config_problem(path: str) -> str | None:
+    """Hosts mostly share one ssh_config: it is read once while it is unchanged."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ssh_config.problem(path)
+    return _ssh_config_read(path, info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _ssh_config_read(path: str, mtime_ns: int, size: int) -> str | None:  # noqa: ARG001 - the cache's key
+    return ssh_config.problem(path)
+
+
+def _build_host(host: RawHost, s: dict[str, Any], out: _Collector, root: Path) -> model.Host:
+    conn = _connection(host, out, root)
     get = lambda key: s.get(key, SETTINGS[key].default)  # noqa: E731
     return model.Host(
         name=host.name, groups=tuple(host.groups), address=str(conn.get("ssh_hostname", host.name)),
