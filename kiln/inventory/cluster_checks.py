@@ -4,11 +4,13 @@ Each adds errors through ``add(file, key, message, line)``, located with ``RawIn
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from kiln.inventory import model
-from kiln.inventory.formats import is_this_machine
+from kiln.inventory.formats import CONTROL, is_this_machine
 from kiln.inventory.loader import RawInventory
 from kiln.inventory.schema import CLUSTER_NAME, SERVICE_ACCOUNTS, SETTINGS
 from kiln.inventory.suggest import suggest
@@ -23,6 +25,12 @@ def hint_file(raw: RawInventory, group: str | None) -> str:
 
 def check_groups(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     source = raw.files.sources[0]
+    for group in raw.groups:
+        found = CONTROL.search(group)
+        if found:
+            file, line = raw.files.group_at.get(group, (source, None))
+            add(file, group, f"group name holds the character {found.group()!r} (at {found.start()}), which is "
+                "invisible or reorders how the name reads: rename the group", line)
     controllers = raw.groups.get(model.CONTROLLER, [])
     if not controllers:
         add(source, model.CONTROLLER, "the slurm_controller group is missing or empty: put the "
@@ -279,3 +287,28 @@ def check_versions(raw: RawInventory, hosts: dict[str, model.Host], values: dict
     resolved = {name: pin.default for name, pin in PINS.items() if pin.default is not None}
     resolved.update({k: v for k, v in pins.items() if k in PINS})
     return resolved
+
+
+def check_secrets_dir(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    """The secrets directory stays in a place the operator owns: a relative kiln_secrets_dir may not
+    climb out of the directory that holds the inventory (``../../other-team/secrets`` would hand
+    another cluster's munge key to this one), and the nearest directory of it that exists belongs to
+    the user running kiln (or root) and is writable by no one else."""
+    value = values.get("kiln_secrets_dir")
+    if not value:
+        return
+    file, line = raw.origin("kiln_secrets_dir")
+    base = raw.root.parent.resolve()
+    path = Path(os.path.normpath(base / str(value)))
+    if not Path(str(value)).is_absolute() and not path.is_relative_to(base):
+        add(file, "kiln_secrets_dir", f"{value!r} leaves {base}, the directory that holds the inventory: keep a "
+            "relative secrets directory inside it, or give an absolute path the operator owns", line)
+        return
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    info = existing.stat()
+    if info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+        add(file, "kiln_secrets_dir", f"{existing} (holding the secrets directory {path}) belongs to uid "
+            f"{info.st_uid} with mode {info.st_mode & 0o777:o}: the secrets directory must sit in a directory of "
+            "the user running kiln (or root) that no one else may write", line)

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import asdict, dataclass
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, format (bidirectional override, zero-width) and line-separator
+    character written as its escape (``\\u202e``): an error message never prints a value raw that
+    would reorder or hide what a terminal shows."""
+    return "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Zl", "Zp") else _ESCAPES.get(c) or
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 @dataclass
@@ -13,6 +25,9 @@ class InventoryError:
     key: str
     message: str
     line: int | None = None
+
+    def __post_init__(self) -> None:
+        self.file, self.key, self.message = printable(str(self.file)), printable(str(self.key)), printable(str(self.message))
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file

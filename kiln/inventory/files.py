@@ -45,6 +45,8 @@ class InventoryFiles:
     host_source: dict[str, str] = field(default_factory=dict)
     # host -> the line of its hosts file that names it (or its range)
     host_line: dict[str, int | None] = field(default_factory=dict)
+    # group -> (hosts file, line) where it is first named
+    group_at: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     # vars files encrypted whole with Ansible Vault (Ansible decrypts them, given the password)
     encrypted: list[str] = field(default_factory=list)
     errors: list[InventoryError] = field(default_factory=list)
@@ -207,6 +209,7 @@ def _read_source(files: InventoryFiles, path: Path) -> None:
 
 def _walk_yaml_group(files: InventoryFiles, rel: str, lines: dict[str, int], group: str, body: Any) -> None:
     """Record the hosts of ``group`` and its children; ``lines``: each key's first line in the file."""
+    files.group_at.setdefault(group, (rel, lines.get(group)))
     if body is None:
         return
     if not isinstance(body, dict):
@@ -235,6 +238,7 @@ def _walk_ini(files: InventoryFiles, rel: str, text: str) -> None:
             continue
         if line.startswith("["):
             section = line.strip("[]")
+            files.group_at.setdefault(section.split(":")[0], (rel, number))
             continue
         if section.endswith((":vars", ":children")):
             continue

@@ -32,7 +32,9 @@ def read_by_kiln(name: str) -> bool:
     return name.startswith(KILN_PREFIX) or name in KILN_CONNECTION_VARS
 
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Control characters, and the invisible ones that change how a line reads on a terminal or in a review:
+# bidirectional overrides and isolates (a name that displays as another), zero-width characters.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.ASCII)
