@@ -143,7 +143,7 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
     from ansible.template import Templar
     from ansible.vars.manager import VariableManager
 
-    loader = DataLoader()
+    loader = _UncopiedLoader()
     loader.set_basedir(str(root))  # not the current directory: its group_vars/ are not this inventory's
     secrets: list = []
     if password_file:
@@ -221,6 +221,24 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
 
 class _Template:
     """Marks a value that is a template: rendered per host, never shared."""
+
+
+def _uncopied_loader_class() -> type:
+    from ansible.parsing.dataloader import DataLoader
+
+    class UncopiedLoader(DataLoader):
+        """Ansible's DataLoader without the deep copy of a file it did not cache (``cache='none'``, as
+        the YAML inventory plugin reads hosts files): nothing else holds that data, and copying a
+        10,000-host file took a quarter of reading it."""
+
+        def load_from_file(self, file_name: str, cache: str = "all", unsafe: bool = False, **kwargs: Any) -> Any:
+            return super().load_from_file(file_name, cache=cache, unsafe=unsafe or cache == "none", **kwargs)
+
+    return UncopiedLoader
+
+
+def _UncopiedLoader() -> Any:  # noqa: N802 - made like the class it returns
+    return _uncopied_loader_class()()
 
 
 def _plain_or_error(value: Any) -> Any:
@@ -302,6 +320,7 @@ def _group_vars_read_once() -> Iterator[None]:
     the result for one list of groups is kept and reused; a list with a host in it is never kept. If
     ansible-core's internals change shape, reading works as before, only slower."""
     from ansible.inventory.group import Group
+    from ansible.inventory.host import Host
     from ansible.vars import manager
 
     names = ("get_vars_from_inventory_sources", "get_vars_from_path", "get_group_vars")
@@ -311,10 +330,24 @@ def _group_vars_read_once() -> Iterator[None]:
         return
     cache: dict[tuple, Any] = {}
 
+    def host_vars_beside(paths: Any) -> bool:
+        """Whether a host_vars directory sits in one of the inventory paths Ansible looks in."""
+        key = ("host_vars", tuple(paths))
+        if key not in cache:
+            dirs = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p]
+            cache[key] = any(os.path.isdir(os.path.join(d, "host_vars")) for d in dirs)
+        return cache[key]
+
     def remembering(name: str, function: Any, entities_at: int) -> Any:
         def call(*args: Any) -> Any:
             entities = args[entities_at]
             if not all(isinstance(e, Group) for e in entities):
+                # a host's own files come only from host_vars/ (kiln enables no other vars plugin):
+                # with none there, the per-host search of that directory (stat calls per host) is skipped
+                if all(isinstance(e, Host) for e in entities) and name != names[2]:
+                    paths = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+                    if not host_vars_beside(paths):
+                        return {}
                 return function(*args)
             key = (name, tuple(e.name for e in entities),
                    *(tuple(a) if isinstance(a, list) else a for i, a in enumerate(args) if i and i != entities_at))

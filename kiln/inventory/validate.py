@@ -216,26 +216,33 @@ def _host_settings(raw: RawInventory, host: RawHost, out: _Collector, checked: d
 def _cluster_settings(raw: RawInventory, settings: dict[str, dict], out: _Collector) -> dict[str, Any]:
     """Cluster-wide settings must have one value on every host: set once, in group_vars/all/."""
     values: dict[str, Any] = {}
+    # keys some host sets but whose value was refused (reported already, per host)
+    refused = set().union(*(raw.hosts[h].vars.keys() - hs.keys() for h, hs in settings.items()))
     for setting in (s for s in SETTINGS.values() if s.scope == "cluster"):
+        name, default = setting.name, setting.default
+        if name in refused:
+            continue  # already reported as badly typed
         by_object: dict[int, tuple[Any, list[str]]] = {}  # hosts mostly share one value object
-        for name, host_settings in settings.items():
-            value = host_settings.get(setting.name, setting.default)
-            if setting.name in raw.hosts[name].vars and setting.name not in host_settings:
-                break  # already reported as badly typed
-            by_object.setdefault(id(value), (value, []))[1].append(name)
-        else:
-            seen: dict[str, list[str]] = defaultdict(list)
-            for value, names in by_object.values():
-                seen[json.dumps(_jsonable(value), sort_keys=True)].extend(names)
-            if len(seen) > 1:
-                files = sorted({raw.hosts[h].origins[setting.name][0]
-                                for hs in seen.values() for h in hs if setting.name in raw.hosts[h].origins})
-                out.add(files[-1] if files else raw.files.sources[0], setting.name,
-                        "cluster-wide setting differs between hosts (set in " + ", ".join(files)
-                        + "): set it once in group_vars/all/")
-            elif seen and settings:
+        if len({id(hs.get(name, default)) for hs in settings.values()}) == 1:
+            if settings:
                 first = next(iter(settings))
-                values[setting.name] = settings[first].get(setting.name, setting.default)
+                by_object[0] = (settings[first].get(name, default), list(settings))
+        else:
+            for host, host_settings in settings.items():
+                value = host_settings.get(name, default)
+                by_object.setdefault(id(value), (value, []))[1].append(host)
+        seen: dict[str, list[str]] = defaultdict(list)
+        for value, names in by_object.values():
+            seen[json.dumps(_jsonable(value), sort_keys=True)].extend(names)
+        if len(seen) > 1:
+            files = sorted({raw.hosts[h].origins[name][0]
+                            for hs in seen.values() for h in hs if name in raw.hosts[h].origins})
+            out.add(files[-1] if files else raw.files.sources[0], name,
+                    "cluster-wide setting differs between hosts (set in " + ", ".join(files)
+                    + "): set it once in group_vars/all/")
+        elif seen and settings:
+            first = next(iter(settings))
+            values[name] = settings[first].get(name, default)
     return values
 
 
