@@ -61,27 +61,59 @@ class InventoryFiles:
 
 
 def read_inventory_files(root: Path) -> InventoryFiles:
-    """Read and parse every file kiln and Ansible would read under ``root``."""
+    """Read and parse every file kiln and Ansible would read under ``root``: its hosts files at any
+    depth (Ansible reads a directory's subdirectories as sources too), then group_vars/ and host_vars/
+    as Ansible's host_group_vars finds them. Every limit (size, FIFOs and devices, file count) holds for
+    every file read, at any depth; a link whose target is outside the inventory is refused."""
     files = InventoryFiles(root=root)
     if not root.is_dir():
         files.errors.append(InventoryError(str(root), "-", "inventory directory not found: give -i DIR "
                                            "or set KILN_INVENTORY"))
         return files
-    for entry in sorted(root.iterdir()):
-        name = entry.name
-        if name.startswith(".") or name.endswith(IGNORED_EXTS) or name in VARS_DIRS:
-            continue
-        if entry.is_dir():
-            continue
-        files.sources.append(name)
-        _read_source(files, entry)
-    if not files.sources:
+    _read_sources(files, root, set())
+    if not files.sources and not files.errors:
         files.errors.append(InventoryError(".", "-", f"no hosts file (hosts.yml or hosts.ini) in {root}"))
     for kind in VARS_DIRS:
         base = root / kind
-        if base.is_dir():
+        if base.is_dir() and not _outside(files, base):
             _read_vars_dir(files, base, kind)
     return files
+
+
+def _outside(files: InventoryFiles, path: Path) -> bool:
+    """A link under the inventory whose target is outside it: refused (an error is recorded)."""
+    if not path.is_symlink():
+        return False
+    target = path.resolve()
+    if target.is_relative_to(files.root.resolve()):
+        return False
+    files.errors.append(InventoryError(_rel(files, path), "-", f"links to {target}, outside the inventory: kiln "
+                                       "reads only the inventory's own files; copy what it needs into it"))
+    return True
+
+
+def _read_sources(files: InventoryFiles, directory: Path, seen: set[Path]) -> None:
+    """Hosts files in ``directory`` and, as Ansible does, in its subdirectories (not group_vars/,
+    host_vars/, vars_plugins/, hidden or ignored names); a directory reached twice through links is
+    read once."""
+    real = directory.resolve()
+    if real in seen:
+        return
+    seen.add(real)
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if name.startswith(".") or name.endswith(IGNORED_EXTS) or name in (*VARS_DIRS, "vars_plugins"):
+            continue
+        if _outside(files, entry):
+            continue
+        if entry.is_dir():
+            _read_sources(files, entry, seen)
+            continue
+        if len(files.sources) >= MAX_FILES:
+            files.errors.append(InventoryError(_rel(files, directory), "-", f"holds more than {MAX_FILES} hosts files"))
+            return
+        files.sources.append(_rel(files, entry))
+        _read_source(files, entry)
 
 
 def _rel(files: InventoryFiles, path: Path) -> str:
@@ -146,25 +178,58 @@ def _parse_yaml(files: InventoryFiles, path: Path, text: str, hosts_file: bool =
     return None
 
 
+def _vars_paths(files: InventoryFiles, entry: Path) -> list[Path] | None:
+    """The files of a group_vars/host_vars directory entry that is itself a directory, at any depth;
+    links inside the inventory are followed (as Ansible follows them), links out of it refused."""
+    paths: list[Path] = []
+    seen: set[Path] = set()
+    stack = [entry]
+    while stack:
+        directory = stack.pop()
+        if directory.resolve() in seen:
+            continue
+        seen.add(directory.resolve())
+        for item in sorted(directory.iterdir()):
+            if item.name.startswith(".") or _outside(files, item):
+                continue
+            if item.is_dir():
+                stack.append(item)
+            else:
+                paths.append(item)
+            if len(paths) > MAX_FILES:
+                files.errors.append(InventoryError(_rel(files, entry), "-", f"holds more than {MAX_FILES} files"))
+                return None
+    return sorted(paths)
+
+
 def _read_vars_dir(files: InventoryFiles, base: Path, kind: str) -> None:
+    """Each owner's vars as Ansible's host_group_vars finds them: for a name X the first of X (a
+    directory, or a file), X.yml, X.yaml, X.json that exists is read and the others never are; a
+    group_vars file of a group no hosts file names is not read (Ansible never reads it)."""
     target = files.group_vars if kind == "group_vars" else files.host_vars
+    chosen: dict[str, tuple[int, Path]] = {}
     for entry in sorted(base.iterdir()):
         if entry.name.startswith("."):
             continue
+        owner, ext = (entry.name, "") if entry.is_dir() else os.path.splitext(entry.name)
+        if ext not in VARS_EXTS:
+            continue
+        rank = VARS_EXTS.index(ext)  # "" (a directory or a bare file) first, then .yml, .yaml, .json
+        if owner not in chosen or rank < chosen[owner][0]:
+            chosen[owner] = (rank, entry)
+    known_groups = set(files.group_at) | {"all", "ungrouped"}
+    for owner, (_, entry) in sorted(chosen.items()):
+        if kind == "group_vars" and owner not in known_groups:
+            continue
+        if kind == "host_vars" and owner not in files.host_source:
+            continue
+        if _outside(files, entry):
+            continue
         if entry.is_dir():
-            owner = entry.name
-            paths = []
-            for top, dirs, names in os.walk(entry):  # links to directories are not followed
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                paths += [Path(top) / n for n in sorted(names) if not n.startswith(".")]
-                if len(paths) > MAX_FILES:
-                    files.errors.append(InventoryError(_rel(files, entry), "-", f"holds more than {MAX_FILES} "
-                                                       "files"))
-                    return
+            paths = _vars_paths(files, entry)
+            if paths is None:
+                return
         else:
-            owner, ext = os.path.splitext(entry.name)
-            if ext not in VARS_EXTS:
-                continue
             paths = [entry]
         for path in paths:
             if path.suffix not in VARS_EXTS:
@@ -240,7 +305,10 @@ def _walk_ini(files: InventoryFiles, rel: str, text: str) -> None:
             section = line.strip("[]")
             files.group_at.setdefault(section.split(":")[0], (rel, number))
             continue
-        if section.endswith((":vars", ":children")):
+        if section.endswith(":vars"):
+            continue
+        if section.endswith(":children"):
+            files.group_at.setdefault(line.split()[0], (rel, number))
             continue
         pattern = line.split()[0]
         _record_pattern(files, rel, f"[{section}] {pattern}", pattern, number)

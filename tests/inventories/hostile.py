@@ -268,10 +268,24 @@ CASES = [
     Case("yaml_alias_bomb", {"group_vars/all/bomb.yml": BILLION_LAUGHS}, "group_vars/all/bomb.yml", "-",
          "aliases expand to more than"),
     Case("vars_file_links_to_dev_zero", {"group_vars/all/zero.yml": Special("link", "/dev/zero")},
-         "group_vars/all/zero.yml", "-", "links to a character device"),
+         "group_vars/all/zero.yml", "-", "links to /dev/zero, outside the inventory"),
     Case("vars_file_is_a_fifo", {"group_vars/all/pipe.yml": Special("fifo")}, "group_vars/all/pipe.yml", "-",
          "is a FIFO"),
     Case("hosts_file_is_a_fifo", {"extra.yml": Special("fifo")}, "extra.yml", "-", "is a FIFO"),
+    # --- the same limits at every depth, and nothing read through a link out of the inventory ---
+    Case("hosts_file_in_a_subfolder_is_a_fifo", {"more/extra.yml": Special("fifo")}, "more/extra.yml", "-", "is a FIFO"),
+    Case("hosts_file_in_a_subfolder_of_9_megabytes", {"more/big.yml": Special("size", size=9 * 1024 * 1024)},
+         "more/big.yml", "-", "over kiln's limit"),
+    Case("host_range_in_a_subfolder", {"more/extra.yml": "all:\n  children:\n    cpu_b:\n      hosts:\n"
+                                       "        n[000001:900000]:\n"},
+         "more/extra.yml", "cpu_b.hosts.n[000001:900000]", "over 100000 hosts", line=5),
+    Case("value_in_a_subfolder_hosts_file", {"more/extra.yml": "all:\n  children:\n    cpu_b:\n      hosts:\n"
+                                             "        cpu09: {ansible_host: 10.0.0.39, ansible_port: 70000}\n"},
+         "more/extra.yml", "ansible_port", "must be a TCP port number"),
+    Case("vars_directory_links_out_of_the_inventory", {"group_vars/all/linked": Special("link", "/etc")},
+         "group_vars/all/linked", "-", "links to /etc, outside the inventory"),
+    Case("hosts_folder_links_out_of_the_inventory", {"more": Special("link", "/etc")}, "more", "-",
+         "links to /etc, outside the inventory"),
     Case("vars_file_of_9_megabytes", {"group_vars/all/big.yml": Special("size", size=9 * 1024 * 1024)},
          "group_vars/all/big.yml", "-", "over kiln's limit"),
 ]

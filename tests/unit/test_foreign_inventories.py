@@ -89,3 +89,39 @@ def test_hosts_and_groups_agree_with_ansible_inventory(name, monkeypatch):
     ours.pop("ungrouped", None), theirs.pop("ungrouped", None)
     assert ours == theirs
     assert set(raw.hosts) == set().union(*theirs.values())
+
+
+def _small(tmp_path: Path) -> Path:
+    import shutil
+    root = tmp_path / "inv"
+    shutil.copytree(INVENTORIES / "small", root)
+    return root
+
+
+def test_group_vars_of_a_group_no_hosts_file_names_are_not_read(tmp_path, monkeypatch):
+    """Ansible never reads them: a vault file there (another site's secrets) is no error, and a broken
+    kiln value there is not kiln's to report."""
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    root = _small(tmp_path)
+    (root / "group_vars" / "kube_masters.yml").write_text("$ANSIBLE_VAULT;1.1;AES256\n6331\n")
+    (root / "group_vars" / "old_group.yml").write_text("kiln_gpu_count: many\n")
+    code, report = validate(root)
+    assert code == 0, report["errors"]
+
+
+def test_a_group_vars_directory_hides_the_file_of_the_same_name_as_in_ansible(tmp_path):
+    """group_vars/cpu_b/ and group_vars/cpu_b.yml: Ansible reads the directory only, and kiln reads
+    what Ansible reads (the file's misspelt key is not reported, the directory's values are used)."""
+    root = _small(tmp_path)
+    text = (root / "group_vars" / "cpu_b.yml").read_text()
+    (root / "group_vars" / "cpu_b").mkdir()
+    (root / "group_vars" / "cpu_b" / "main.yml").write_text(text.replace("kiln_cpus: 16", "kiln_cpus: 24"))
+    (root / "group_vars" / "cpu_b.yml").write_text(text + "kiln_gpu_modle: a100\n")
+    code, report = validate(root)
+    assert code == 0, report["errors"]
+    from kiln.inventory import load_cluster
+    assert load_cluster(root).hosts["cpu01"].cpus == 24
+    ansible = Path(sys.executable).parent / "ansible-inventory"
+    out = subprocess.run([str(ansible), "-i", str(root), "--host", "cpu01"], capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}, timeout=120)
+    assert json.loads(out.stdout)["kiln_cpus"] == 24 and "kiln_gpu_modle" not in json.loads(out.stdout)
