@@ -47,6 +47,8 @@ class InventoryFiles:
     host_line: dict[str, int | None] = field(default_factory=dict)
     # group -> (hosts file, line) where it is first named
     group_at: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    # group -> its child groups, each with the hosts file and line that made it one
+    children: dict[str, dict[str, tuple[str, int | None]]] = field(default_factory=dict)
     # vars files encrypted whole with Ansible Vault (Ansible decrypts them, given the password)
     encrypted: list[str] = field(default_factory=list)
     errors: list[InventoryError] = field(default_factory=list)
@@ -71,6 +73,7 @@ def read_inventory_files(root: Path) -> InventoryFiles:
                                            "or set KILN_INVENTORY"))
         return files
     _read_sources(files, root, set())
+    _check_group_cycles(files)
     if not files.sources and not files.errors:
         files.errors.append(InventoryError(".", "-", f"no hosts file (hosts.yml or hosts.ini) in {root}"))
     for kind in VARS_DIRS:
@@ -78,6 +81,30 @@ def read_inventory_files(root: Path) -> InventoryFiles:
         if base.is_dir() and not _outside(files, base):
             _read_vars_dir(files, base, kind)
     return files
+
+
+def _check_group_cycles(files: InventoryFiles) -> None:
+    """A group that contains itself through its children is an error naming the child entry that closes
+    the loop (Ansible says only "recursive dependency loop", with no file or line)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(group: str, path: list[str]) -> bool:
+        state[group] = 1
+        for child, (rel, line) in files.children.get(group, {}).items():
+            if state.get(child) == 1:
+                loop = " -> ".join(path[path.index(child):] + [group, child]) if child in path else f"{group} -> {child}"
+                files.errors.append(InventoryError(rel, f"{group}.children.{child}", f"group {child!r} contains "
+                                                   f"{group!r}, which lists it as a child: a loop ({loop}); remove "
+                                                   "one of the two", line))
+                return True
+            if state.get(child) is None and visit(child, path + [group]):
+                return True
+        state[group] = 2
+        return False
+
+    for group in list(files.children):
+        if state.get(group) is None and visit(group, []):
+            return
 
 
 def _outside(files: InventoryFiles, path: Path) -> bool:
@@ -292,6 +319,7 @@ def _walk_yaml_group(files: InventoryFiles, rel: str, lines: dict[str, int], gro
     children = body.get("children") or {}
     if isinstance(children, dict):
         for child, child_body in children.items():
+            files.children.setdefault(group, {}).setdefault(str(child), (rel, lines.get(group)))
             _walk_yaml_group(files, rel, lines, str(child), child_body)
 
 
@@ -309,6 +337,7 @@ def _walk_ini(files: InventoryFiles, rel: str, text: str) -> None:
             continue
         if section.endswith(":children"):
             files.group_at.setdefault(line.split()[0], (rel, number))
+            files.children.setdefault(section.rsplit(":", 1)[0], {}).setdefault(line.split()[0], (rel, number))
             continue
         pattern = line.split()[0]
         _record_pattern(files, rel, f"[{section}] {pattern}", pattern, number)

@@ -153,6 +153,10 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
             return raw
         secrets = [("default", secret)]
         loader.set_vault_secrets(secrets)
+        undecryptable = _undecryptable(root, files.encrypted, secrets)
+        if undecryptable:
+            raw.errors += undecryptable
+            return raw
     try:
         with _lookups_refused(), _vault_secrets(secrets), _group_vars_read_once():
             inventory = InventoryManager(loader=loader, sources=[str(root)])
@@ -256,6 +260,23 @@ def _plain_or_none(value: Any) -> Any:
         return plain(value)
     except Exception:  # noqa: BLE001 - an encrypted value without its password: checked per host
         return None
+
+
+def _undecryptable(root: Path, encrypted: list[str], secrets: list) -> list[InventoryError]:
+    """The whole-file vault files the password given does not open, each named (Ansible would report
+    the failure against the first host that reads the file, in its hosts file)."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.vault import VaultLib
+
+    vault = VaultLib(secrets)
+    errors = []
+    for rel in encrypted:
+        try:
+            vault.decrypt((root / rel).read_bytes())
+        except (AnsibleError, OSError) as exc:
+            errors.append(InventoryError(rel, "-", "the vault password given does not decrypt this file "
+                                         f"({_ansible_message(exc)}): give the password it was encrypted with"))
+    return errors
 
 
 def _vault_secret(loader: Any, password_file: str) -> tuple[Any, str | None]:

@@ -119,7 +119,7 @@ class Team(_Strict):
     name: PosixName
     shares: int = Field(ge=1, le=1_000_000, description="fair-share shares (relative)")
     gid: int | None = Field(None, ge=1000, le=2**31 - 2)
-    gpu_limit: int | None = Field(None, ge=0, description="GrpTRES gres/gpu for the whole team")
+    gpu_limit: int | None = Field(None, ge=0, le=1_000_000, description="GrpTRES gres/gpu for the whole team")
     users: list[TeamUser] = []
 
 
@@ -167,7 +167,7 @@ SETTINGS: dict[str, Setting] = {
            "seconds between node-local health checks (1 to 86400)"),
         _s("topology", dict[Token, list[Token]], {}, "cluster",
            "switch name -> hosts under it; renders topology.conf when set"),
-        _s("service_uids", dict[Token, int], {"slurm": 980, "munge": 981}, "cluster",
+        _s("service_uids", dict[Token, Annotated[int, Field(ge=0, le=2**31 - 2)]], {"slurm": 980, "munge": 981}, "cluster",
            "fixed UID (and GID of the same number) of service accounts on every node; 100-999"),
         _s("ntp_servers", list[Address], [], "cluster",
            "time servers for chrony; empty keeps the distribution's pool"),

@@ -272,6 +272,9 @@ CASES = [
     Case("vars_file_is_a_fifo", {"group_vars/all/pipe.yml": Special("fifo")}, "group_vars/all/pipe.yml", "-",
          "is a FIFO"),
     Case("hosts_file_is_a_fifo", {"extra.yml": Special("fifo")}, "extra.yml", "-", "is a FIFO"),
+    Case("group_contains_itself", hosts("            cpu01: {ansible_host: 10.0.0.31}",
+         "            cpu01: {ansible_host: 10.0.0.31}\n          children:\n            compute:"), HOSTS_FILE,
+         "cpu_b.children.compute", "a loop (compute -> cpu_b -> compute)", line=14),
     # --- the same limits at every depth, and nothing read through a link out of the inventory ---
     Case("hosts_file_in_a_subfolder_is_a_fifo", {"more/extra.yml": Special("fifo")}, "more/extra.yml", "-", "is a FIFO"),
     Case("hosts_file_in_a_subfolder_of_9_megabytes", {"more/big.yml": Special("size", size=9 * 1024 * 1024)},

@@ -125,3 +125,19 @@ def test_a_group_vars_directory_hides_the_file_of_the_same_name_as_in_ansible(tm
     out = subprocess.run([str(ansible), "-i", str(root), "--host", "cpu01"], capture_output=True, text=True,
                          env={k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}, timeout=120)
     assert json.loads(out.stdout)["kiln_cpus"] == 24 and "kiln_gpu_modle" not in json.loads(out.stdout)
+
+
+def test_a_wrong_vault_password_is_reported_against_the_file_it_does_not_open(tmp_path, monkeypatch):
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    root = _small(tmp_path)
+    path = root / "group_vars" / "cpu_b.yml"
+    path.write_bytes(VaultLib([("default", VaultSecret(b"right-one"))]).encrypt(path.read_text()))
+    (tmp_path / "right").write_text("right-one\n")
+    (tmp_path / "wrong").write_text("wrong-one\n")
+    code, report = validate(root, "--vault-password-file", str(tmp_path / "wrong"))
+    assert code == 2
+    assert [(e["file"], e["key"]) for e in report["errors"]] == [("group_vars/cpu_b.yml", "-")], report["errors"]
+    assert "does not decrypt this file" in report["errors"][0]["message"]
+    code, report = validate(root, "--vault-password-file", str(tmp_path / "right"))
+    assert code == 0, report["errors"]
