@@ -152,9 +152,10 @@ def expected_nvlinks(gpu: dict) -> int | None:
     return NVLINKS_PER_MODEL.get(str(gpu.get("model") or "").lower()) if gpu.get("nvswitch") else None
 
 
-def check_nvlink(node: Node, expected: int | None = None) -> list[Verdict]:
+def check_nvlink(node: Node, expected: int | None = None, bridged: bool = False) -> list[Verdict]:
     """Every NVLink active, and each listed GPU with ``expected`` links (a GPU missing altogether is
-    GPU_COUNT's)."""
+    GPU_COUNT's). ``bridged``: PCIe cards joined by NVLink bridges, whose slots without a bridge are
+    inactive by design: each GPU must have ``expected`` active links, however many it lists."""
     out = node.run(NVLINK_STATUS)
     if out.rc != 0:
         return [fail("GPU_NVLINK", f"nvidia-smi nvlink -s exited {out.rc}: {explain_exit(out.rc)}")]
@@ -162,6 +163,8 @@ def check_nvlink(node: Node, expected: int | None = None) -> list[Verdict]:
         gpus = parse_nvlink_status(out.stdout)
     except CheckError as e:
         return [fail("GPU_NVLINK_UNREADABLE", str(e))]
+    if bridged:
+        return [_bridged(gpus, expected or 0)]
     bad, short = [], []
     for index, g in sorted(gpus.items()):
         if g["all_inactive"]:
@@ -178,6 +181,16 @@ def check_nvlink(node: Node, expected: int | None = None) -> list[Verdict]:
                              "reset the GPUs; if a link stays missing, service the baseboard") if short
                         else ok("GPU_NVLINK_COUNT", f"{expected} NVLinks per GPU"))
     return verdicts
+
+
+def _bridged(gpus: dict[int, dict], expected: int) -> Verdict:
+    short = []
+    for index, g in sorted(gpus.items()):
+        active = [n for n, speed in g["links"].items() if speed is not None]
+        if len(active) < expected:
+            short.append(f"gpu{index}: {len(active)} of {expected} bridged links active")
+    return fail("GPU_NVLINK_INACTIVE", "; ".join(short) + ": reseat the NVLink bridges, then reset the GPUs") if short \
+        else ok("GPU_NVLINK_INACTIVE", f"{expected} bridged NVLinks active per GPU")
 
 
 def check_xids(node: Node, command: str, hours: float = XID_HOURS) -> list[Verdict]:
@@ -252,7 +265,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     verdicts = ([error] if error else []) + check_table(rows, gpu)
     verdicts += check_remapped_rows(node)
     if gpu.get("nvswitch") or expected_nvlinks(gpu):
-        verdicts += check_nvlink(node, expected_nvlinks(gpu))
+        verdicts += check_nvlink(node, expected_nvlinks(gpu), gpu.get("nvlink_layout") == "bridged")
     if gpu.get("nvswitch"):
         verdicts.append(check_service(node, "GPU_FABRIC_MANAGER", FABRIC_MANAGER,
                                       "start it (systemctl start nvidia-fabricmanager); GPUs cannot talk over NVSwitch"))

@@ -20,7 +20,8 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
     return {
         "node": host.name,
         "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": upstream(cluster.versions.get("nvidia_driver") or ""),
-                "nvswitch": host.nvswitch, "nvlinks": host.setting("gpu_nvlinks"), "rdma": rdma, "dcgm_level": cluster.setting("check_dcgm_level"),
+                "nvswitch": host.nvswitch, "nvlinks": host.setting("gpu_nvlinks"),
+                "nvlink_layout": host.setting("gpu_nvlink_layout"), "rdma": rdma, "dcgm_level": cluster.setting("check_dcgm_level"),
                 "kernel_log": kernel_log,
                 "burn_seconds": cluster.setting("check_gpu_burn_seconds"), "bf16_tflops": host.setting("gpu_bf16_tflops"),
                 "burn_min_percent": cluster.setting("check_gpu_burn_min_percent"),

@@ -53,6 +53,10 @@ def check_compute(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> 
                     missing[(host.node_type or model.COMPUTE, key)].append(host.name)
         if host.gpu_count and not host.gpu_model and "kiln_gpu_model" not in raw.hosts[host.name].vars:
             missing[(host.node_type or (host.groups[0] if host.groups else None), "kiln_gpu_model")].append(host.name)
+        if host.setting("gpu_nvlink_layout") == "bridged" and not host.setting("gpu_nvlinks"):
+            file, line = raw.origin("kiln_gpu_nvlink_layout", host.name)
+            add(file, "kiln_gpu_nvlink_layout", "bridged NVLink needs kiln_gpu_nvlinks: the active links each GPU "
+                "must have through its bridges (e.g. 4 a bridge on A100 PCIe)", line)
         if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.hca_count == 0:
             file, line = raw.origin("kiln_fabric", host.name)
             add(file, "kiln_fabric.hca_count", f"fabric type {host.fabric.type} needs hca_count > 0", line)

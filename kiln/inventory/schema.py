@@ -272,6 +272,10 @@ SETTINGS: dict[str, Setting] = {
         _s("gpu_nvlinks", Annotated[int, Field(ge=0, le=64)], None, "host",
            "NVLinks each GPU must list (GPU_NVLINK_COUNT), e.g. for NVLink bridges; default: on NVSwitch nodes "
            "the model's count in checks/gpu.py (h100 18, a100 12, ...), elsewhere not checked; 0: none"),
+        _s("gpu_nvlink_layout", Literal["listed", "bridged"], "listed", "host",
+           "listed: every NVLink nvidia-smi lists is active and each GPU lists kiln_gpu_nvlinks; bridged (PCIe "
+           "cards joined by NVLink bridges): slots without a bridge are inactive by design, and each GPU must have "
+           "kiln_gpu_nvlinks active links"),
         _s("features", list[Token], [], "host", "Slurm node features"),
         _s("nvidia_kernel_modules", Literal["open", "proprietary", "none"], "open", "host",
            "NVIDIA kernel modules: open (Turing and newer; required from Blackwell), proprietary, or none "

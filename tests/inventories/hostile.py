@@ -272,6 +272,8 @@ CASES = [
     Case("vars_file_is_a_fifo", {"group_vars/all/pipe.yml": Special("fifo")}, "group_vars/all/pipe.yml", "-",
          "is a FIFO"),
     Case("hosts_file_is_a_fifo", {"extra.yml": Special("fifo")}, "extra.yml", "-", "is a FIFO"),
+    Case("bridged_nvlink_without_a_count", gpu_a("kiln_gpu_count: 4", "kiln_gpu_count: 4\nkiln_gpu_nvlink_layout: bridged"),
+         G, "kiln_gpu_nvlink_layout", "needs kiln_gpu_nvlinks", line=5),
     Case("group_contains_itself", hosts("            cpu01: {ansible_host: 10.0.0.31}",
          "            cpu01: {ansible_host: 10.0.0.31}\n          children:\n            compute:"), HOSTS_FILE,
          "cpu_b.children.compute", "a loop (compute -> cpu_b -> compute)", line=14),

@@ -445,3 +445,16 @@ def test_not_available_placeholders_are_no_value_and_no_fault():
 def test_a_placeholder_kiln_does_not_know_is_refused():
     with pytest.raises(CheckError, match=r"printed '\[Driver Reloading\]' in place of a value"):
         parse_query_csv(_table("0", "[Driver Reloading]"), ["f"] * 13)
+
+
+def test_bridged_nvlink_counts_active_links_and_leaves_unbridged_slots_alone():
+    from checks.gpu import check_nvlink
+    from checks.node import Node, Result
+    text = read("nvidia-smi-nvlink-status/kiln-made-a100-pcie-two-bridges.txt")
+    node = Node("gpu01", lambda command: Result(0, text, ""))
+    (bridged,) = check_nvlink(node, 8, bridged=True)
+    assert (bridged.id, bridged.severity) == ("GPU_NVLINK_INACTIVE", "ok")
+    (missing,) = check_nvlink(node, 12, bridged=True)
+    assert missing.severity == "fail" and "gpu0: 8 of 12 bridged links active" in missing.message
+    listed = check_nvlink(node, 12)  # read as an NVSwitch-style layout, the unbridged slots fail
+    assert [v.severity for v in listed] == ["fail", "ok"]
