@@ -11,7 +11,7 @@ from checks import gpu_load
 from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
 from checks.parsers.kernel_log import DEFAULT_COMMAND, parse_xids, recent
-from checks.parsers.nvidia_smi import FAULTS, explain_exit, number, parse_nvlink_status, parse_query_csv
+from checks.parsers.nvidia_smi import FAULTS, GPU_GONE, explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
 FIELDS = ["index", "name", "pci.bus_id", "driver_version", "persistence_mode", "ecc.mode.current",
@@ -96,10 +96,13 @@ def check_table(rows: list[dict], expect: dict) -> list[Verdict]:
     for r in rows:
         g = _gpu(r)
         faults = r.get(FAULTS) or []
-        if faults:
-            printed = sorted({value for _, value, _ in faults})
-            out.append(fail("GPU_LOST", f"{g}: nvidia-smi printed {', '.join(printed)} for "
-                            f"{', '.join(field for field, _, _ in faults[:3])}: {faults[0][2]}"))
+        gone = [f for f in faults if f[1] in GPU_GONE]
+        for found, verdict, check_id in ((gone, fail, "GPU_LOST"),
+                                         ([f for f in faults if f not in gone], warn, "GPU_FIELD_UNREADABLE")):
+            if found:
+                printed = sorted({value for _, value, _ in found})
+                out.append(verdict(check_id, f"{g}: nvidia-smi printed {', '.join(printed)} for "
+                                   f"{', '.join(field for field, _, _ in found[:3])}: {found[0][2]}"))
         if (r["persistence_mode"] or "").lower() != "enabled":
             out.append(fail("GPU_PERSISTENCE", f"{g}: persistence mode {r['persistence_mode']}: start "
                             "nvidia-persistenced (kiln deploy --roles nvidia_driver)"))

@@ -15,8 +15,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                                   "run the command on the node and compare with the driver's release notes", ""),
     "GPU_COUNT": ("gpu", "fail", "fewer (or more) GPUs visible than the inventory says",
                   "a GPU is missing or fell off the bus: check the kernel log, reseat or service", "kiln_gpu_count"),
-    "GPU_LOST": ("gpu", "fail", "a GPU reports itself lost ([GPU requires reset] / unknown error)",
-                 "reset the GPU or reboot; if it recurs, service it", ""),
+    "GPU_LOST": ("gpu", "fail", "a GPU reports itself lost or in need of a reset (nvidia-smi exit 15, "
+                 "[GPU is lost], [GPU requires reset])", "reset the GPU or reboot; if it recurs, service it", ""),
+    "GPU_FIELD_UNREADABLE": ("gpu", "warn", "nvidia-smi could not read a field of a GPU ([Unknown Error], "
+                             "[Timeout]): that field's check could not run", "if the board does not always read "
+                             "so, reset the GPU or reboot", ""),
     "GPU_MODEL": ("gpu", "fail", "a GPU's name lacks the inventory's model", "fix kiln_gpu_model or the node",
                   "kiln_gpu_model"),
     "GPU_DRIVER_VERSION": ("gpu", "fail", "the loaded driver is not the pinned one",

@@ -14,10 +14,14 @@ NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Not Found
 GPU_FAULTS = {
     "[GPU requires reset]": "the GPU needs a reset (nvidia-smi -r, or reboot the node)",
     "[GPU is lost]": "the GPU is lost (fallen off the bus): reboot the node; if it recurs, service it",
-    "[Unknown Error]": "the driver could not read the GPU (Unknown Error): reset the GPU or reboot the node",
+    "[Unknown Error]": "the driver could not read this field: if it is not a known quirk of this board, reset "
+                       "the GPU or reboot the node",
     "[Timeout]": "the GPU did not answer the driver in time: reset the GPU or reboot the node",
-    "[Memory Error]": "the driver reports a memory error reading the GPU: reset the GPU; if it recurs, service it",
 }
+# Of those, the ones that say the GPU itself is gone or must be reset: the node drains. The others are
+# one field the driver could not read: reported, since on some boards a field reads so for ever (fan
+# speed, a consumer card's power.default_limit), and a healthy node must not drain for it.
+GPU_GONE = ("[GPU requires reset]", "[GPU is lost]")
 FAULTS = "_faults"  # a row's key: [(field, what nvidia-smi printed, what to do)]
 
 # nvidia-smi's documented exit codes, with what an operator should do.

@@ -424,15 +424,20 @@ def _table(*ecc: str) -> str:
     return "\n".join(GPU_ROW.format(i=i, bus=f"{0x18 + i:02X}", ecc=e) for i, e in enumerate(ecc)) + "\n"
 
 
-@pytest.mark.parametrize("placeholder", ["[GPU requires reset]", "[GPU is lost]", "[Unknown Error]", "[Timeout]"])
-def test_a_gpu_state_placeholder_is_a_lost_gpu_verdict_not_a_pass_or_a_crash(placeholder):
+@pytest.mark.parametrize("placeholder, check_id, severity", [
+    ("[GPU requires reset]", "GPU_LOST", "fail"), ("[GPU is lost]", "GPU_LOST", "fail"),
+    # one field the driver could not read: seen for ever on some boards (fan.speed, a GeForce's
+    # power.default_limit), so reported without a drain, never read as "not available" and passed
+    ("[Unknown Error]", "GPU_FIELD_UNREADABLE", "warn"), ("[Timeout]", "GPU_FIELD_UNREADABLE", "warn"),
+])
+def test_a_gpu_state_placeholder_is_a_verdict_not_a_pass_or_a_crash(placeholder, check_id, severity):
     from checks.gpu import FIELDS, check_table
     rows = parse_query_csv(_table("0", placeholder, "0"), FIELDS + ["throttle"])
     assert rows[1]["ecc.errors.uncorrected.volatile.total"] is None
     verdicts = check_table(rows, {"count": 3, "model": "h100", "driver": "550.163.01"})
-    lost = [v for v in verdicts if v.id == "GPU_LOST"]
-    assert len(lost) == 1 and lost[0].severity == "fail", verdicts
-    assert lost[0].message.startswith(f"gpu1 (00000000:19:00.0): nvidia-smi printed {placeholder}")
+    found = [v for v in verdicts if v.id == check_id]
+    assert len(found) == 1 and found[0].severity == severity, verdicts
+    assert found[0].message.startswith(f"gpu1 (00000000:19:00.0): nvidia-smi printed {placeholder}")
 
 
 def test_not_available_placeholders_are_no_value_and_no_fault():
