@@ -27,6 +27,10 @@ class Node:
 
 
 NO_ANSWER = 124  # a bounded command's exit code when it did not finish in time
+# Every command a runner gives a node runs in the C locale: the parsers read tools' English output (df's
+# header, dmesg -T's day and month names, decimal points), and a node's own LANG must not localize it.
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+C_LOCALE_SH = "LC_ALL=C LANG=C; export LC_ALL LANG; "
 
 
 def bounded(command: str, seconds: int) -> str:
@@ -51,7 +55,8 @@ def local_node(name: str, timeout: float = 120) -> Node:
     and is left behind if it cannot die (exit 124), so the runner itself never hangs."""
     def run(command: str) -> Result:
         proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env={**os.environ, **C_LOCALE})
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

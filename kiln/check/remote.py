@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from testinfra.backend.ssh import SshBackend
 
-from checks.node import Node, Result
+from checks.node import C_LOCALE_SH, Node, Result
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
 from kiln.check.bandwidth import measure_pair, ring_phases
@@ -91,7 +91,7 @@ def run_batch(node: Node, commands: list[str]) -> dict[str, Result]:
     no exec; on lines of its own, so a trailing comment cannot swallow the parenthesis) with its stderr
     in a file, and one ``grep`` prints every stderr file at the end, each line prefixed with its
     command's number. Commands run in the login directory, as they would one by one."""
-    parts = ['t=$(mktemp -d) || exit 255']
+    parts = [C_LOCALE_SH + 't=$(mktemp -d) || exit 255']
     for i, command in enumerate(commands):
         parts.append(f"echo '{MARK}out {i}'; (\n{command}\n) 2>\"$t/{i}\" </dev/null; "
                      f"printf '\\n{MARK}rc {i} %s\\n' $?")
@@ -221,7 +221,7 @@ class RemoteCheck(SharedStorage):
 
         def run(command: str) -> Result:
             try:
-                out = backend.run(command)
+                out = backend.run(C_LOCALE_SH + command)
                 return Result(out.rc, out.stdout, out.stderr)
             except RuntimeError as e:  # testinfra raises on exit 255 (ssh's own failures, or the tool's 255)
                 out = e.args[0] if e.args else None

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from checks.node import NO_ANSWER, bounded, local_node
+from checks.node import NO_ANSWER, Node, bounded, local_node
 from checks.parsers.mounts import parse_dd_rate, parse_probe
 from checks.storage import run
 from checks.verdict import CheckError
@@ -195,3 +195,19 @@ def test_health_check_never_runs_the_throughput_test():
     configure(ctx)
     import json
     assert json.loads(ctx.written["/etc/kiln/node-checks.json"])["storage_throughput_mib"] == 0
+
+
+def test_every_runner_gives_commands_the_c_locale(monkeypatch):
+    """Parsers read tools' English output: a node's own LANG (de_DE: 'Eingehängt auf', 'Mo Dez') must
+    not reach them. The local runner sets the environment, the remote batch exports it first."""
+    from checks.node import local_node
+    from kiln.check.remote import run_batch
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+    node = local_node("here")
+    assert node.run("echo $LC_ALL $LANG").stdout.split() == ["C", "C"]
+    seen = []
+    batch = Node("n", lambda command: (seen.append(command), node.run(command))[1])
+    results = run_batch(batch, ["echo $LC_ALL"])
+    assert results["echo $LC_ALL"].stdout.strip() == "C"
+    assert "LC_ALL=C LANG=C; export LC_ALL LANG" in seen[0]
