@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import INVENTORIES, REPO
 
 PLUGIN = """
@@ -57,18 +59,12 @@ def test_the_plugin_runs_when_ansible_reads_that_config(tmp_path):
     assert marker.exists()
 
 
-def test_an_ansible_cfg_in_the_working_directory_is_not_read(tmp_path):
+@pytest.mark.parametrize("where", ["working directory", "inventory"])
+def test_an_ansible_cfg_beside_the_inventory_is_not_read(tmp_path, where):
     inventory, marker, config = _plant(tmp_path)
-    (tmp_path / "ansible.cfg").write_text(config)
-    out = _validate(inventory, tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert not marker.exists()
-
-
-def test_an_ansible_cfg_in_the_inventory_is_not_read(tmp_path):
-    inventory, marker, config = _plant(tmp_path)
-    (inventory / "ansible.cfg").write_text(config)
-    out = _validate(inventory, inventory)
+    directory = tmp_path if where == "working directory" else inventory
+    (directory / "ansible.cfg").write_text(config)
+    out = _validate(inventory, directory)
     assert out.returncode == 0, out.stdout + out.stderr
     assert not marker.exists()
 
