@@ -311,6 +311,11 @@ def test_dmesg_ctime_stamps_are_read_as_times_not_as_the_year():
     events = parse_xids(read("kernel-xid/gpud-dmesg-with-xid-119.log"))
     assert [(x.code, x.count) for x in events] == [(119, 2), (119, 1), (119, 1), (119, 1)]
     assert [x.count for x in parse_xids(read("kernel-xid/kiln-made-dmesg-T-xid-hours-apart.log"))] == [1, 1]
+    from checks.parsers.kernel_log import _STAMP, _seconds
+    real = read("kernel-xid/kiln-vm-dmesg-T.log").splitlines()  # a VM's own dmesg -T
+    stamps = [_seconds(_STAMP.match(line).group(1)) for line in real]
+    assert all(s is not None and s > 1.7e9 for s in stamps) and stamps == sorted(stamps)
+    assert parse_xids("\n".join(real)) == []
 
 
 def test_the_catalog_splits_fatal_application_and_unknown():
@@ -351,6 +356,9 @@ def test_ib_write_bw_two_ports_keeps_the_slow_one():
 
 def test_ib_write_bw_bidirectional_is_read_per_direction():
     assert parse_ib_write_bw(read("ib_write_bw/kiln-made-bidirectional.txt")) == {1048576: 785.42 / 2}
+    # real: perftest over soft-RoCE between two VMs, with -b, and the same pair one way in MB/sec
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-vm-bidirectional-rxe.txt")) == {65536: 0.091633 / 2}
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-vm-mb-per-sec-rxe.txt")) == {65536: 11.73 * 8 / 1000}
 
 
 def test_ib_write_bw_older_four_columns():
