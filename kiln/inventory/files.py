@@ -47,11 +47,22 @@ class InventoryFiles:
     host_line: dict[str, int | None] = field(default_factory=dict)
     # group -> (hosts file, line) where it is first named
     group_at: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    # vars file -> each top-level key's line (for values Ansible gives no origin: numbers, booleans)
+    key_lines: dict[str, dict[str, int]] = field(default_factory=dict)
     # group -> its child groups, each with the hosts file and line that made it one
     children: dict[str, dict[str, tuple[str, int | None]]] = field(default_factory=dict)
     # vars files encrypted whole with Ansible Vault (Ansible decrypts them, given the password)
     encrypted: list[str] = field(default_factory=list)
     errors: list[InventoryError] = field(default_factory=list)
+
+    def vars_origin(self, host: str, groups: list[str], key: str) -> tuple[str, int | None] | None:
+        """The vars file (and line) that gives ``key`` to ``host``: its host_vars, else its groups' from
+        the most specific (``groups`` in that order); None when no vars file sets it."""
+        for files in [self.host_vars.get(host, {})] + [self.group_vars.get(g, {}) for g in groups]:
+            for rel, (data, _) in sorted(files.items(), reverse=True):
+                if key in data:
+                    return rel, self.key_lines.get(rel, {}).get(key)
+        return None
 
     def group_defined(self, group: str) -> dict[str, tuple[Any, str]]:
         """Variables a group's own vars files set: name -> (value, file)."""
@@ -279,6 +290,7 @@ def _read_vars_dir(files: InventoryFiles, base: Path, kind: str) -> None:
                                                    f"mapping of variable names, not a {type(data).__name__}"))
                 continue
             target.setdefault(owner, {})[_rel(files, path)] = (data, _rel(files, path))
+            files.key_lines[_rel(files, path)] = doc.key_lines
 
 
 def _read_source(files: InventoryFiles, path: Path) -> None:

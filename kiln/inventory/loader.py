@@ -180,6 +180,7 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
     # it is a template; its file and line): hosts that read a value from one group_vars file get the
     # same object from Ansible, and the same plain object here (kiln.inventory.validate checks it once).
     shared: dict[int, tuple[Any, Any, tuple[str, int | None]]] = {}
+    untagged: dict[tuple, tuple[str, int | None]] = {}  # (host with host_vars, groups, key) -> origin
     with _lookups_refused(), _vault_secrets(secrets), _group_vars_read_once():
         for host in inventory.get_hosts():
             name = str(host.name)
@@ -191,6 +192,7 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
                 continue
             origins: dict[str, tuple[str, int | None]] = {}
             values: dict[str, Any] = {}
+            groups = None  # the host's groups, most specific first, once a value needs them
             for key, value in resolved.items():
                 if not read_by_kiln(str(key)):
                     continue
@@ -200,7 +202,15 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
                     known = (value, _Template if _needs_template(value) else _plain_or_error(value),
                              _origin(value, root, "", relative))
                     shared[id(value)] = known
-                origins[key] = file, line = known[2] if known[2][0] else (source, None)
+                if known[2][0]:
+                    origins[key] = file, line = known[2]
+                else:  # Ansible tags strings only: a number or boolean is found in the vars files kiln read
+                    if groups is None:
+                        groups = tuple(g.name for g in sorted(host.get_groups(), key=lambda g: g.depth, reverse=True))
+                    where = (name if name in files.host_vars else None, groups, key)
+                    if where not in untagged:
+                        untagged[where] = files.vars_origin(name, list(groups), key) or (source, None)
+                    origins[key] = file, line = untagged[where]
                 try:
                     if known[1] is _Template:
                         templar.available_variables = resolved

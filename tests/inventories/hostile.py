@@ -272,6 +272,8 @@ CASES = [
     Case("vars_file_is_a_fifo", {"group_vars/all/pipe.yml": Special("fifo")}, "group_vars/all/pipe.yml", "-",
          "is a FIFO"),
     Case("hosts_file_is_a_fifo", {"extra.yml": Special("fifo")}, "extra.yml", "-", "is a FIFO"),
+    Case("boolean_for_a_number_names_its_vars_file", {"group_vars/all/svc.yml": "kiln_service_start_timeout: true\n"},
+         "group_vars/all/svc.yml", "kiln_service_start_timeout", "valid integer", line=1),
     Case("team_gpu_limit_without_bound", cluster("gpu_limit: 4", "gpu_limit: 1000000000000000000000000000000"), C,
          "kiln_teams[0].gpu_limit", "less than or equal to 1000000"),
     Case("bridged_nvlink_without_a_count", gpu_a("kiln_gpu_count: 4", "kiln_gpu_count: 4\nkiln_gpu_nvlink_layout: bridged"),
