@@ -139,11 +139,10 @@ def load_raw(root: Path | str, vault_password_file: str | None = None) -> RawInv
 
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
     from ansible.vars.manager import VariableManager
 
-    loader = _UncopiedLoader()
+    loader = _uncopied_loader()
     loader.set_basedir(str(root))  # not the current directory: its group_vars/ are not this inventory's
     secrets: list = []
     if password_file:
@@ -237,22 +236,17 @@ class _Template:
     """Marks a value that is a template: rendered per host, never shared."""
 
 
-def _uncopied_loader_class() -> type:
+def _uncopied_loader() -> Any:
+    """Ansible's DataLoader without the deep copy of a file it did not cache (``cache='none'``, as the
+    YAML inventory plugin reads hosts files): nothing else holds that data, and copying a 10,000-host
+    file took a quarter of reading it."""
     from ansible.parsing.dataloader import DataLoader
 
     class UncopiedLoader(DataLoader):
-        """Ansible's DataLoader without the deep copy of a file it did not cache (``cache='none'``, as
-        the YAML inventory plugin reads hosts files): nothing else holds that data, and copying a
-        10,000-host file took a quarter of reading it."""
-
         def load_from_file(self, file_name: str, cache: str = "all", unsafe: bool = False, **kwargs: Any) -> Any:
             return super().load_from_file(file_name, cache=cache, unsafe=unsafe or cache == "none", **kwargs)
 
-    return UncopiedLoader
-
-
-def _UncopiedLoader() -> Any:  # noqa: N802 - made like the class it returns
-    return _uncopied_loader_class()()
+    return UncopiedLoader()
 
 
 def _plain_or_error(value: Any) -> Any:
