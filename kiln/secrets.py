@@ -22,6 +22,7 @@ from kiln.inventory.model import Cluster, Secrets
 
 MUNGE_KEY = "munge.key"
 DBD_PASSWORD = "slurmdbd.password"
+MONITORING_PASSWORD = "monitoring.password"
 BEEGFS_CONNAUTH = "beegfs-connauth"
 
 
@@ -130,25 +131,34 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
         if not create:
             # A dry run on a new cluster: show the changes with secrets that are never written.
             return Secrets(munge_key=random.token_bytes(1024), dbd_password=random.token_urlsafe(32),
-                           site=_site_files(cluster, path, create=False))
+                           site=_site_files(cluster, path, create=False),
+                           monitoring_password=random.token_urlsafe(32))
         path.mkdir(parents=True, mode=0o700)
     os.chmod(path, 0o700)
-    key_file, password_file = path / MUNGE_KEY, path / DBD_PASSWORD
+    key_file, password_file, monitoring_file = path / MUNGE_KEY, path / DBD_PASSWORD, path / MONITORING_PASSWORD
     if create and not key_file.exists():
         _write_new(key_file, random.token_bytes(1024))
-    if create and not password_file.exists():
-        _write_new(password_file, random.token_urlsafe(32).encode())
-    for f in (key_file, password_file):
+    # the monitoring password only where kiln deploys monitoring (an inventory with a monitoring group)
+    for f in (password_file, monitoring_file) if cluster.monitored else (password_file,):
+        if create and not f.exists():
+            _write_new(f, random.token_urlsafe(32).encode())
+    for f in (key_file, password_file, monitoring_file):
         _owned_and_private(f, "secret file")
     try:
         key, password = _read_private(key_file), _read_private(password_file).decode().strip()
+        monitoring = (_read_private(monitoring_file).decode().strip() if monitoring_file.exists()
+                      else random.token_urlsafe(32) if cluster.monitored else "")  # (a dry run's: never written)
     except OSError as e:
         raise SecretsError(f"cannot read the secrets of cluster {cluster.name!r} in {path}: {e.strerror}") from None
     if len(key) < 32:
         raise SecretsError(f"{key_file} holds {len(key)} bytes: a munge key needs at least 32 (delete it to regenerate)")
-    if not password or any(c in password for c in "'\"\\$` \n"):
-        raise SecretsError(f"{password_file} is empty or has quotes, spaces or '$': delete it to regenerate")
-    for f in (key_file, password_file):
-        if f.stat().st_mode & 0o077:
+    for f, secret in ((password_file, password), (monitoring_file, monitoring)):
+        if f == monitoring_file and not cluster.monitored:
+            continue
+        if not secret or any(c in secret for c in "'\"\\$` \n:"):
+            raise SecretsError(f"{f} is empty or has quotes, spaces, ':' or '$': delete it to regenerate")
+    for f in (key_file, password_file, monitoring_file):
+        if f.exists() and f.stat().st_mode & 0o077:
             os.chmod(f, 0o600)
-    return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create))
+    return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create),
+                   monitoring_password=monitoring)

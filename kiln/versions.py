@@ -45,6 +45,12 @@ PINS: dict[str, Pin] = {
             True),
         Pin("lustre", "", "storage", "Lustre client packages, e.g. 2.15.6-1.el9 (nodes with a lustre mount)", True),
         Pin("beegfs", "", "storage", "BeeGFS client packages, e.g. 7.4.5 (nodes with a beegfs mount)", True),
+        Pin("prometheus", None, "monitoring", "Prometheus package (hosts in the monitoring group), e.g. "
+            "2.42.0+ds-5+deb12u1 on Debian 12"),
+        Pin("alertmanager", None, "monitoring", "Alertmanager package (hosts in the monitoring group), e.g. "
+            "0.25.0-1+b4 on Debian 12"),
+        Pin("node_exporter", None, "monitoring", "prometheus-node-exporter package (every host of a monitored "
+            "cluster), e.g. 1.5.0-1+b6 on Debian 12"),
         Pin("kernel", "", "base", "running kernel every node must have, e.g. 6.1.0-28-amd64; empty: not enforced"),
     )
 }

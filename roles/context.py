@@ -113,14 +113,20 @@ class NodeContext:
         return len(self.lines) - 1
 
     def put(self, path: str, content: str | bytes, *, mode: str, user: str = "root", group: str = "root",
-            secret: bool = False, name: str | None = None) -> Any:
-        """Write ``content`` to ``path`` when content, owner or mode differ; return the operation."""
-        from roles.operations import managed_file, secret_file
+            secret: bool = False, name: str | None = None, check: str | None = None) -> Any:
+        """Write ``content`` to ``path`` when content, owner or mode differ; return the operation.
+        ``check``: a command (``{}`` for the candidate file) that must accept the new content before it
+        replaces the file (``validated_file``)."""
+        from roles.operations import managed_file, secret_file, validated_file
         data = content.encode() if isinstance(content, str) else content
         self.watch_path(path)
         name = name or f"file {path}"
-        op = (secret_file if secret else managed_file)(name=name, ctx=self, path=path, content=data,
-                                                       mode=mode, user=user, group=group)
+        if check:
+            op = validated_file(name=name, ctx=self, path=path, content=data, mode=mode, user=user, group=group,
+                                check=check)
+        else:
+            op = (secret_file if secret else managed_file)(name=name, ctx=self, path=path, content=data,
+                                                           mode=mode, user=user, group=group)
         self.files.append(ManagedFile(path, data, secret, op, mode, user, group, name))
         return op
 

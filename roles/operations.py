@@ -154,6 +154,38 @@ def managed_file(ctx, path: str, content: bytes, mode: str, user: str, group: st
 
 
 @operation()
+def validated_file(ctx, path: str, content: bytes, mode: str, user: str, group: str, check: str):
+    """
+    A whole file that is installed only once ``check`` accepts it (Prometheus' ``promtool check
+    config``, Alertmanager's ``amtool check-config``): a file the daemon would refuse never replaces
+    the one it runs with.
+
+    + ctx: the node's NodeContext
+    + path: absolute path on the node; its directory must exist
+    + content: the bytes the file must hold
+    + mode, user, group: e.g. ``"640"``, ``"root"``, ``"prometheus"``
+    + check: a command with ``{}`` where the candidate's path goes (kiln quotes it)
+
+    The bytes go to ``<path>.kiln-new`` with the final owner and mode; the check reads that copy; only
+    then is it renamed over ``path``. A refused file is removed and the host fails with the check's
+    own message.
+    """
+    current = _snapshot(ctx).files.get(path)
+    if current is not None and current.kind == "regular file" and current.sha1 == sha1(content).hexdigest():
+        if (current.user, current.group) != (user, group):
+            yield f"chown {quote(user + ':' + group)} {quote(path)}"
+        if current.mode != mode.lstrip("0"):
+            yield f"chmod {quote(mode)} {quote(path)}"
+        return
+    stage = f"{path}.kiln-new"
+    yield from files.put._inner(src=io.BytesIO(content), dest=stage, user=user, group=group, mode=mode,
+                                create_remote_dir=False, force=True)
+    refused = quote(f"kiln: {path} was not installed: {check.split(' ')[0]} refused it (above); the file in use is kept")
+    yield f"{check.replace('{}', quote(stage))} >&2 || {{ rm -f {quote(stage)}; echo {refused} >&2; exit 1; }}"
+    yield f"mv -f {quote(stage)} {quote(path)}"
+
+
+@operation()
 def secret_file(ctx, path: str, content: bytes, mode: str, user: str, group: str):
     """
     A secret file (munge key, slurmdbd.conf) that never exists on the node with a wider mode or

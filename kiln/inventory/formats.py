@@ -67,6 +67,10 @@ IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,14}$", re.ASCII)
 EXPORT_CLIENT = re.compile(r"^(?:\*|@[A-Za-z0-9_.-]{1,64}|[A-Za-z0-9*?](?:[A-Za-z0-9*?.-]{0,252})"
                            r"|[0-9.]{7,15}/\d{1,2}|[0-9A-Fa-f:]{2,39}/\d{1,3})$", re.ASCII)
 URL = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9_.~/%+@,=:{}-]*)?$", re.ASCII)
+# An e-mail address as Alertmanager's receivers and From: header take it: a plain local part and a host name
+EMAIL = re.compile(r"^[A-Za-z0-9_.+-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$", re.ASCII)
+# HOST:PORT of an SMTP relay
+HOST_PORT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?:\d{1,5}$", re.ASCII)
 # A program and its arguments (kiln_check_kernel_log): words of plain characters, kiln quotes each
 COMMAND_WORD = re.compile(r"^[A-Za-z0-9_./=:{}+,@-]+$", re.ASCII)
 
@@ -235,4 +239,7 @@ MountOptions = _text("mount options", MOUNT_OPTIONS, "comma-separated options wi
 IfName = _text("interface name", IFNAME, "letters, digits and _ . : - (at most 15), e.g. ib0 or eth1")
 ExportClient = _text("NFS export client", EXPORT_CLIENT, "a host name (wildcards * and ?), an IP address, a "
                      "network as ADDRESS/PREFIX, or @netgroup, e.g. 10.0.0.0/24")
+EmailAddress = _text("e-mail address", EMAIL, "a plain address such as oncall@example.org (letters, digits and "
+                      "_ . + - before the @, a host name after it)")
+HostPort = _text("HOST:PORT", HOST_PORT, "a host name or IPv4 address, a colon and a port, e.g. smtp.example.org:25")
 SysctlKey = _text("sysctl key", SYSCTL_KEY, "dot-separated words, e.g. net.core.rmem_max")

@@ -13,9 +13,10 @@ DBD = "slurm_dbd"
 LOGIN = "login"
 COMPUTE = "compute"
 STORAGE = "storage_servers"
+MONITORING = "monitoring"
 # Hosts in none of these groups (Kubernetes masters of a mixed inventory, say) get no roles: kiln
 # lists them as ignored and never connects to them.
-KILN_GROUPS = (CONTROLLER, DBD, LOGIN, COMPUTE, STORAGE)
+KILN_GROUPS = (CONTROLLER, DBD, LOGIN, COMPUTE, STORAGE, MONITORING)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Host:
     sysctls: dict[str, Any]
     vars: dict[str, Any] = field(repr=False, compare=False)
     settings: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    monitored: bool = False  # the inventory has a monitoring group: this host runs node_exporter
 
     def setting(self, name: str) -> Any:
         """A node setting by its name without the ``kiln_`` prefix (default applied)."""
@@ -78,6 +80,8 @@ class Host:
             roles.add("containers")  # srun needs pyxis where jobs are submitted
         if self.nvswitch:
             roles.add("fabricmanager")
+        if self.monitored:
+            roles.add("monitoring")  # node_exporter everywhere; Prometheus, Alertmanager in the monitoring group
         return roles
 
 
@@ -113,6 +117,11 @@ class Cluster:
     def setting(self, name: str) -> Any:
         """A cluster-wide setting by its name without the ``kiln_`` prefix (default applied)."""
         return self.settings["kiln_" + name]
+
+    @property
+    def monitored(self) -> bool:
+        """The inventory has a monitoring group: every host runs node_exporter and is scraped."""
+        return bool(self.groups.get(MONITORING))
 
     def group(self, name: str) -> list[Host]:
         return [self.hosts[h] for h in self.groups.get(name, ())]
@@ -150,9 +159,13 @@ class Secrets:
     dbd_password: str
     # secrets the site provides, by file name in the secrets directory (kiln/secrets.py ``site_secrets``)
     site: dict[str, bytes] = field(default_factory=dict, compare=False)
+    # the password Prometheus, Alertmanager and the exporters ask for (HTTP basic auth, user "kiln")
+    monitoring_password: str = ""
 
     def __repr__(self) -> str:
         return "Secrets(<masked>)"
 
     def mask(self, text: str) -> str:
-        return text.replace(self.dbd_password, "********") if self.dbd_password else text
+        for secret in (self.dbd_password, self.monitoring_password):
+            text = text.replace(secret, "********") if secret else text
+        return text

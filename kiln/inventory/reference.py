@@ -58,7 +58,8 @@ def _models() -> list[type[BaseModel]]:
 
 
 def settings() -> list[dict]:
-    return [{"name": s.name, "type": type_name(s.annotation), "default": s.default, "scope": s.scope, "meaning": s.doc}
+    return [{"name": s.name, "type": type_name(s.annotation), "scope": s.scope, "meaning": s.doc,
+             "default": s.default.model_dump() if hasattr(s.default, "model_dump") else s.default}
             for s in SETTINGS.values()]
 
 

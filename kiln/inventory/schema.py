@@ -22,6 +22,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
+from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
@@ -219,6 +220,23 @@ SETTINGS: dict[str, Setting] = {
         _s("check_time_sync", bool, True, "cluster", "warn on nodes whose clock is not synchronised"),
         _s("check_textfile_dir", AbsolutePath, "/var/lib/prometheus/node-exporter", "cluster",
            "where the node-local checks write kiln.prom for node_exporter's textfile collector"),
+        # --- monitoring (roles/monitoring.py; hosts in the monitoring group run Prometheus and Alertmanager) ---
+        _s("monitoring_scrape_seconds", Annotated[int, Field(ge=5, le=300)], 30, "cluster",
+           "Prometheus' scrape and rule evaluation interval in seconds"),
+        _s("monitoring_retention_days", Annotated[int, Field(ge=1, le=3650)], 15, "cluster",
+           "how long Prometheus keeps samples (--storage.tsdb.retention.time)"),
+        _s("monitoring_retention_gb", Annotated[int, Field(ge=1, le=1_000_000)], 20, "cluster",
+           "the most disk Prometheus' samples may take, in GB (--storage.tsdb.retention.size): the older go first"),
+        _s("monitoring_receivers", list[Receiver], [], "cluster",
+           "where Alertmanager sends alerts (webhooks, e-mail; see Receiver); empty: alerts stay visible in "
+           "Alertmanager itself and `kiln alerts`"),
+        _s("monitoring_smtp", Smtp | None, None, "cluster", "the mail relay for e-mail receivers (see Smtp)"),
+        _s("monitoring_alerting", Alerting, Alerting(), "cluster", "Alertmanager's grouping and repeat times (see Alerting)"),
+        _s("alert_thresholds", AlertThresholds, AlertThresholds(), "cluster",
+           "the thresholds of kiln's alert rules (see AlertThresholds)"),
+        _s("monitoring_dcgm_exporter_external", bool, False, "cluster",
+           "GPU nodes run a dcgm-exporter on port 9400 that kiln does not install (a site's container, the "
+           "testbed's stand-in): scrape it as if the dcgm_exporter pin were set"),
         # --- the NVIDIA stack (roles/nvidia_*.py, cuda, nccl, dcgm, fabricmanager, containers) ---
         _s("nvidia_source", Literal["cuda", "ubuntu", "debian"], "cuda", "cluster",
            "where the NVIDIA stack comes from: cuda (NVIDIA's CUDA repository, or its mirror at "

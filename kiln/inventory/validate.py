@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from kiln.inventory import cluster_checks, identities, model, nvidia_stack, ssh_config
+from kiln.inventory import cluster_checks, identities, model, monitoring_checks, nvidia_stack, ssh_config
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.formats import CONTROL, ascii_digits
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
@@ -79,6 +80,8 @@ def validate(root: Path | str, vault_password_file: str | None = None
     node_types = _node_types(raw, hosts, out)
     type_of = {h: t for t, members in reversed(node_types.items()) for h in members}  # the first type wins
     hosts = {n: _with_node_type(h, type_of) for n, h in hosts.items()}
+    if any(h in hosts for h in raw.groups.get(model.MONITORING, ())):
+        hosts = {n: dataclasses.replace(h, monitored=True) for n, h in hosts.items()}
     cluster_checks.check_groups(raw, cluster_values, out.add)
     cluster_checks.check_compute(raw, hosts, out.add)
     cluster_checks.check_addresses(raw, hosts, cluster_values, out.add)
@@ -91,6 +94,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     cluster_checks.check_service_accounts(raw, cluster_values, out.add)
     cluster_checks.check_cluster_name(raw, cluster_values, out.add)
     cluster_checks.check_secrets_dir(raw, cluster_values, out.add)
+    monitoring_checks.check_monitoring(raw, hosts, cluster_values, out.add)
     identities.check_ids(raw, cluster_values, out.add)
     versions = cluster_checks.check_versions(raw, hosts, cluster_values, out.add)
     if not out.errors:

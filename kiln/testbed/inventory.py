@@ -24,6 +24,9 @@ TESTBED_VERSIONS = {
     "nccl": "",
     "dcgm": "",
     "fabricmanager": "",
+    "prometheus": "2.42.0+ds-5+deb12u1",
+    "alertmanager": "0.25.0-1+b4",
+    "node_exporter": "1.5.0-1+b6",
 }
 DRIVER_UPGRADE = "535.309.01-0+deb12u1"
 
@@ -59,6 +62,18 @@ VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_co
                "kiln_slurm_constrain_devices": True, "kiln_health_check_interval": VM_HEALTH_CHECK_INTERVAL}
 
 
+# Monitoring on the testbed: scrape every 10 s; a node down 20 s, a daemon stopped 20 s, a drained node
+# 10 s fire; Alertmanager shows a new group after 5 s. The rules are kiln's own; only thresholds differ.
+MONITORING_SETTINGS = {
+    "kiln_monitoring_dcgm_exporter_external": True,
+    "kiln_monitoring_scrape_seconds": 10,
+    "kiln_monitoring_retention_days": 2,
+    "kiln_monitoring_retention_gb": 1,
+    "kiln_alert_thresholds": {"node_down_seconds": 20, "slurm_daemon_seconds": 20, "drained_seconds": 10,
+                              "check_stale_seconds": 300},
+    "kiln_monitoring_alerting": {"group_wait_seconds": 5, "group_interval_seconds": 30},
+}
+
 # The VM kind's fabric is real: soft-RoCE (rdma_rxe) on the testbed NIC, set up by the rdma role. rxe on a
 # virtio NIC reports "Rate: 2.5" (ibstat): at least 2 is expected. GID 1 is the RoCE v2 GID of the NIC's IPv4
 # address.
@@ -85,6 +100,8 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
             "slurm_controller": {"hosts": {n.name: {"ansible_host": n.address} for n in controller}},
             "slurm_dbd": {"hosts": {n.name: None for n in controller}},
             "login": {"hosts": {n.name: None for n in controller}},
+            # Prometheus and Alertmanager on the controller; node_exporter on every node
+            "monitoring": {"hosts": {n.name: None for n in controller}},
             "compute": {"children": {"testbed_compute": {"hosts": {
                 n.name: {"ansible_host": n.address} for n in compute if n not in controller}}}},
         }}
@@ -142,6 +159,9 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # The testbed's stand-in hardware: the simulators' units (kiln/testbed/simulators) are the
         # machine's, not drift from the image.
         "kiln_drift_ignore_units": ["kiln-sim-*", "nvidia-fabricmanager.service"],
+        # Monitoring: the GPU simulators' dcgm-exporter stand-in serves :9400; short intervals so tests
+        # see an alert fire and resolve within a minute or two (MONITORING_SETTINGS)
+        **MONITORING_SETTINGS,
     }, sort_keys=False))
     if testbed.node_kind == "vm":
         from kiln.testbed.vm import VM_CPUS

@@ -8,7 +8,11 @@ from pathlib import Path
 
 # Package data of the testbed feature (never installed on a real cluster, never GPU proof)
 SIMULATORS = Path(str(files("kiln.testbed") / "simulators"))
-TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "all_reduce_perf", "kiln-sim", "simstate.py")
+TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "all_reduce_perf", "kiln-sim", "simstate.py",
+         "dcgm-exporter")
+UNITS = ("nvidia-fabricmanager.service", "kiln-sim-boot.service", "kiln-sim-dcgm-exporter.service")
+# kiln's dcgm-exporter counters: the stand-in serves exactly these fields, as the real exporter would
+COUNTERS = Path(str(files("templates") / "monitoring" / "dcgm-counters.csv"))
 FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-13", "nvlink-down", "ib-port-down",
           "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch", "nccl-slow")
 
@@ -25,8 +29,9 @@ def simulator_files(fabric: bool = True) -> dict[str, tuple[str, int]]:
     simulated fabric manager's unit. ``fabric=False``: no fabric tools (a VM's soft-RoCE is real)."""
     files = {f"/usr/local/bin/{t}": ((SIMULATORS / t).read_text(), 0o644 if t.endswith(".py") else 0o755)
              for t in TOOLS if fabric or t not in FABRIC_TOOLS}
-    for unit in ("nvidia-fabricmanager.service", "kiln-sim-boot.service"):
+    for unit in UNITS:
         files[f"/etc/systemd/system/{unit}"] = ((SIMULATORS / unit).read_text(), 0o644)
+    files["/etc/kiln-sim/dcgm-counters.csv"] = (COUNTERS.read_text(), 0o644)
     return files
 
 

@@ -30,11 +30,23 @@ DRIVER = {"debian12": "550.163.01-1", "ubuntu2204": "550.163.01-0ubuntu1", "ubun
           "rocky9": "550.163.01-1.el9"}
 
 
+# Prometheus, Alertmanager and node_exporter from each OS's own archive (example pins of each release's
+# series); Rocky 9's repositories carry none, so its cluster is planned without the monitoring group
+# (validation refuses one there: kiln/inventory/monitoring_checks.py).
+MONITORING = {"debian12": ("2.42.0+ds-5+deb12u1", "0.25.0-1+b4", "1.5.0-1+b6"),
+              "ubuntu2204": ("2.31.2+ds1-1ubuntu1.22.04.3", "0.23.0-4ubuntu0.2", "1.3.1-1ubuntu0.22.04.3"),
+              "ubuntu2404": ("2.45.3+ds-2ubuntu0.3", "0.26.0+ds-1ubuntu0.3", "1.7.0-1ubuntu0.3")}
+
+
 def cluster_for(os: str, slurm: str | None = None, driver: str | None = None, **settings):
     cluster = load_cluster(INVENTORIES / "plan")
     driver = driver or DRIVER[os]
+    monitoring = dict(zip(("prometheus", "alertmanager", "node_exporter"), MONITORING.get(os, ("", "", ""))))
+    if os not in MONITORING:
+        cluster = replace(cluster, hosts={n: replace(h, monitored=False) for n, h in cluster.hosts.items()},
+                          groups={g: m for g, m in cluster.groups.items() if g != "monitoring"})
     return replace(cluster, versions=dict(cluster.versions, slurm=slurm or SLURM[os], nvidia_driver=driver,
-                                          fabricmanager=driver),
+                                          fabricmanager=driver, **monitoring),
                    settings=dict(cluster.settings, **{"kiln_" + k: v for k, v in settings.items()}))
 
 

@@ -1,0 +1,166 @@
+"""kiln's Slurm collector: Slurm's state as Prometheus metrics, written for node_exporter's textfile
+collector on the controller (``kiln-slurm.prom``) by a systemd timer (roles/monitoring.py).
+
+Slurm 22.05 and 23.x have no metrics endpoint of their own (``metrics/openmetrics`` came with 25.11),
+so this reads the client commands, one call per question, never one per job or node:
+
++ ``scontrol ping``: slurmctld answers (``kiln_slurm_up{daemon="slurmctld"}``);
++ ``sacctmgr show cluster``: slurmdbd answers (``kiln_slurm_up{daemon="slurmdbd"}``);
++ ``sinfo -N``: nodes per state, and each drained node with who drained it (``by="kiln"`` when the
+  reason starts with ``kiln:``, as kiln's checks write it; ``person`` otherwise);
++ ``squeue -O ...,tres-alloc``: jobs per state and account, pending jobs per account and reason, and
+  GPUs allocated per account from the trackable resources (``gres/gpu=N``), so jobs that asked with
+  ``--gpus`` or ``--gpus-per-node`` count as well as ``--gres=gpu:N``;
++ ``sdiag``: the DBD agent queue and the main scheduler's last and mean cycle.
+
+Pure parsers (tested on recorded outputs) and a runner apart; standard library only (the node's python3).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+COMMANDS = {
+    "ping": ["scontrol", "ping"],
+    "dbd": ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
+    "nodes": ["sinfo", "-h", "-N", "-o", "%N|%T|%E"],
+    "jobs": ["squeue", "-h", "-a", "-O", "JobID:|,State:|,Account:|,Reason:|,tres-alloc:|"],
+    "sdiag": ["sdiag"],
+}
+TIMEOUT = 20  # seconds per command: a hung slurmctld must not hold the timer
+
+
+def parse_ping(text: str) -> int:
+    """1 when ``scontrol ping`` says some slurmctld is UP."""
+    return int(bool(re.search(r"^Slurmctld\([^)]*\) at \S+ is UP", text, re.M)))
+
+
+def parse_nodes(text: str) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
+    """(nodes per base state, [(node, who drained it, reason)]) from ``sinfo -h -N -o '%N|%T|%E'``.
+    A node listed once per partition counts once; ``drained``/``draining``/``drain`` are drained."""
+    seen: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) != 3 or not parts[0]:
+            continue
+        seen.setdefault(parts[0], (parts[1].strip(), parts[2].strip()))
+    states: dict[str, int] = {}
+    drained = []
+    for node, (state, reason) in sorted(seen.items()):
+        base = state.rstrip("*~#!%$@^-+").lower() or "unknown"
+        states[base] = states.get(base, 0) + 1
+        if base.startswith("drain") or "drain" in base:
+            drained.append((node, "kiln" if reason.startswith("kiln:") else "person", reason))
+    return states, drained
+
+
+def _gpus(tres: str) -> int:
+    m = re.search(r"(?:^|,)gres/gpu=(\d+)(?:,|$)", tres)
+    return int(m.group(1)) if m else 0
+
+
+def parse_jobs(text: str) -> dict[str, dict]:
+    """Per account: jobs per state, pending jobs per reason, GPUs of running jobs; from squeue's
+    ``JobID|State|Account|Reason|tres-alloc|`` lines."""
+    accounts: dict[str, dict] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5 or not parts[0].strip():
+            continue
+        state, account, reason, tres = (p.strip() for p in parts[1:5])
+        a = accounts.setdefault(account or "(none)", {"states": {}, "pending": {}, "gpus": 0})
+        a["states"][state] = a["states"].get(state, 0) + 1
+        if state == "PENDING":
+            a["pending"][reason] = a["pending"].get(reason, 0) + 1
+        elif state in ("RUNNING", "COMPLETING", "SUSPENDED"):
+            a["gpus"] += _gpus(tres)
+    return accounts
+
+
+def parse_sdiag(text: str) -> dict[str, int]:
+    """The DBD agent queue and the main scheduler's last and mean cycle (microseconds) from sdiag."""
+    out = {}
+    m = re.search(r"^DBD Agent queue size:\s*(\d+)", text, re.M)
+    if m:
+        out["dbd_agent_queue"] = int(m.group(1))
+    main = text.split("Main schedule statistics", 1)[-1].split("Backfilling stats", 1)[0]
+    for key, field in (("Last cycle", "scheduler_last_cycle_microseconds"),
+                       ("Mean cycle", "scheduler_mean_cycle_microseconds")):
+        m = re.search(rf"^\s*{key}:\s*(\d+)", main, re.M)
+        if m and "Main schedule statistics" in text:
+            out[field] = int(m.group(1))
+    return out
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")[:200]
+
+
+def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: float) -> str:
+    """The textfile: every metric with HELP and TYPE, label values escaped."""
+    states, drained = nodes
+    out = ["# HELP kiln_slurm_up 1 when the Slurm daemon answers (slurmctld: scontrol ping; slurmdbd: sacctmgr).",
+           "# TYPE kiln_slurm_up gauge",
+           f'kiln_slurm_up{{daemon="slurmctld"}} {ping}', f'kiln_slurm_up{{daemon="slurmdbd"}} {dbd}',
+           "# HELP kiln_slurm_nodes Nodes per Slurm state.", "# TYPE kiln_slurm_nodes gauge"]
+    out += [f'kiln_slurm_nodes{{state="{_label(s)}"}} {n}' for s, n in sorted(states.items())]
+    out += ["# HELP kiln_slurm_node_drained 1 for each drained node; by is kiln (reason starts with kiln:) or person.",
+            "# TYPE kiln_slurm_node_drained gauge"]
+    out += [f'kiln_slurm_node_drained{{slurm_node="{_label(n)}",by="{by}",reason="{_label(r)}"}} 1'
+            for n, by, r in drained]
+    out += ["# HELP kiln_slurm_jobs Jobs per state and account.", "# TYPE kiln_slurm_jobs gauge"]
+    out += [f'kiln_slurm_jobs{{account="{_label(a)}",state="{_label(s)}"}} {n}'
+            for a, v in sorted(jobs.items()) for s, n in sorted(v["states"].items())]
+    out += ["# HELP kiln_slurm_jobs_pending Pending jobs per account and reason.", "# TYPE kiln_slurm_jobs_pending gauge"]
+    out += [f'kiln_slurm_jobs_pending{{account="{_label(a)}",reason="{_label(r)}"}} {n}'
+            for a, v in sorted(jobs.items()) for r, n in sorted(v["pending"].items())]
+    out += ["# HELP kiln_slurm_gpus_allocated GPUs held by running jobs, per account (from tres-alloc).",
+            "# TYPE kiln_slurm_gpus_allocated gauge"]
+    out += [f'kiln_slurm_gpus_allocated{{account="{_label(a)}"}} {v["gpus"]}' for a, v in sorted(jobs.items())]
+    helps = {"dbd_agent_queue": "Messages slurmctld holds for slurmdbd (sdiag).",
+             "scheduler_last_cycle_microseconds": "The main scheduler's last cycle (sdiag).",
+             "scheduler_mean_cycle_microseconds": "The main scheduler's mean cycle (sdiag)."}
+    for key, value in sorted(sdiag.items()):
+        out += [f"# HELP kiln_slurm_{key} {helps[key]}", f"# TYPE kiln_slurm_{key} gauge", f"kiln_slurm_{key} {value}"]
+    out += ["# HELP kiln_slurm_collected_timestamp_seconds When kiln's Slurm collector last ran.",
+            "# TYPE kiln_slurm_collected_timestamp_seconds gauge", f"kiln_slurm_collected_timestamp_seconds {now:.0f}"]
+    return "\n".join(out) + "\n"
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT,
+                           env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+        return p.returncode, p.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 1, ""
+
+
+def collect() -> str:
+    ping_rc, ping = _run(COMMANDS["ping"])
+    dbd_rc, _ = _run(COMMANDS["dbd"])
+    _, nodes = _run(COMMANDS["nodes"])
+    _, jobs = _run(COMMANDS["jobs"])
+    _, sdiag = _run(COMMANDS["sdiag"])
+    return exposition(parse_ping(ping), int(dbd_rc == 0), parse_nodes(nodes), parse_jobs(jobs), parse_sdiag(sdiag),
+                      time.time())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    directory = args[0] if args else "/var/lib/prometheus/node-exporter"
+    text = collect()
+    tmp = os.path.join(directory, ".kiln-slurm.prom.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, os.path.join(directory, "kiln-slurm.prom"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

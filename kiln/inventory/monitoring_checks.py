@@ -1,0 +1,35 @@
+"""Validation of the monitoring settings against the rest of the inventory (see roles/monitoring.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.inventory import model
+from kiln.inventory.loader import RawInventory
+
+# Operating systems whose own repositories carry Prometheus, Alertmanager and node_exporter
+MONITORING_OS = ("debian12", "ubuntu2204", "ubuntu2404")
+
+
+def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any], add: Any) -> None:
+    receivers = values.get("kiln_monitoring_receivers") or []
+    file, line = raw.origin("kiln_monitoring_receivers", default="group_vars/all/")
+    names = [r.name for r in receivers]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        add(file, "kiln_monitoring_receivers", f"receiver name {name!r} is used twice: give each receiver its own", line)
+    if "kiln-alertmanager-only" in names:
+        add(file, "kiln_monitoring_receivers", "receiver name 'kiln-alertmanager-only' is kiln's own default "
+            "receiver: choose another name", line)
+    if any(r.email_to for r in receivers) and values.get("kiln_monitoring_smtp") is None:
+        add(file, "kiln_monitoring_receivers", "an e-mail receiver needs kiln_monitoring_smtp (the relay and the "
+            "From: address) in group_vars/all/", line)
+    if not any(h.monitored for h in hosts.values()):
+        return
+    for host in hosts.values():
+        if host.os not in MONITORING_OS:
+            where = "Prometheus and Alertmanager" if host.in_group(model.MONITORING) else "node_exporter"
+            file, line = raw.origin("kiln_os", host=host.name)
+            add(file, "kiln_os",
+                f"{host.name} runs {host.os}, whose repositories carry no {where} package kiln can pin (monitoring "
+                f"runs on {', '.join(MONITORING_OS)}): leave the monitoring group out of this inventory, or "
+                "monitor these hosts with the site's own tools", line)

@@ -1,0 +1,160 @@
+"""The monitoring role: node_exporter on every host, Prometheus and Alertmanager on the ``monitoring``
+group, kiln's alert rules, kiln's Slurm collector on the controller.
+
+It runs only when the inventory has a ``monitoring`` group (``Host.monitored``). Defaults, in one place:
+
++ Packages from the OS at their pins, held: ``node_exporter`` (prometheus-node-exporter) on every host,
+  ``prometheus`` and ``alertmanager`` (prometheus-alertmanager) on monitoring hosts. Debian 12 and
+  Ubuntu only: Rocky 9's repositories (EPEL included) carry no Prometheus, and validation says so.
++ Every listener on the host's inventory address only (the cluster network), never 0.0.0.0:
+  node_exporter :9100, Prometheus :9090, Alertmanager :9093 (its gossip port 9094 only between several
+  monitoring hosts, otherwise off), dcgm-exporter :9400. Each asks for HTTP basic auth (user ``kiln``,
+  the password generated into the secrets directory as ``monitoring.password``); the web config holds
+  its bcrypt hash, /etc/prometheus/kiln-password (0640 root:prometheus) the password Prometheus sends.
++ node_exporter: the textfile collector reads ``kiln_check_textfile_dir`` (kiln.prom of the node checks,
+  kiln-node.prom with the GPUs the node must have, kiln-slurm.prom of the Slurm collector), and the
+  systemd collector reports the daemons kiln's alerts watch (slurmd, munge, ...).
++ Prometheus: scrape and evaluation every ``kiln_monitoring_scrape_seconds``; targets from the inventory
+  in file_sd files (/etc/prometheus/kiln-targets/*.json: a node added is scraped after one deploy, no
+  restart); retention ``kiln_monitoring_retention_days`` and ``kiln_monitoring_retention_gb``; kiln's
+  rules (roles/alert_rules.py) at ``kiln_alert_thresholds``. ``promtool check rules``/``check config``
+  and ``amtool check-config`` accept each file before it replaces the one in use (``validated_file``);
+  a changed file is applied with a reload, a changed command line with a restart.
++ Alertmanager: alerts grouped by alert name; ``kiln_monitoring_receivers`` (webhooks, e-mail through
+  ``kiln_monitoring_smtp``) each get every alert; with none, alerts stay visible in Alertmanager (and
+  ``kiln alerts``).
++ The Slurm collector (checks/slurm_metrics.py) on slurm_controller hosts, every scrape interval, by a
+  systemd timer.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from pyinfra.operations import server
+
+from kiln.inventory.model import CONTROLLER, MONITORING
+from kiln.shell import quote
+from roles import monitoring_config as conf
+from roles.context import NodeContext, changed_any, when_changed
+from roles.operations import (DAEMON_RELOAD, answers, logs_of, managed_directory, pinned_packages, service_restarted,
+                              service_running, tcp_answers)
+
+COLLECTOR = "/usr/local/sbin/kiln-slurm-metrics"
+COLLECTOR_SOURCE = Path(str(files("checks"))) / "slurm_metrics.py"
+COLLECTOR_UNIT = """# Written by kiln (monitoring role): Slurm's state for node_exporter's textfile collector
+[Unit]
+Description=kiln: Slurm metrics for Prometheus (kiln-slurm.prom)
+After=slurmctld.service
+
+[Service]
+Type=oneshot
+ExecStart={collector} {directory}
+Nice=10
+TimeoutStartSec=120
+"""
+COLLECTOR_TIMER = """# Written by kiln (monitoring role)
+[Unit]
+Description=kiln: Slurm metrics every {seconds} s
+
+[Timer]
+OnBootSec=30s
+OnUnitActiveSec={seconds}s
+AccuracySec=1s
+
+[Install]
+WantedBy=timers.target
+"""
+NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
+PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
+ALERTMANAGER_DEFAULTS = "/etc/default/prometheus-alertmanager"
+
+
+def _serves_monitoring(ctx: NodeContext) -> bool:
+    return ctx.node.in_group(MONITORING)
+
+
+def install(ctx: NodeContext) -> None:
+    versions = ctx.cluster.versions
+    packages = {"prometheus-node-exporter": versions["node_exporter"]}
+    if _serves_monitoring(ctx):
+        packages |= {"prometheus": versions["prometheus"], "prometheus-alertmanager": versions["alertmanager"]}
+    pinned_packages(name="monitoring: " + ", ".join(packages) + ", held", ctx=ctx, packages=packages)
+    if ctx.node.in_group(CONTROLLER):
+        ctx.put(COLLECTOR, "#!/usr/bin/python3\n" + COLLECTOR_SOURCE.read_text(), mode="755",
+                name="monitoring: kiln-slurm-metrics (Slurm collector)")
+
+
+def configure(ctx: NodeContext) -> None:
+    cluster, node = ctx.cluster, ctx.node
+    textfiles = cluster.setting("check_textfile_dir")
+    for directory in (textfiles, conf.CONF):
+        ctx.watch_path(directory)
+        managed_directory(name=f"monitoring: {directory}", ctx=ctx, path=directory, user="root", group="root", mode="755")
+    ctx.put(conf.WEB_CONFIG, conf.web_config(ctx.secrets.monitoring_password), mode="640", group="prometheus",
+                  name="monitoring: web config (basic auth of every listener)")
+    ctx.put(f"{textfiles}/{conf.NODE_TEXTFILE}", conf.node_textfile(cluster, node), mode="644",
+            name="monitoring: kiln-node.prom (what the node must have)")
+    args = ctx.put(NODE_EXPORTER_DEFAULTS, conf.node_exporter_defaults(cluster, node), mode="644",
+                   name="monitoring: node_exporter's command line")
+    _daemon(ctx, "prometheus-node-exporter", conf.NODE_EXPORTER_PORT, restart_on=[args], reload_on=[])
+    if node.in_group(CONTROLLER):
+        _collector(ctx, textfiles)
+    if _serves_monitoring(ctx):
+        _prometheus(ctx)
+
+
+def _prometheus(ctx: NodeContext) -> None:
+    cluster, node = ctx.cluster, ctx.node
+    ctx.put(conf.PASSWORD_FILE, ctx.secrets.monitoring_password + "\n", mode="640", group="prometheus", secret=True,
+            name="monitoring: the password Prometheus sends")
+    ctx.watch_path(conf.TARGETS)
+    managed_directory(name=f"monitoring: {conf.TARGETS}", ctx=ctx, path=conf.TARGETS, user="root", group="root",
+                      mode="755")
+    for job, entries in conf.targets(cluster).items():
+        ctx.put(f"{conf.TARGETS}/{job}.json", conf.targets_json(entries), mode="644",
+                name=f"monitoring: {job} scrape targets (file_sd)")
+    rules = ctx.put(conf.RULES, conf.rules_yml(cluster), mode="644", check="promtool check rules {}",
+                    name="monitoring: kiln's alert rules (promtool check rules)")
+    config = ctx.put(conf.PROMETHEUS_YML, conf.prometheus_yml(cluster), mode="640", group="prometheus",
+                     check="promtool check config {}", name="monitoring: prometheus.yml (promtool check config)")
+    args = ctx.put(PROMETHEUS_DEFAULTS, conf.prometheus_defaults(cluster, node), mode="644",
+                   name="monitoring: Prometheus' command line")
+    _daemon(ctx, "prometheus", conf.PROMETHEUS_PORT, restart_on=[args], reload_on=[rules, config])
+    am_config = ctx.put(conf.ALERTMANAGER_YML, conf.alertmanager_yml(cluster), mode="640", group="prometheus",
+                        check="amtool check-config {}", name="monitoring: alertmanager.yml (amtool check-config)")
+    am_args = ctx.put(ALERTMANAGER_DEFAULTS, conf.alertmanager_defaults(cluster, node), mode="644",
+                      name="monitoring: Alertmanager's command line")
+    _daemon(ctx, "prometheus-alertmanager", conf.ALERTMANAGER_PORT, restart_on=[am_args], reload_on=[am_config])
+
+
+def _daemon(ctx: NodeContext, service: str, port: int, restart_on: list, reload_on: list) -> None:
+    """Enabled and running; restarted when its command line changed, reloaded when only its files did;
+    judged by its port answering on the node's address."""
+    unit = ctx.watch_unit(service)
+    started = service_running(name=f"monitoring: {service} enabled and running", ctx=ctx, unit=unit)
+    # the package's own start (at its install) ran with the package's command line: a changed one
+    # restarts the daemon even right after kiln's start
+    restarted = service_restarted(name=f"monitoring: restart {service} (if its command line changed)", unit=unit,
+                                  _if=when_changed(*restart_on))
+    server.shell(name=f"monitoring: reload {service} (if its files changed)", commands=[f"systemctl reload {quote(unit)}"],
+                 _if=lambda: changed_any(*reload_on) and not changed_any(restarted))
+    server.shell(name=f"monitoring: {service} answers after its start", commands=[answers(
+        f"{service} (TCP {port})", tcp_answers(conf.address(ctx.node), port), ctx.cluster.setting("service_start_timeout"),
+        "the deploy stops here", logs_of(unit))], _if=when_changed(started, restarted))
+
+
+def _collector(ctx: NodeContext, textfiles: str) -> None:
+    seconds = ctx.cluster.setting("monitoring_scrape_seconds")
+    unit = ctx.put("/etc/systemd/system/kiln-slurm-metrics.service",
+                   COLLECTOR_UNIT.format(collector=COLLECTOR, directory=textfiles), mode="644",
+                   name="monitoring: kiln-slurm-metrics.service")
+    timer = ctx.put("/etc/systemd/system/kiln-slurm-metrics.timer", COLLECTOR_TIMER.format(seconds=seconds), mode="644",
+                    name="monitoring: kiln-slurm-metrics.timer")
+    server.shell(name="monitoring: reload systemd (if the collector's units changed)", commands=[DAEMON_RELOAD],
+                 _if=when_changed(unit, timer))
+    timer_unit = ctx.watch_unit("kiln-slurm-metrics.timer")
+    started = service_running(name="monitoring: the Slurm collector's timer enabled and running", ctx=ctx, unit=timer_unit)
+    service_restarted(name="monitoring: restart the collector's timer (if its interval changed)", unit=timer_unit,
+                      _if=lambda: changed_any(timer) and not changed_any(started))

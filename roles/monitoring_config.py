@@ -1,0 +1,177 @@
+"""The monitoring role's files: pure functions of the inventory (and the monitoring password).
+
+Every file is built as data and written with ``yaml.safe_dump`` or ``json.dumps``: an inventory value
+fills only its own field (a host name, a URL, a number) and can never add a scrape job, a rule or a
+key. ``command_line`` words are checked against a plain character set before they are joined.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+
+import bcrypt
+import yaml
+
+from kiln.inventory.model import MONITORING, Cluster, Host
+from kiln.monitoring import alert_rules
+
+NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT, PROMETHEUS_PORT, ALERTMANAGER_PORT, ALERTMANAGER_CLUSTER_PORT = (
+    9100, 9400, 9090, 9093, 9094)
+USER = "kiln"  # the HTTP basic-auth user of every monitoring listener
+CONF = "/etc/prometheus"
+WEB_CONFIG = f"{CONF}/kiln-web.yml"
+PASSWORD_FILE = f"{CONF}/kiln-password"
+RULES = f"{CONF}/kiln-rules.yml"
+TARGETS = f"{CONF}/kiln-targets"
+PROMETHEUS_YML = f"{CONF}/prometheus.yml"
+ALERTMANAGER_YML = f"{CONF}/alertmanager.yml"
+NODE_TEXTFILE = "kiln-node.prom"
+# The units node_exporter's systemd collector reports: the daemons kiln's alerts watch.
+WATCHED_UNITS = ("slurmd|slurmctld|slurmdbd|munge|mariadb|nvidia-dcgm|nvidia-dcgm-exporter|nvidia-fabricmanager|"
+                 "nvidia-persistenced|nfs-server|glusterd|chrony|prometheus|prometheus-alertmanager")
+# bcrypt writes its salt in base64 with its own alphabet
+_BCRYPT_ALPHABET = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                                 "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_ARG = re.compile(r"^--[a-z][a-z0-9.-]*(?:=[A-Za-z0-9_./:|()\[\]+-]*)?$", re.ASCII)
+
+
+def _dump(data) -> str:
+    return "# Written by kiln (monitoring role); changes here are undone by the next deploy.\n" + yaml.safe_dump(
+        data, sort_keys=False, width=1000, default_flow_style=False)
+
+
+def address(host: Host) -> str:
+    """Where a host's listeners listen and are scraped: its inventory address (the cluster network)."""
+    return host.address
+
+
+def web_config(password: str) -> str:
+    """The web config every kiln-run listener reads (node_exporter, Prometheus, Alertmanager,
+    dcgm-exporter): basic auth for user kiln. The bcrypt salt is derived from the password, so the
+    same password gives the same file and a second deploy changes nothing."""
+    digest = hashlib.sha256(b"kiln-monitoring-salt:" + password.encode()).digest()[:16]  # bcrypt's 16 salt bytes
+    salt_chars = base64.b64encode(digest).decode()[:22].translate(_BCRYPT_ALPHABET)
+    hashed = bcrypt.hashpw(password.encode(), b"$2b$10$" + salt_chars.encode()).decode()
+    return _dump({"basic_auth_users": {USER: hashed}})
+
+
+def scraped_gpus(cluster: Cluster, host: Host) -> bool:
+    """A host whose dcgm-exporter Prometheus scrapes: it has GPUs, and kiln installs the exporter (the
+    dcgm_exporter pin) or the site runs one (kiln_monitoring_dcgm_exporter_external)."""
+    return bool(host.gpu_count) and bool(cluster.versions.get("dcgm_exporter")
+                                         or cluster.setting("monitoring_dcgm_exporter_external"))
+
+
+def targets(cluster: Cluster) -> dict[str, list[dict]]:
+    """file_sd target lists per job: every kiln host's node_exporter, every scraped GPU node's dcgm-exporter.
+    Prometheus reads a changed file without a restart, so a node added is scraped after one deploy."""
+    def entry(h: Host, port: int) -> dict:
+        labels = {"node": h.name}
+        if h.node_type:
+            labels["node_type"] = h.node_type
+        return {"targets": [f"{_bracket(address(h))}:{port}"], "labels": labels}
+    hosts = sorted(cluster.hosts.values(), key=lambda h: h.name)
+    return {"node": [entry(h, NODE_EXPORTER_PORT) for h in hosts],
+            "dcgm": [entry(h, DCGM_EXPORTER_PORT) for h in hosts if scraped_gpus(cluster, h)]}
+
+
+def targets_json(entries: list[dict]) -> str:
+    return json.dumps(entries, indent=1, sort_keys=True) + "\n"
+
+
+def _bracket(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def node_textfile(cluster: Cluster, host: Host) -> str:
+    """What the node must have, for rules that compare (GPUs missing): kiln-node.prom, static."""
+    gpus = host.gpu_count if scraped_gpus(cluster, host) else 0
+    return ("# HELP kiln_node_gpus_expected GPUs the inventory gives this node (0: no GPU metrics expected).\n"
+            "# TYPE kiln_node_gpus_expected gauge\n"
+            f"kiln_node_gpus_expected {gpus}\n")
+
+
+def _auth() -> dict:
+    return {"username": USER, "password_file": PASSWORD_FILE}
+
+
+def prometheus_yml(cluster: Cluster) -> str:
+    interval = f"{cluster.setting('monitoring_scrape_seconds')}s"
+    monitors = cluster.group(MONITORING)
+    jobs = [{"job_name": job, "basic_auth": _auth(), "file_sd_configs": [{"files": [f"{TARGETS}/{job}.json"]}]}
+            for job in ("node", "dcgm")]
+    for job, port in (("prometheus", PROMETHEUS_PORT), ("alertmanager", ALERTMANAGER_PORT)):
+        jobs.append({"job_name": job, "basic_auth": _auth(), "static_configs": [
+            {"targets": [f"{_bracket(address(h))}:{port}"], "labels": {"node": h.name}} for h in monitors]})
+    return _dump({
+        "global": {"scrape_interval": interval, "evaluation_interval": interval,
+                   "scrape_timeout": f"{min(10, cluster.setting('monitoring_scrape_seconds'))}s",
+                   "external_labels": {"cluster": cluster.name}},
+        "rule_files": [RULES],
+        "alerting": {"alertmanagers": [{"basic_auth": _auth(), "static_configs": [
+            {"targets": [f"{_bracket(address(h))}:{ALERTMANAGER_PORT}" for h in monitors]}]}]},
+        "scrape_configs": jobs,
+    })
+
+
+def rules_yml(cluster: Cluster) -> str:
+    return _dump(alert_rules.rules(cluster.setting("alert_thresholds"), cluster.setting("monitoring_scrape_seconds")))
+
+
+def alertmanager_yml(cluster: Cluster) -> str:
+    timing = cluster.setting("monitoring_alerting")
+    receivers: list[dict] = [{"name": "kiln-alertmanager-only"}]  # alerts stay visible in Alertmanager
+    for r in cluster.setting("monitoring_receivers"):
+        entry: dict = {"name": r.name}
+        if r.webhook_url:
+            entry["webhook_configs"] = [{"url": r.webhook_url, "send_resolved": r.send_resolved}]
+        else:
+            entry["email_configs"] = [{"to": r.email_to, "send_resolved": r.send_resolved}]
+        receivers.append(entry)
+    route = {"receiver": "kiln-alertmanager-only", "group_by": ["alertname", "cluster"],
+             "group_wait": f"{timing.group_wait_seconds}s", "group_interval": f"{timing.group_interval_seconds}s",
+             "repeat_interval": f"{timing.repeat_interval_seconds}s"}
+    if len(receivers) > 1:
+        route["routes"] = [{"receiver": r["name"], "continue": True} for r in receivers[1:]]
+    data: dict = {"route": route, "receivers": receivers}
+    smtp = cluster.setting("monitoring_smtp")
+    if smtp is not None:
+        data = {"global": {"smtp_smarthost": smtp.smarthost, "smtp_from": smtp.sender,
+                           "smtp_require_tls": smtp.require_tls}, **data}
+    return _dump(data)
+
+
+def _args(words: list[str]) -> str:
+    for w in words:
+        if not _ARG.fullmatch(w):
+            raise ValueError(f"refusing the daemon argument {w!r}: it holds characters an argument never needs")
+    return 'ARGS="' + " ".join(words) + '"\n'
+
+
+def node_exporter_defaults(cluster: Cluster, host: Host) -> str:
+    return "# Written by kiln (monitoring role)\n" + _args([
+        f"--web.listen-address={_bracket(address(host))}:{NODE_EXPORTER_PORT}", f"--web.config.file={WEB_CONFIG}",
+        f"--collector.textfile.directory={cluster.setting('check_textfile_dir')}", "--collector.systemd",
+        f"--collector.systemd.unit-include=({WATCHED_UNITS})[.]service"])
+
+
+def prometheus_defaults(cluster: Cluster, host: Host) -> str:
+    return "# Written by kiln (monitoring role)\n" + _args([
+        f"--config.file={PROMETHEUS_YML}", f"--web.listen-address={_bracket(address(host))}:{PROMETHEUS_PORT}",
+        f"--web.config.file={WEB_CONFIG}", "--storage.tsdb.path=/var/lib/prometheus/metrics2/",
+        f"--storage.tsdb.retention.time={cluster.setting('monitoring_retention_days')}d",
+        f"--storage.tsdb.retention.size={cluster.setting('monitoring_retention_gb')}GB"])
+
+
+def alertmanager_defaults(cluster: Cluster, host: Host) -> str:
+    peers = [h for h in cluster.group(MONITORING) if h.name != host.name]
+    # gossip between Alertmanagers only where there are several (it would listen on every address)
+    cluster_args = ([f"--cluster.listen-address={_bracket(address(host))}:{ALERTMANAGER_CLUSTER_PORT}"]
+                    + [f"--cluster.peer={_bracket(address(p))}:{ALERTMANAGER_CLUSTER_PORT}" for p in peers]
+                    if peers else ["--cluster.listen-address="])
+    return "# Written by kiln (monitoring role)\n" + _args([
+        f"--config.file={ALERTMANAGER_YML}", f"--web.listen-address={_bracket(address(host))}:{ALERTMANAGER_PORT}",
+        f"--web.config.file={WEB_CONFIG}", "--storage.path=/var/lib/prometheus/alertmanager", *cluster_args])

@@ -1,0 +1,306 @@
+"""Monitoring: kiln's alert rules proven with promtool, the rendered files accepted by promtool and amtool,
+the Slurm collector's parsers on recorded outputs, the dcgm-exporter stand-in's exposition, and hostile
+monitoring values refused (kiln/monitoring, roles/monitoring*.py, checks/slurm_metrics.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from checks import slurm_metrics
+from kiln.inventory import validate
+from kiln.inventory.monitoring_schema import AlertThresholds
+from kiln.monitoring import alert_rules
+from roles import monitoring_config as conf
+from tests.conftest import REPO
+
+HERE = Path(__file__).parent / "monitoring"
+SMALL = REPO / "tests" / "inventories" / "small"
+PROMTOOL, AMTOOL = shutil.which("promtool"), shutil.which("amtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package; .ci/run "
+                                    "installs it) to evaluate the rules as Prometheus does")
+needs_amtool = pytest.mark.skipif(AMTOOL is None, reason="needs amtool (Debian's prometheus-alertmanager package; "
+                                  ".ci/run installs it)")
+MONITORED = {"hosts.yml": (SMALL / "hosts.yml").read_text() + "    monitoring:\n      hosts:\n        ctl1:\n",
+             "group_vars/all/monitoring.yml": 'kiln_versions_extra: x\n'}
+
+
+def _inventory(tmp_path: Path, extra: str = "", versions: str = "") -> Path:
+    root = tmp_path / "inv"
+    shutil.copytree(SMALL, root)
+    (root / "hosts.yml").write_text(MONITORED["hosts.yml"])
+    (root / "group_vars" / "all" / "versions.yml").write_text(
+        (SMALL / "group_vars" / "all" / "versions.yml").read_text()
+        + '  prometheus: "2.42.0+ds-5+deb12u1"\n  alertmanager: "0.25.0-1+b4"\n  node_exporter: "1.5.0-1+b6"\n'
+        + versions)
+    (root / "group_vars" / "all" / "monitoring.yml").write_text(extra or "kiln_monitoring_scrape_seconds: 15\n")
+    return root
+
+
+def _cluster(tmp_path: Path, extra: str = "", versions: str = ""):
+    cluster, errors = validate(_inventory(tmp_path, extra, versions))
+    assert not errors, [str(e) for e in errors]
+    return cluster
+
+
+def _errors(tmp_path: Path, extra: str) -> list[str]:
+    cluster, errors = validate(_inventory(tmp_path, extra))
+    assert cluster is None
+    return [str(e) for e in errors]
+
+
+# --- the rules -------------------------------------------------------------------------------------
+
+def test_every_alert_has_a_firing_and_a_quiet_promtool_case():
+    tests = yaml.safe_load((HERE / "rules_test.yml").read_text())["tests"]
+    cases = [c for t in tests for c in t["alert_rule_test"]]
+    for alert in alert_rules.ALERTS:
+        mine = [c for c in cases if c["alertname"] == alert.name]
+        assert any(c["exp_alerts"] for c in mine), f"{alert.name} has no case where it fires"
+        assert any(not c["exp_alerts"] for c in mine), f"{alert.name} has no case where it stays quiet"
+
+
+@needs_promtool
+def test_promtool_unit_tests_of_every_rule_pass(tmp_path):
+    rules = alert_rules.rules(AlertThresholds(), 30)
+    for rule in rules["groups"][0]["rules"]:
+        rule.pop("annotations")  # the cases check labels; promtool check rules reads the templates below
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    shutil.copy(HERE / "rules_test.yml", tmp_path)
+    out = subprocess.run([PROMTOOL, "test", "rules", "rules_test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_rendered_rules_and_config_pass_promtool(tmp_path):
+    cluster = _cluster(tmp_path)
+    rules, config = tmp_path / "rules.yml", tmp_path / "prometheus.yml"
+    rules.write_text(conf.rules_yml(cluster))
+    config.write_text(conf.prometheus_yml(cluster).replace(conf.RULES, str(rules)))
+    (tmp_path / "pw").write_text("x")
+    config.write_text(config.read_text().replace(conf.PASSWORD_FILE, str(tmp_path / "pw")))
+    for args in (["check", "rules", str(rules)], ["check", "config", str(config)]):
+        out = subprocess.run([PROMTOOL, *args], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_amtool
+def test_rendered_alertmanager_config_passes_amtool(tmp_path):
+    cluster = _cluster(tmp_path, "kiln_monitoring_receivers:\n  - {name: oncall, webhook_url: 'http://10.0.0.5:8080/hook'}\n"
+                                 "  - {name: mail, email_to: ops@example.org}\n"
+                                 "kiln_monitoring_smtp: {smarthost: 'smtp.example.org:25', sender: kiln@example.org}\n")
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(conf.alertmanager_yml(cluster))
+    out = subprocess.run([AMTOOL, "check-config", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = yaml.safe_load(path.read_text())
+    assert [r["receiver"] for r in data["route"]["routes"]] == ["oncall", "mail"]
+    assert data["global"]["smtp_smarthost"] == "smtp.example.org:25"
+
+
+def _validated_file_commands(monkeypatch, path: str, content: bytes, check: str) -> list[str]:
+    """The shell commands ``validated_file`` gives for a node without the file (pyinfra's upload as a cat)."""
+    from types import SimpleNamespace
+
+    from roles import operations
+
+    def upload(src, dest, **_):
+        yield f"cat > {dest} <<'EOF'\n{src.read().decode()}EOF"
+    monkeypatch.setattr(operations, "files", SimpleNamespace(put=SimpleNamespace(_inner=upload)))
+    snap = SimpleNamespace(files={}, covers=lambda _: True)
+    ctx = SimpleNamespace(snapshot=snap, paths=[], units=[], lines=[], modules=[], packages=[], users=[], groups=[])
+    return list(operations.validated_file._inner(ctx=ctx, path=path, content=content, mode="640", user="root",
+                                                 group="root", check=check))
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+def test_a_file_the_check_refuses_never_replaces_the_one_in_use(tmp_path, monkeypatch, accepted):
+    live = tmp_path / "prometheus.yml"
+    live.write_text("old: config\n")
+    commands = _validated_file_commands(monkeypatch, str(live), b"new: config\n", "true {}" if accepted else "false {}")
+    script = "set -e\n" + "\n".join(c for c in commands if not c.startswith(("chown", "chmod"))) + "\n"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert (out.returncode == 0) == accepted, out.stderr
+    assert live.read_text() == ("new: config\n" if accepted else "old: config\n")
+    assert not (tmp_path / "prometheus.yml.kiln-new").exists()
+    if not accepted:
+        assert "was not installed: false refused it" in out.stderr
+
+
+# --- targets, listeners, auth -----------------------------------------------------------------------
+
+def test_targets_cover_every_host_and_only_scraped_gpu_nodes(tmp_path):
+    cluster = _cluster(tmp_path)
+    t = conf.targets(cluster)
+    assert sorted(e["labels"]["node"] for e in t["node"]) == sorted(cluster.hosts)
+    assert t["dcgm"] == []  # no dcgm_exporter pin, no external exporter: GPU nodes' :9400 is not scraped
+    cluster = _cluster(tmp_path / "b", versions='  dcgm_exporter: "4.2.3-4.1.3-1"\n')
+    gpu = [e["labels"]["node"] for e in conf.targets(cluster)["dcgm"]]
+    assert gpu == [h for h in sorted(cluster.hosts) if cluster.hosts[h].gpu_count]
+    assert conf.node_textfile(cluster, cluster.hosts["gpu01"]).endswith(f"kiln_node_gpus_expected {cluster.hosts['gpu01'].gpu_count}\n")
+    assert conf.node_textfile(cluster, cluster.hosts["cpu01"]).endswith("kiln_node_gpus_expected 0\n")
+
+
+def test_every_listener_is_on_the_cluster_address_with_basic_auth(tmp_path):
+    cluster = _cluster(tmp_path)
+    ctl = cluster.hosts["ctl1"]
+    for text in (conf.node_exporter_defaults(cluster, ctl), conf.prometheus_defaults(cluster, ctl),
+                 conf.alertmanager_defaults(cluster, ctl)):
+        assert "--web.listen-address=10.0.0.1:" in text and f"--web.config.file={conf.WEB_CONFIG}" in text
+        assert "0.0.0.0" not in text
+    assert '--cluster.listen-address="' in conf.alertmanager_defaults(cluster, ctl)  # no gossip port for one alone
+    prom = yaml.safe_load(conf.prometheus_yml(cluster))
+    assert all(j["basic_auth"] == {"username": "kiln", "password_file": conf.PASSWORD_FILE} for j in prom["scrape_configs"])
+    web = yaml.safe_load(conf.web_config("s3cret-pass"))
+    import bcrypt
+    assert bcrypt.checkpw(b"s3cret-pass", web["basic_auth_users"]["kiln"].encode())
+    assert conf.web_config("s3cret-pass") == conf.web_config("s3cret-pass")  # a second deploy changes nothing
+    assert "s3cret-pass" not in conf.web_config("s3cret-pass")
+
+
+def test_the_monitoring_password_is_generated_and_masked(tmp_path):
+    from kiln.secrets import MONITORING_PASSWORD, load_or_create
+    cluster = _cluster(tmp_path)
+    secrets = load_or_create(cluster)
+    assert (cluster.secrets_dir / cluster.name / MONITORING_PASSWORD).stat().st_mode & 0o077 == 0
+    assert secrets.monitoring_password and secrets.mask(f"pw={secrets.monitoring_password}") == "pw=********"
+    assert load_or_create(cluster).monitoring_password == secrets.monitoring_password
+
+
+# --- hostile and wrong values ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, key, says", [
+    ("kiln_monitoring_receivers:\n  - {name: x, webhook_url: \"http://a/b\\nreceivers: []\"}\n",
+     "kiln_monitoring_receivers", "control character"),
+    ("kiln_monitoring_receivers:\n  - {name: \"x\\ny: 1\", webhook_url: \"http://a/b\"}\n", "kiln_monitoring_receivers",
+     ""),
+    ("kiln_monitoring_receivers:\n  - {name: x, webhook_url: \"http://a/b\", email_to: a@b.org}\n",
+     "kiln_monitoring_receivers", "exactly one"),
+    ("kiln_monitoring_receivers:\n  - {name: x, webhook_url: \"file:///etc/passwd\"}\n", "kiln_monitoring_receivers",
+     "http(s) URL"),
+    ("kiln_monitoring_receivers:\n  - {name: x, email_to: \"a@b.org\\nbcc: evil@x.org\"}\n", "kiln_monitoring_receivers", ""),
+    ("kiln_monitoring_receivers:\n  - {name: x, email_to: a@b.org}\n", "kiln_monitoring_receivers", "kiln_monitoring_smtp"),
+    ("kiln_monitoring_receivers:\n  - {name: x, webhook_url: \"http://a/\"}\n  - {name: x, webhook_url: \"http://b/\"}\n",
+     "kiln_monitoring_receivers", "twice"),
+    ("kiln_alert_thresholds: {gpu_temperature_celsius: \"90) or vector(1\"}\n", "kiln_alert_thresholds", ""),
+    ("kiln_alert_thresholds: {gpu_temperature_celsius: 1000}\n", "kiln_alert_thresholds", ""),
+    ("kiln_alert_thresholds: {node_down_seconds: 60, extra_rule: 1}\n", "kiln_alert_thresholds", ""),
+    ("kiln_monitoring_scrape_seconds: \"10s\\nscrape_configs: []\"\n", "kiln_monitoring_scrape_seconds", ""),
+    ("kiln_monitoring_smtp: {smarthost: \"smtp.example.org:25 --evil\", sender: a@b.org}\n", "kiln_monitoring_smtp", ""),
+])
+def test_hostile_monitoring_values_are_refused_with_file_and_key(tmp_path, extra, key, says):
+    errors = _errors(tmp_path, extra)
+    assert any(key in e and "monitoring.yml" in e and says in e for e in errors), errors
+
+
+def test_rocky_hosts_cannot_be_monitored_by_kiln(tmp_path):
+    root = _inventory(tmp_path)
+    (root / "group_vars" / "cpu_b.yml").write_text((root / "group_vars" / "cpu_b.yml").read_text() + "kiln_os: rocky9\n")
+    cluster, errors = validate(root)
+    assert cluster is None and any("cpu01 runs rocky9" in str(e) and "kiln_os" in str(e) for e in errors), errors
+
+
+def test_an_inventory_without_a_monitoring_group_runs_no_monitoring(tmp_path):
+    cluster, errors = validate(SMALL)
+    assert not errors and not any("monitoring" in h.roles for h in cluster.hosts.values())
+    assert all("monitoring" in h.roles for h in _cluster(tmp_path).hosts.values())
+
+
+# --- the Slurm collector, on outputs recorded from the testbed's Slurm 22.05 ------------------------
+
+SINFO = """kiln02|allocated|none
+kiln03|draining|kiln: GPU_XID_79 Xid 79 (GPU has fallen off the bus)
+kiln04|drained*|disk swap "tomorrow"
+kiln04|drained*|disk swap "tomorrow"
+kiln05|down*|Not responding
+"""
+SQUEUE = """5|PENDING|vision|AssocGrpGRES|cpu=1,mem=512M,node=1,billing=1,gres/gpu=2|
+4|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1|
+6|RUNNING|language|None|cpu=2,mem=1G,node=2,billing=2,gres/gpu=2|
+7|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|
+8|PENDING|language|Priority|cpu=1,mem=512M,node=1,billing=1|
+"""
+
+
+def test_collector_reads_nodes_jobs_and_gpus_by_tres():
+    states, drained = slurm_metrics.parse_nodes(SINFO)
+    assert states == {"allocated": 1, "draining": 1, "drained": 1, "down": 1}
+    assert drained == [("kiln03", "kiln", "kiln: GPU_XID_79 Xid 79 (GPU has fallen off the bus)"),
+                       ("kiln04", "person", 'disk swap "tomorrow"')]
+    jobs = slurm_metrics.parse_jobs(SQUEUE)
+    assert jobs["vision"]["gpus"] == 2 and jobs["language"]["gpus"] == 2  # --gpus-per-node counted, typed not twice
+    assert jobs["vision"]["pending"] == {"AssocGrpGRES": 1} and jobs["language"]["states"] == {"RUNNING": 1, "PENDING": 1}
+    sdiag = (REPO / "tests" / "unit" / "monitoring" / "sdiag.txt").read_text()
+    assert slurm_metrics.parse_sdiag(sdiag) == {"dbd_agent_queue": 0, "scheduler_last_cycle_microseconds": 883,
+                                                 "scheduler_mean_cycle_microseconds": 227}
+    assert slurm_metrics.parse_ping("Slurmctld(primary) at kiln01 is UP\n") == 1
+    assert slurm_metrics.parse_ping("Slurmctld(primary) at kiln01 is DOWN\n") == 0
+    assert slurm_metrics.parse_sdiag("") == {} and slurm_metrics.parse_jobs("garbage\n") == {}
+
+
+@needs_promtool
+def test_collector_output_is_valid_exposition_with_escaped_labels():
+    text = slurm_metrics.exposition(1, 0, slurm_metrics.parse_nodes(SINFO), slurm_metrics.parse_jobs(SQUEUE),
+                                    {"dbd_agent_queue": 3}, 1e9)
+    assert 'reason="disk swap \\"tomorrow\\""' in text
+    out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --- the dcgm-exporter stand-in -----------------------------------------------------------------------
+
+def _stand_in(tmp_path, monkeypatch, inject=()):
+    import importlib.machinery
+    import importlib.util
+    import sys
+    sims = REPO / "kiln" / "testbed" / "simulators"
+    monkeypatch.setenv("KILN_SIM_STATE", str(tmp_path / "state.json"))
+    monkeypatch.syspath_prepend(str(sims))
+    for name in ("simstate",):
+        sys.modules.pop(name, None)
+    loader = importlib.machinery.SourceFileLoader("dcgm_standin", str(sims / "dcgm-exporter"))
+    spec = importlib.util.spec_from_loader("dcgm_standin", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    mod.COUNTERS = str(REPO / "templates" / "monitoring" / "dcgm-counters.csv")
+    state = mod.simstate.healthy(4, "h100", "535.261.03", 18, 2, 400, "InfiniBand")
+    for fault in inject:
+        fault(state, mod)
+    return mod.exposition(state, "gpu01")
+
+
+def _xid(state, mod):
+    import time
+    state["kernel_log"].append({"t": time.time(), "line": "2026-12-02T10:00:00+0000 gpu01 kernel: NVRM: Xid "
+                                "(PCI:0000:38:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."})
+
+
+@needs_promtool
+def test_stand_in_serves_dcgm_exporters_exposition(tmp_path, monkeypatch):
+    healthy = _stand_in(tmp_path, monkeypatch)
+    out = subprocess.run([PROMTOOL, "check", "metrics"], input=healthy, capture_output=True, text=True)
+    assert "parsing error" not in out.stderr, out.stderr  # (promtool's lint of dcgm-exporter's own names aside)
+    line = next(x for x in healthy.splitlines() if x.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    assert line.startswith('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-00000000-0000-0000-0000-000000000000",'
+                           'pci_bus_id="00000000:18:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",'
+                           'Hostname="gpu01",DCGM_FI_DRIVER_VERSION="535.261.03"} ')
+    assert "DCGM_EXP_XID_ERRORS_COUNT{" not in healthy
+    assert all(x.endswith(" 0") for x in healthy.splitlines() if x.startswith("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{"))
+    faulty = _stand_in(tmp_path, monkeypatch, [_xid, lambda s, m: s["gpus"][1].update(ecc_uncorrected=2),
+                                               lambda s, m: s["gpus"][3].update(lost=True)])
+    assert 'gpu="2",' in faulty and 'window_size_in_ms="300000",xid="79"} 1' in faulty
+    assert any(x.startswith('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1",') and x.endswith(" 2") for x in faulty.splitlines())
+    assert 'gpu="3",' not in faulty  # a lost GPU has no series
+
+
+def test_every_counter_the_rules_read_is_served():
+    served = {line.split(",")[0].strip() for line in (REPO / "templates" / "monitoring" / "dcgm-counters.csv").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    used = {w for a in alert_rules.ALERTS for w in __import__("re").findall(r"\bDCGM_[A-Z_]+", a.expr)}
+    assert used <= served, used - served
+    assert json.loads(json.dumps(sorted(used)))  # (the dashboards test checks theirs the same way)
