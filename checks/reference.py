@@ -105,6 +105,14 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                            "kiln_storage_mounts[].min_throughput_mbps, kiln_check_storage_throughput_mib"),
     "STORAGE_SHARED": ("storage", "fail", "nodes mounting one shared filesystem do not see the same data",
                        "check that the node mounts the right source", "kiln_storage_mounts"),
+    # --- monitoring ---
+    "MONITORING_PROMETHEUS": ("monitoring", "fail", "Prometheus does not answer its API on a monitoring host",
+                              "systemctl status prometheus; journalctl -u prometheus", ""),
+    "MONITORING_TARGETS": ("monitoring", "fail", "a scrape target (node_exporter, dcgm-exporter, Prometheus, "
+                           "Alertmanager) is down", "the message names each target and its last error: start the "
+                           "exporter on that node, or check the node", "kiln_monitoring_dcgm_exporter_external"),
+    "MONITORING_RULES": ("monitoring", "fail", "kiln's alert rules are not all loaded, or one fails to evaluate",
+                         "read /etc/prometheus/kiln-rules.yml and Prometheus' log", "kiln_alert_thresholds"),
     # --- slurm ---
     "SLURM_MUNGE": ("slurm", "fail", "munge is not active", "start munge; check /etc/munge/munge.key", ""),
     "SLURM_SLURMD": ("slurm", "fail", "slurmd is not active on a compute node", "start slurmd; read its log", ""),

@@ -16,10 +16,9 @@ import bcrypt
 import yaml
 
 from kiln.inventory.model import MONITORING, Cluster, Host
-from kiln.monitoring import alert_rules
+from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
+                             PROMETHEUS_PORT, alert_rules)
 
-NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT, PROMETHEUS_PORT, ALERTMANAGER_PORT, ALERTMANAGER_CLUSTER_PORT = (
-    9100, 9400, 9090, 9093, 9094)
 USER = "kiln"  # the HTTP basic-auth user of every monitoring listener
 CONF = "/etc/prometheus"
 WEB_CONFIG = f"{CONF}/kiln-web.yml"

@@ -7,9 +7,19 @@ role for the node-local runner, so both runners check the same expectations.
 from __future__ import annotations
 
 from checks.parsers.kernel_log import log_command
-from kiln.inventory.model import Cluster, Host
+from kiln.inventory.model import MONITORING, Cluster, Host
+from kiln.monitoring import PROMETHEUS_PORT
+from kiln.monitoring.alert_rules import ALERTS
 from kiln.shell import command
 from kiln.versions import upstream
+
+
+def _monitoring(host: Host) -> dict:
+    """A monitoring host's Prometheus, for the monitoring suite; {} elsewhere."""
+    if not host.in_group(MONITORING):
+        return {}
+    address = f"[{host.address}]" if ":" in host.address else host.address
+    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(ALERTS)}
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:
@@ -32,6 +42,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "storage_timeout": cluster.setting("check_storage_timeout"),
         "storage_throughput_mib": cluster.setting("check_storage_throughput_mib"),
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
+        "monitoring": _monitoring(host),
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync")},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),

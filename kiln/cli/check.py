@@ -14,7 +14,7 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, complete_host
 @click.command()
 @inventory_option
 @click.option("--suite", "suites", shell_complete=complete_suites, default=None,
-              help="comma-separated suites (default: all): gpu,fabric,storage,slurm,system,drift")
+              help="comma-separated suites (default: all): gpu,fabric,storage,slurm,system,drift,monitoring")
 @click.option("--limit", shell_complete=complete_hosts, default=None,
               help="Ansible host pattern (as for kiln deploy)")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,

@@ -7,6 +7,7 @@ import sys
 import click
 
 from kiln import __version__
+from kiln.cli import alerts as alerts_cli
 from kiln.cli import check as check_cli
 from kiln.cli import deploy as deploy_cli
 from kiln.cli import drift as drift_cli
@@ -36,6 +37,6 @@ def main() -> None:
     """kiln provisions, validates and patches GPU clusters."""
 
 
-for command in (check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, patch_cli.patch, testbed_cli.testbed,
+for command in (alerts_cli.alerts, check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, patch_cli.patch, testbed_cli.testbed,
                 vagrant_cli.vagrant):
     main.add_command(command)

@@ -37,10 +37,11 @@ _THROTTLE_BITS = " or ".join(f"(floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / {bit}
 STORAGE_TYPES = "nfs|nfs4|fuse.glusterfs|lustre|beegfs|ceph"
 
 ALERTS: tuple[Alert, ...] = (
-    Alert("KilnNodeDown", 'up{job="node"} == 0', "node_down_seconds", "critical", "NODE_UNREACHABLE",
+    # node!="": kiln's own targets only (a package's default config scrapes localhost:9100 until kiln's replaces it)
+    Alert("KilnNodeDown", 'up{job="node",node!=""} == 0', "node_down_seconds", "critical", "NODE_UNREACHABLE",
           "{{ $labels.node }} does not answer Prometheus (node_exporter at {{ $labels.instance }})",
           "the node lost power, its network or node_exporter: kiln testbed status / the BMC; kiln check -l NODE"),
-    Alert("KilnExporterDown", 'up{job!="node"} == 0', "node_down_seconds", "warning", "",
+    Alert("KilnExporterDown", 'up{job!="node",node!=""} == 0', "node_down_seconds", "warning", "",
           "{{ $labels.job }} on {{ $labels.node }} does not answer ({{ $labels.instance }})",
           "systemctl status of the exporter on the node (dcgm-exporter: is nv-hostengine running?)"),
     Alert("KilnGPUMetricsMissing",

@@ -304,3 +304,63 @@ def test_every_counter_the_rules_read_is_served():
     used = {w for a in alert_rules.ALERTS for w in __import__("re").findall(r"\bDCGM_[A-Z_]+", a.expr)}
     assert used <= served, used - served
     assert json.loads(json.dumps(sorted(used)))  # (the dashboards test checks theirs the same way)
+
+
+# --- dashboards: every query reads metrics kiln's exporters serve ------------------------------------------
+
+DASHBOARDS = REPO / "templates" / "monitoring" / "dashboards"
+KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
+# node_exporter's infiniband collector serves these where /sys/class/infiniband exists (real HCAs, the VM
+# tier's soft-RoCE); the recorded names below come from a testbed container, which has none.
+NODE_EXPORTER_INFINIBAND = {"node_infiniband_state_id", "node_infiniband_physical_state_id",
+                            "node_infiniband_rate_bytes_per_second"}
+PROMETHEUS_OWN = {"up", "ALERTS", "scrape_duration_seconds", "process_start_time_seconds"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads (label matchers, grouping clauses, ranges and strings
+    taken out first; a name followed by '(' is a function or an aggregation)."""
+    import re
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    return {m.group(1) for m in re.finditer(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()", text)
+            if m.group(1) not in KEYWORDS and not m.group(1).isdigit() and not re.fullmatch(r"\d+[smhd]", m.group(1))}
+
+
+def served_metrics() -> set[str]:
+    node_exporter = {line for line in (HERE / "node_exporter_metrics.txt").read_text().splitlines()
+                     if line and not line.startswith("#")}
+    dcgm = {line.split(",")[0].strip() for line in (REPO / "templates" / "monitoring" / "dcgm-counters.csv").read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+    import re
+    collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(SINFO), slurm_metrics.parse_jobs(SQUEUE),
+                                         slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
+    kiln_files = collector + conf.node_textfile.__doc__ + "kiln_node_gpus_expected"
+    from checks import node_local
+    kiln_prom = {"kiln_check_ok", "kiln_check_last_run_timestamp_seconds", "kiln_check_duration_seconds"}
+    assert all(name in (REPO / "checks" / "node_local.py").read_text() for name in kiln_prom), node_local
+    return (node_exporter | NODE_EXPORTER_INFINIBAND | dcgm | PROMETHEUS_OWN | kiln_prom
+            | set(re.findall(r"^(kiln_[a-z_]+)", kiln_files, re.M)) | {"kiln_node_gpus_expected"})
+
+
+def test_metric_names_are_read_from_promql():
+    assert metric_names('sum by (node) (rate(node_cpu_seconds_total{mode="idle",node=~"$node"}[5m])) / 2') == {
+        "node_cpu_seconds_total"}
+    assert metric_names('a > on(node) count by (node) (b{x="y"}) unless c') == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize("path", sorted(DASHBOARDS.glob("*.json")), ids=lambda p: p.name)
+def test_every_dashboard_query_reads_served_metrics(path):
+    board = json.loads(path.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    assert exprs and board["uid"] == path.stem
+    missing = {m for e in exprs for m in metric_names(e.replace("$node", "x"))} - served_metrics()
+    assert not missing, f"{path.name} reads metrics no kiln exporter serves: {sorted(missing)}"
+
+
+def test_every_alert_rule_reads_served_metrics():
+    rules = alert_rules.rules(AlertThresholds(), 30)["groups"][0]["rules"]
+    missing = {m for r in rules for m in metric_names(r["expr"])} - served_metrics()
+    assert not missing, sorted(missing)

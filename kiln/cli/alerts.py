@@ -1,0 +1,44 @@
+"""`kiln alerts`: the alerts firing in Alertmanager, folded by alert into host lists, with what to do."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option,
+                             json_option, load_or_exit)
+
+
+@click.command()
+@inventory_option
+@json_option
+def alerts(inventory: Path | None, as_json: bool) -> None:
+    """Show the alerts firing now: exit 0 none, 1 some, 2 Alertmanager unreachable or no monitoring here."""
+    from kiln.monitoring.alerts import MonitoringError, firing, folded
+    from kiln.secrets import MONITORING_PASSWORD, SecretsError, secrets_path
+
+    cluster = load_or_exit(inventory or default_inventory())
+    try:
+        path = secrets_path(cluster) / MONITORING_PASSWORD
+        if not path.is_file():
+            raise SecretsError(f"{path} does not exist: run kiln deploy first (it makes the password)")
+        password = path.read_text().strip()
+        found = folded(firing(cluster, password))
+    except (MonitoringError, SecretsError) as e:
+        echo(str(e), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if as_json:
+        echo(json.dumps({"alerts": [f.as_dict() for f in found]}, indent=2))
+    elif not found:
+        echo("no alerts firing")
+    else:
+        width = max(len(f.alert) for f in found)
+        hosts = max(len(f.hosts) for f in found)
+        for f in found:
+            echo(f"{f.alert:<{width}}  {f.severity:<8}  {f.hosts:<{hosts}}  x{f.count:<3} since {f.since[:19]}")
+            echo(f"    {f.summary}")
+            echo(f"    next: {f.runbook}")
+    sys.exit(EXIT_FAILED if found else EXIT_OK)
