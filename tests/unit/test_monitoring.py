@@ -364,3 +364,47 @@ def test_every_alert_rule_reads_served_metrics():
     rules = alert_rules.rules(AlertThresholds(), 30)["groups"][0]["rules"]
     missing = {m for r in rules for m in metric_names(r["expr"])} - served_metrics()
     assert not missing, sorted(missing)
+
+
+# --- the monitoring check suite, on Prometheus API answers recorded on the testbed ---------------------------
+
+def _suite(answers: dict[str, tuple[int, str]]):
+    from checks import monitoring
+    from checks.node import Node, Result
+    expect = {"monitoring": {"prometheus": "10.213.0.11:9090", "rules": len(alert_rules.ALERTS)}}
+
+    def run(command: str) -> Result:
+        for key, (rc, text) in answers.items():
+            if key in command:
+                return Result(rc, text, "" if rc == 0 else "urllib.error.URLError: <urlopen error [Errno 111] Connection refused>")
+        raise AssertionError(command)
+    return {v.id: v for v in monitoring.run(Node("kiln01", run), expect)}
+
+
+def _recorded(name: str) -> str:
+    return (HERE / name).read_text()
+
+
+def test_monitoring_suite_passes_on_a_healthy_prometheus():
+    found = _suite({"/api/v1/targets": (0, _recorded("api-targets-up.json")), "/api/v1/rules": (0, _recorded("api-rules.json"))})
+    assert {k: v.severity for k, v in found.items()} == {"MONITORING_PROMETHEUS": "ok", "MONITORING_TARGETS": "ok",
+                                                         "MONITORING_RULES": "ok"}
+
+
+def test_monitoring_suite_fails_on_a_target_down_naming_it():
+    found = _suite({"/api/v1/targets": (0, _recorded("api-targets-down.json")), "/api/v1/rules": (0, _recorded("api-rules.json"))})
+    assert found["MONITORING_TARGETS"].failed
+    assert "node kiln02 (10.213.0.12:9100)" in found["MONITORING_TARGETS"].message
+    assert "connection refused" in found["MONITORING_TARGETS"].message
+
+
+def test_monitoring_suite_fails_on_missing_or_broken_rules_and_a_silent_prometheus():
+    rules = json.loads(_recorded("api-rules.json"))
+    rules["data"]["groups"][0]["rules"] = rules["data"]["groups"][0]["rules"][:5]
+    rules["data"]["groups"][0]["rules"][0].update(health="err", lastError="many-to-many matching not allowed")
+    found = _suite({"/api/v1/targets": (0, _recorded("api-targets-up.json")), "/api/v1/rules": (0, json.dumps(rules))})
+    assert found["MONITORING_RULES"].failed and "5 of kiln's" in found["MONITORING_RULES"].message
+    assert "many-to-many" in found["MONITORING_RULES"].message
+    found = _suite({"/api/v1/targets": (1, ""), "/api/v1/rules": (1, "")})
+    assert list(found) == ["MONITORING_PROMETHEUS"] and found["MONITORING_PROMETHEUS"].failed
+    assert "Connection refused" in found["MONITORING_PROMETHEUS"].message
