@@ -77,3 +77,13 @@ def copy_inventory(src: Path, dest: Path, changes: dict | None = None, host_chan
         (dest / "host_vars").mkdir(exist_ok=True)
         (dest / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
     return dest
+
+
+def alerts_firing(tb) -> set[tuple[str, str]]:
+    """(alert name, node) of every alert active in the testbed's Alertmanager (kiln's monitoring role)."""
+    from kiln.inventory import load_cluster
+    from kiln.monitoring.alerts import firing
+    from kiln.secrets import MONITORING_PASSWORD, secrets_path
+    cluster = load_cluster(tb.inventory)
+    password = (secrets_path(cluster) / MONITORING_PASSWORD).read_text().strip()
+    return {(a["labels"]["alertname"], a["labels"].get("node", "")) for a in firing(cluster, password)}

@@ -15,10 +15,10 @@ import json
 import time
 
 from kiln.inventory import load_cluster
-from kiln.monitoring.alerts import firing, query
+from kiln.monitoring.alerts import query
 from kiln.secrets import MONITORING_PASSWORD, secrets_path
 from tests.testbed.conftest import NODES
-from tests.testbed.slurm_helpers import kiln, ok, on, wait_for
+from tests.testbed.slurm_helpers import alerts_firing, kiln, ok, on, wait_for
 
 # scrape 10 s + evaluation 10 s + for + group wait 5 s, with the slack a loaded 2-core CI machine needs
 FIRE_BOUND = {"KilnGPUFatalXid": 60, "KilnGPUECCUncorrected": 60, "KilnSlurmdDown": 90, "KilnNodeDown": 90}
@@ -32,8 +32,7 @@ def _reader(tb):
 
 
 def _alerts_on(tb) -> set[tuple[str, str]]:
-    cluster, password = _reader(tb)
-    return {(a["labels"]["alertname"], a["labels"].get("node", "")) for a in firing(cluster, password)}
+    return alerts_firing(tb)
 
 
 def test_prometheus_scrapes_every_node_after_deploy(slurm):
