@@ -23,6 +23,9 @@ It runs only when the inventory has a ``monitoring`` group (``Host.monitored``).
 + Alertmanager: alerts grouped by alert name; ``kiln_monitoring_receivers`` (webhooks, e-mail through
   ``kiln_monitoring_smtp``) each get every alert; with none, alerts stay visible in Alertmanager (and
   ``kiln alerts``).
++ dcgm-exporter (where the ``dcgm_exporter`` pin installs it): kiln's counters file
+  (templates/monitoring/dcgm-counters.csv), the Xid count over 5 minutes, the node's address, basic auth
+  (a drop-in over the package's command line).
 + The Slurm collector (checks/slurm_metrics.py) on slurm_controller hosts, every scrape interval, by a
   systemd timer.
 """
@@ -42,6 +45,7 @@ from roles.operations import (DAEMON_RELOAD, answers, logs_of, managed_directory
                               service_running, tcp_answers)
 
 COLLECTOR = "/usr/local/sbin/kiln-slurm-metrics"
+TEMPLATES = Path(str(files("templates"))) / "monitoring"
 COLLECTOR_SOURCE = Path(str(files("checks"))) / "slurm_metrics.py"
 COLLECTOR_UNIT = """# Written by kiln (monitoring role): Slurm's state for node_exporter's textfile collector
 [Unit]
@@ -101,8 +105,30 @@ def configure(ctx: NodeContext) -> None:
     _daemon(ctx, "prometheus-node-exporter", conf.NODE_EXPORTER_PORT, restart_on=[args], reload_on=[])
     if node.in_group(CONTROLLER):
         _collector(ctx, textfiles)
+    if node.gpu_count and cluster.versions.get("dcgm_exporter"):
+        _dcgm_exporter(ctx)
     if _serves_monitoring(ctx):
         _prometheus(ctx)
+
+
+def _dcgm_exporter(ctx: NodeContext) -> None:
+    """NVIDIA's dcgm-exporter (the dcgm role installs and starts it) with kiln's counters, address and auth;
+    restarted when either changed and it runs (it runs where the driver is loaded)."""
+    ctx.watch_path("/etc/dcgm-exporter")
+    managed_directory(name="monitoring: /etc/dcgm-exporter", ctx=ctx, path="/etc/dcgm-exporter", user="root",
+                      group="root", mode="755")
+    counters = ctx.put(conf.DCGM_COUNTERS, (TEMPLATES / "dcgm-counters.csv").read_text(), mode="644",
+                       name="monitoring: dcgm-exporter's counters (kiln's)")
+    dropin_dir = str(Path(conf.DCGM_EXPORTER_DROPIN).parent)
+    ctx.watch_path(dropin_dir)
+    managed_directory(name=f"monitoring: {dropin_dir}", ctx=ctx, path=dropin_dir, user="root", group="root", mode="755")
+    dropin = ctx.put(conf.DCGM_EXPORTER_DROPIN, conf.dcgm_exporter_dropin(ctx.node), mode="644",
+                     name="monitoring: dcgm-exporter's command line")
+    server.shell(name="monitoring: reload systemd (if dcgm-exporter's drop-in changed)", commands=[DAEMON_RELOAD],
+                 _if=when_changed(dropin))
+    unit = ctx.watch_unit("nvidia-dcgm-exporter")
+    server.shell(name="monitoring: restart dcgm-exporter (if its counters or command line changed)",
+                 commands=[f"systemctl try-restart {quote(unit)}"], _if=when_changed(counters, dropin))
 
 
 def _prometheus(ctx: NodeContext) -> None:

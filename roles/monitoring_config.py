@@ -86,11 +86,29 @@ def _bracket(addr: str) -> str:
 
 
 def node_textfile(cluster: Cluster, host: Host) -> str:
-    """What the node must have, for rules that compare (GPUs missing): kiln-node.prom, static."""
+    """What the node must have, for rules that compare (GPUs missing, a fabric port slower than its rate):
+    kiln-node.prom, static."""
     gpus = host.gpu_count if scraped_gpus(cluster, host) else 0
-    return ("# HELP kiln_node_gpus_expected GPUs the inventory gives this node (0: no GPU metrics expected).\n"
+    text = ("# HELP kiln_node_gpus_expected GPUs the inventory gives this node (0: no GPU metrics expected).\n"
             "# TYPE kiln_node_gpus_expected gauge\n"
             f"kiln_node_gpus_expected {gpus}\n")
+    if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.rate_gbps:
+        text += ("# HELP kiln_node_fabric_rate_gbps_expected The rate each of the node's fabric ports must run at.\n"
+                 "# TYPE kiln_node_fabric_rate_gbps_expected gauge\n"
+                 f"kiln_node_fabric_rate_gbps_expected {host.fabric.rate_gbps:g}\n")
+    return text
+
+
+DCGM_EXPORTER_DROPIN = "/etc/systemd/system/nvidia-dcgm-exporter.service.d/kiln.conf"
+DCGM_COUNTERS = "/etc/dcgm-exporter/kiln-counters.csv"
+
+
+def dcgm_exporter_dropin(host: Host) -> str:
+    """NVIDIA's dcgm-exporter as kiln runs it: kiln's counters, the Xid count over 5 minutes, on the
+    node's cluster address, behind the same basic auth as every other listener."""
+    return ("# Written by kiln (monitoring role)\n[Service]\nExecStart=\n"
+            f"ExecStart=/usr/bin/dcgm-exporter -f {DCGM_COUNTERS} -a {_bracket(address(host))}:{DCGM_EXPORTER_PORT} "
+            f"--web-config-file {WEB_CONFIG} --xid-count-window-size 300000\n")
 
 
 def _auth() -> dict:

@@ -142,8 +142,8 @@ def test_targets_cover_every_host_and_only_scraped_gpu_nodes(tmp_path):
     cluster = _cluster(tmp_path / "b", versions='  dcgm_exporter: "4.2.3-4.1.3-1"\n')
     gpu = [e["labels"]["node"] for e in conf.targets(cluster)["dcgm"]]
     assert gpu == [h for h in sorted(cluster.hosts) if cluster.hosts[h].gpu_count]
-    assert conf.node_textfile(cluster, cluster.hosts["gpu01"]).endswith(f"kiln_node_gpus_expected {cluster.hosts['gpu01'].gpu_count}\n")
-    assert conf.node_textfile(cluster, cluster.hosts["cpu01"]).endswith("kiln_node_gpus_expected 0\n")
+    assert f"\nkiln_node_gpus_expected {cluster.hosts['gpu01'].gpu_count}\n" in conf.node_textfile(cluster, cluster.hosts["gpu01"])
+    assert "\nkiln_node_gpus_expected 0\n" in conf.node_textfile(cluster, cluster.hosts["cpu01"])
 
 
 def test_every_listener_is_on_the_cluster_address_with_basic_auth(tmp_path):
@@ -337,12 +337,13 @@ def served_metrics() -> set[str]:
     import re
     collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(SINFO), slurm_metrics.parse_jobs(SQUEUE),
                                          slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
-    kiln_files = collector + conf.node_textfile.__doc__ + "kiln_node_gpus_expected"
+    node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected"}  # kiln-node.prom
+    assert all(f"{name} {{" in (REPO / "roles" / "monitoring_config.py").read_text() for name in node_files)
     from checks import node_local
     kiln_prom = {"kiln_check_ok", "kiln_check_last_run_timestamp_seconds", "kiln_check_duration_seconds"}
     assert all(name in (REPO / "checks" / "node_local.py").read_text() for name in kiln_prom), node_local
     return (node_exporter | NODE_EXPORTER_INFINIBAND | dcgm | PROMETHEUS_OWN | kiln_prom
-            | set(re.findall(r"^(kiln_[a-z_]+)", kiln_files, re.M)) | {"kiln_node_gpus_expected"})
+            | set(re.findall(r"^(kiln_[a-z_]+)", collector, re.M)) | node_files)
 
 
 def test_metric_names_are_read_from_promql():
@@ -371,7 +372,9 @@ def test_every_alert_rule_reads_served_metrics():
 def _suite(answers: dict[str, tuple[int, str]]):
     from checks import monitoring
     from checks.node import Node, Result
-    expect = {"monitoring": {"prometheus": "10.213.0.11:9090", "rules": len(alert_rules.ALERTS)}}
+    # the rules the recorded answer holds (kiln's count when it was recorded)
+    recorded = len(json.loads(_recorded("api-rules.json"))["data"]["groups"][0]["rules"])
+    expect = {"monitoring": {"prometheus": "10.213.0.11:9090", "rules": recorded}}
 
     def run(command: str) -> Result:
         for key, (rc, text) in answers.items():
@@ -408,3 +411,11 @@ def test_monitoring_suite_fails_on_missing_or_broken_rules_and_a_silent_promethe
     found = _suite({"/api/v1/targets": (1, ""), "/api/v1/rules": (1, "")})
     assert list(found) == ["MONITORING_PROMETHEUS"] and found["MONITORING_PROMETHEUS"].failed
     assert "Connection refused" in found["MONITORING_PROMETHEUS"].message
+
+
+def test_nvidias_dcgm_exporter_runs_with_kilns_counters_address_and_auth(tmp_path):
+    cluster = _cluster(tmp_path, versions='  dcgm_exporter: "4.2.3-4.1.3-1"\n')
+    dropin = conf.dcgm_exporter_dropin(cluster.hosts["gpu01"])
+    assert "ExecStart=\nExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/kiln-counters.csv " in dropin
+    assert f"-a {cluster.hosts['gpu01'].address}:9400 --web-config-file /etc/prometheus/kiln-web.yml" in dropin
+    assert "--xid-count-window-size 300000" in dropin
