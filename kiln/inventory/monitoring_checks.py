@@ -1,4 +1,5 @@
-"""Validation of the monitoring settings against the rest of the inventory (see roles/monitoring.py)."""
+"""Validation of the day-2 settings against the rest of the inventory: monitoring (roles/monitoring.py) and
+the prices of kiln usage (kiln/usage)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,13 @@ def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: di
                 f"{host.name} runs {host.os}, whose repositories carry no {where} package kiln can pin (monitoring "
                 f"runs on {', '.join(MONITORING_OS)}): leave the monitoring group out of this inventory, or "
                 "monitor these hosts with the site's own tools", line)
+
+
+def check_usage_prices(raw: RawInventory, node_types: dict, values: dict[str, Any], add: Any) -> None:
+    """Every priced node type exists (a misspelt one would price its jobs at 0)."""
+    prices = values.get("kiln_usage_gpu_hour_prices") or {}
+    file, line = raw.origin("kiln_usage_gpu_hour_prices", default="group_vars/all/")
+    for name in prices:
+        if name not in node_types:
+            add(file, f"kiln_usage_gpu_hour_prices.{name}", f"{name!r} is not a node type of this inventory (node "
+                f"types: {', '.join(sorted(node_types)) or 'none'}): a price for it would never apply", line)

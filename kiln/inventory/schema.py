@@ -237,6 +237,12 @@ SETTINGS: dict[str, Setting] = {
         _s("monitoring_dcgm_exporter_external", bool, False, "cluster",
            "GPU nodes run a dcgm-exporter on port 9400 that kiln does not install (a site's container, the "
            "testbed's stand-in): scrape it as if the dcgm_exporter pin were set"),
+        # --- usage and cost (kiln usage) ---
+        _s("usage_gpu_hour_prices", dict[Token, Annotated[float, Field(ge=0, le=1_000_000)]], {}, "cluster",
+           "price of one GPU-hour per node type (a compute sub-group), e.g. {gpu_h100: 2.9}; kiln usage multiplies "
+           "each job's GPU-hours by its node type's price"),
+        _s("usage_currency", Annotated[str, Field(pattern=r"^[A-Z]{3}$")], "USD", "cluster",
+           "the currency of kiln_usage_gpu_hour_prices, as an ISO 4217 code (USD, EUR, CHF)"),
         # --- the NVIDIA stack (roles/nvidia_*.py, cuda, nccl, dcgm, fabricmanager, containers) ---
         _s("nvidia_source", Literal["cuda", "ubuntu", "debian"], "cuda", "cluster",
            "where the NVIDIA stack comes from: cuda (NVIDIA's CUDA repository, or its mirror at "

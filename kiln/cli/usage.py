@@ -1,0 +1,102 @@
+"""`kiln usage`: GPU-hours, CPU-hours, cost and idle allocation per team and user, from Slurm's accounting."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option, load_or_exit
+
+
+def _when(text: str | None, default: datetime) -> datetime:
+    if not text:
+        return default
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    raise click.BadParameter(f"{text!r} is not a date: give YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)")
+
+
+@click.command()
+@inventory_option
+@click.option("--since", default=None, help="start of the window, UTC (default: the first of this month)")
+@click.option("--until", default=None, help="end of the window, UTC (default: now)")
+@click.option("--team", default=None, help="only this team (a Slurm account)")
+@click.option("--json", "as_json", is_flag=True, help="the whole report as JSON")
+@click.option("--csv", "as_csv", is_flag=True, help="one line per team as CSV")
+def usage(inventory: Path | None, since: str | None, until: str | None, team: str | None, as_json: bool,
+          as_csv: bool) -> None:
+    """Report usage and cost per team: exit 0, or 1 when Slurm's accounting cannot be read, 2 bad input."""
+    from kiln.check.remote import RemoteCheck
+    from kiln.shell import command
+    from kiln.usage import report as report_mod
+    from kiln.usage import sacct
+
+    cluster = load_or_exit(inventory or default_inventory())
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    try:
+        start = _when(since, now.replace(day=1, hour=0, minute=0, second=0))
+        end = _when(until, now)
+    except click.BadParameter as e:
+        echo(str(e), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if end <= start:
+        echo(f"--until {end:%Y-%m-%dT%H:%M:%S} is not after --since {start:%Y-%m-%dT%H:%M:%S}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if team is not None and team not in {t.name for t in cluster.teams}:
+        echo(f"--team: {team!r} is not a team of the inventory ({', '.join(t.name for t in cluster.teams) or 'none'})",
+             err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    controller = cluster.controllers[0]
+    words = sacct.command(f"{start:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
+    with RemoteCheck(cluster, [controller], []) as remote:
+        out = remote.node(controller).run("TZ=UTC " + command(*words))
+    if out.rc != 0:
+        echo(f"sacct on {controller.name} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}", err=True)
+        sys.exit(EXIT_FAILED)
+    jobs = sacct.parse(out.stdout)
+    if team is not None:
+        jobs = [j for j in jobs if j.account == team]
+    data = report_mod.report(jobs, cluster, start.timestamp(), end.timestamp(),
+                             cluster.setting("usage_gpu_hour_prices"), cluster.setting("usage_currency"))
+    if team is not None:
+        data["teams"] = [t for t in data["teams"] if t["team"] == team]
+    if as_json:
+        echo(json.dumps(data, indent=1))
+    elif as_csv:
+        buf = io.StringIO()
+        keys = list(data["teams"][0]) if data["teams"] else ["team"]
+        writer = csv.DictWriter(buf, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(data["teams"])
+        echo(buf.getvalue().rstrip("\n"))
+    else:
+        _print(data, start, end)
+    sys.exit(EXIT_OK)
+
+
+def _money(value: float | None, currency: str) -> str:
+    return "-" if value is None else f"{value:,.2f} {currency}"
+
+
+def _print(data: dict, start: datetime, end: datetime) -> None:
+    cur = data["currency"]
+    echo(f"usage of cluster {data['cluster']} from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC "
+         f"({data['totals']['jobs']} jobs)")
+    echo(f"  {'team':<16} {'GPU-h':>10} {'CPU-h':>10} {'share':>13} {'cost':>16} {'per useful GPU-h':>18} "
+         f"{'idle GPU-h':>11}")
+    for t in data["teams"]:
+        share = f"{100 * t['share_used']:.0f}%/{100 * t['share_target']:.0f}%" if t["share_target"] is not None else "-"
+        echo(f"  {t['team']:<16} {t['gpu_hours']:>10.2f} {t['cpu_hours']:>10.2f} {share:>13} "
+             f"{_money(t['cost'], cur):>16} {_money(t['cost_per_useful_gpu_hour'], cur):>18} {t['idle_gpu_hours']:>11.2f}")
+    if data["top_cost_jobs"]:
+        echo("  top jobs by cost: " + ", ".join(f"{j['job']} ({j['team']}/{j['user']}, {_money(j['cost'], cur)})"
+                                                 for j in data["top_cost_jobs"][:5]))

@@ -1,0 +1,88 @@
+"""Slurm's accounting as ``kiln usage`` reads it: one ``sacct`` call for a whole window, parsed here.
+
+Pure: the command's words and a parser of its output (``-P``: fields split by ``|``). The job's name,
+the only free text a user sets, is the last field, so a ``|`` in it cannot shift the others; kiln's
+own ``AdminComment`` (the job's measured GPU efficiency, written at the job's end) holds no ``|``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Start", "End", "ElapsedRaw",
+          "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName")
+ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:{"gpu_util": 63.5, "gpu_mem_util": 41.0, "samples": 12}
+
+
+def command(since: str, until: str) -> list[str]:
+    """Every job (all users, allocations only) that ran or waited in [since, until)."""
+    return ["sacct", "-a", "-X", "-n", "-P", "--noconvert", "-S", since, "-E", until, "-o", ",".join(FIELDS)]
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    user: str
+    account: str
+    qos: str
+    partition: str
+    state: str
+    submit: float | None      # epoch seconds (UTC); None when Slurm has none
+    start: float | None
+    end: float | None
+    elapsed: int             # seconds
+    gpus: int                # generic gres/gpu of the allocation
+    cpus: int
+    nodes: str               # Slurm's folded node list
+    reservation: str
+    gpu_util: float | None   # percent, measured over the job's life; None: not measured
+    name: str
+
+
+def _time(text: str, tz) -> float | None:
+    if not text or text in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=tz).timestamp()
+    except ValueError:
+        return None
+
+
+def tres(text: str) -> dict[str, str]:
+    """``cpu=2,mem=1G,node=1,billing=2,gres/gpu=2,gres/gpu:h100=2`` -> key -> value."""
+    return dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+
+
+def _int(value: str | None) -> int:
+    return int(value) if value and re.fullmatch(r"\d{1,12}", value) else 0
+
+
+def admin_util(text: str) -> float | None:
+    """The GPU utilization kiln recorded in AdminComment, or None (not kiln's, not measured, malformed)."""
+    if not text.startswith(ADMIN_PREFIX):
+        return None
+    try:
+        value = json.loads(text[len(ADMIN_PREFIX):]).get("gpu_util")
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and 0 <= value <= 100 else None
+
+
+def parse(text: str, tz=timezone.utc) -> list[Job]:
+    """The jobs of ``sacct -P`` output in ``FIELDS`` order; lines that do not fit are skipped (counted by
+    the caller from the difference). Times are read in ``tz``: sacct prints the controller's local time."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|", len(FIELDS) - 1)
+        if len(parts) != len(FIELDS) or not re.fullmatch(r"\d{1,12}", parts[0]):
+            continue
+        f = dict(zip(FIELDS, parts))
+        alloc = tres(f["AllocTRES"])
+        jobs.append(Job(f["JobIDRaw"], f["User"], f["Account"], f["QOS"], f["Partition"], f["State"].split(" ")[0],
+                        _time(f["Submit"], tz), _time(f["Start"], tz), _time(f["End"], tz), _int(f["ElapsedRaw"]),
+                        _int(alloc.get("gres/gpu")), _int(alloc.get("cpu")), f["NodeList"], f["Reservation"],
+                        admin_util(f["AdminComment"]), f["JobName"]))
+    return jobs

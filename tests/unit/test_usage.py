@@ -1,0 +1,80 @@
+"""kiln usage's pure parts: sacct's output read field by field (a job name with '|' cannot shift a field),
+GPU-hours clipped to the window, cost by node type, useful and idle GPU-hours from kiln's AdminComment."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from kiln.inventory import load_cluster, validate
+from kiln.usage import sacct
+from kiln.usage.report import report
+from tests.conftest import REPO
+
+SMALL = REPO / "tests" / "inventories" / "small"
+
+
+def _ts(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+
+
+# JobIDRaw|User|Account|QOS|Partition|State|Submit|Start|End|ElapsedRaw|AllocTRES|NodeList|Reservation|AdminComment|JobName
+SACCT = """101|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T10:00:00|2026-11-02T12:00:00|7200|billing=8,cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1|gpu01||kiln:{"gpu_util": 75.0, "samples": 40}|train | eval
+102|ben|beta|normal|gpu|COMPLETED|2026-11-03T09:00:00|2026-11-03T09:30:00|2026-11-03T10:30:00|3600|billing=2,cpu=2,gres/gpu=2,mem=8G,node=1|gpu02|||probe
+103|ann|alpha|normal|gpu|FAILED|2026-10-31T22:00:00|2026-10-31T23:00:00|2026-11-01T01:00:00|7200|billing=4,cpu=4,gres/gpu=1,mem=8G,node=1|gpu03||kiln:{"gpu_util": 10}|late-night
+104|ben|beta|normal|cpu|COMPLETED|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T11:00:00|7200|billing=16,cpu=16,mem=32G,node=1|cpu01|||cpu-only
+105|ann|alpha|normal|gpu|PENDING|2026-11-05T09:00:00|Unknown|Unknown|0|billing=4,cpu=4,gres/gpu=4,mem=8G,node=1|None assigned||| waits
+106|ann|alpha|normal|gpu|CANCELLED by 0|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:30:00|1800|billing=1,cpu=1,gres/gpu=2,mem=1G,node=2|gpu[01-02]||kiln:not json|broken-comment
+not a job line
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return load_cluster(SMALL)
+
+
+def test_sacct_lines_are_read_field_by_field():
+    jobs = {j.job_id: j for j in sacct.parse(SACCT)}
+    assert sorted(jobs) == ["101", "102", "103", "104", "105", "106"]
+    assert jobs["101"].name == "train | eval" and jobs["101"].gpus == 4 and jobs["101"].gpu_util == 75.0
+    assert jobs["102"].gpu_util is None and jobs["104"].gpus == 0 and jobs["104"].cpus == 16
+    assert jobs["105"].start is None and jobs["106"].state == "CANCELLED" and jobs["106"].gpu_util is None
+    assert jobs["101"].start == _ts("2026-11-02T10:00:00")
+    assert "-a" in sacct.command("a", "b") and sacct.command("a", "b")[-1].endswith(",JobName")
+
+
+def test_gpu_hours_cost_and_useful_hours_per_team(cluster):
+    prices = {"gpu_a": 2.5}
+    data = report(sacct.parse(SACCT), cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), prices, "EUR")
+    teams = {t["team"]: t for t in data["teams"]}
+    # alpha: 101 4 GPUs x 2 h = 8; 103 1 GPU x 1 h inside the window (started the evening before) = 1;
+    # 106 2 GPUs x 0.5 h = 1; the pending 105 none
+    assert teams["alpha"]["gpu_hours"] == 10.0 and teams["alpha"]["cost"] == 25.0
+    assert teams["alpha"]["useful_gpu_hours"] == pytest.approx(8 * 0.75 + 1 * 0.10)
+    assert teams["alpha"]["idle_gpu_hours"] == pytest.approx(8 * 0.25 + 1 * 0.90)
+    assert teams["alpha"]["measured_share"] == 0.9  # 9 of its 10 GPU-hours were measured
+    assert teams["alpha"]["cost_per_useful_gpu_hour"] == round(22.5 / 6.1, 2)
+    assert teams["beta"]["gpu_hours"] == 2.0 and teams["beta"]["cpu_hours"] == 34.0
+    assert teams["beta"]["cost_per_useful_gpu_hour"] is None  # nothing measured: no figure, not zero
+    assert teams["alpha"]["share_target"] == 0.7 and teams["alpha"]["gpu_limit"] == 4
+    assert data["totals"]["gpu_hours"] == 12.0 and data["currency"] == "EUR"
+    assert data["top_cost_jobs"][0]["job"] == "101" and data["idle_jobs"][0]["job"] == "101"
+    assert teams["alpha"]["pending_hours"] == pytest.approx(1 + 0 + (_ts("2026-12-01T00:00:00") - _ts("2026-11-05T09:00:00")) / 3600, abs=1e-3)
+
+
+def test_unknown_priced_node_types_are_refused(tmp_path):
+    import shutil
+    root = tmp_path / "inv"
+    shutil.copytree(SMALL, root)
+    (root / "group_vars" / "all" / "prices.yml").write_text("kiln_usage_gpu_hour_prices: {gpu_aa: 2.5}\n"
+                                                           "kiln_usage_currency: EUR\n")
+    cluster, errors = validate(root)
+    assert cluster is None and any("kiln_usage_gpu_hour_prices.gpu_aa" in str(e) and "prices.yml" in str(e)
+                                   for e in errors), errors
+    for bad in ("kiln_usage_gpu_hour_prices: {gpu_a: -1}\n", "kiln_usage_gpu_hour_prices: {gpu_a: \"1; rm -rf /\"}\n",
+                "kiln_usage_currency: \"EUR\\n\"\n", "kiln_usage_currency: euro\n"):
+        (root / "group_vars" / "all" / "prices.yml").write_text(bad)
+        cluster, errors = validate(root)
+        assert cluster is None and any("prices.yml" in str(e) for e in errors), (bad, errors)
