@@ -26,12 +26,15 @@ It runs only when the inventory has a ``monitoring`` group (``Host.monitored``).
 + dcgm-exporter (where the ``dcgm_exporter`` pin installs it): kiln's counters file
   (templates/monitoring/dcgm-counters.csv), the Xid count over 5 minutes, the node's address, basic auth
   (a drop-in over the package's command line).
++ kiln-job-summary (checks/job_summary.py) as slurmctld's EpilogSlurmctld on a monitored cluster with GPU
+  nodes: each finished job's mean GPU utilization and memory use, from Prometheus, in its AdminComment.
 + The Slurm collector (checks/slurm_metrics.py) on slurm_controller hosts, every scrape interval, by a
   systemd timer.
 """
 
 from __future__ import annotations
 
+import json
 from importlib.resources import files
 from pathlib import Path
 
@@ -40,6 +43,7 @@ from pyinfra.operations import server
 from kiln.inventory.model import CONTROLLER, MONITORING
 from kiln.shell import quote
 from roles import monitoring_config as conf
+from roles.slurm_config import job_summary
 from roles.context import NodeContext, changed_any, when_changed
 from roles.operations import (DAEMON_RELOAD, answers, logs_of, managed_directory, pinned_packages, service_restarted,
                               service_running, tcp_answers)
@@ -47,6 +51,8 @@ from roles.operations import (DAEMON_RELOAD, answers, logs_of, managed_directory
 COLLECTOR = "/usr/local/sbin/kiln-slurm-metrics"
 TEMPLATES = Path(str(files("templates"))) / "monitoring"
 COLLECTOR_SOURCE = Path(str(files("checks"))) / "slurm_metrics.py"
+JOB_SUMMARY = "/usr/local/sbin/kiln-job-summary"
+JOB_SUMMARY_SOURCE = Path(str(files("checks"))) / "job_summary.py"
 COLLECTOR_UNIT = """# Written by kiln (monitoring role): Slurm's state for node_exporter's textfile collector
 [Unit]
 Description=kiln: Slurm metrics for Prometheus (kiln-slurm.prom)
@@ -88,6 +94,8 @@ def install(ctx: NodeContext) -> None:
     if ctx.node.in_group(CONTROLLER):
         ctx.put(COLLECTOR, "#!/usr/bin/python3\n" + COLLECTOR_SOURCE.read_text(), mode="755",
                 name="monitoring: kiln-slurm-metrics (Slurm collector)")
+        ctx.put(JOB_SUMMARY, "#!/usr/bin/python3\n" + JOB_SUMMARY_SOURCE.read_text(), mode="755",
+                name="monitoring: kiln-job-summary (EpilogSlurmctld)")
 
 
 def configure(ctx: NodeContext) -> None:
@@ -105,6 +113,8 @@ def configure(ctx: NodeContext) -> None:
     _daemon(ctx, "prometheus-node-exporter", conf.NODE_EXPORTER_PORT, restart_on=[args], reload_on=[])
     if node.in_group(CONTROLLER):
         _collector(ctx, textfiles)
+        if job_summary(cluster):
+            _job_summary(ctx)
     if node.gpu_count and cluster.versions.get("dcgm_exporter"):
         _dcgm_exporter(ctx)
     if _serves_monitoring(ctx):
@@ -169,6 +179,18 @@ def _daemon(ctx: NodeContext, service: str, port: int, restart_on: list, reload_
     server.shell(name=f"monitoring: {service} answers after its start", commands=[answers(
         f"{service} (TCP {port})", tcp_answers(conf.address(ctx.node), port), ctx.cluster.setting("service_start_timeout"),
         "the deploy stops here", logs_of(unit))], _if=when_changed(started, restarted))
+
+
+def _job_summary(ctx: NodeContext) -> None:
+    """What kiln-job-summary (slurmctld's EpilogSlurmctld, run as SlurmUser) needs: where Prometheus is,
+    and slurm's own copy of the password (the monitoring hosts' copy is the prometheus group's)."""
+    prometheus = conf.address(ctx.cluster.group(MONITORING)[0])
+    ctx.put("/etc/slurm/kiln-job-summary.json", json.dumps(
+        {"prometheus": f"{'[' + prometheus + ']' if ':' in prometheus else prometheus}:{conf.PROMETHEUS_PORT}",
+         "password_file": "/etc/slurm/kiln-prometheus.password"}, sort_keys=True) + "\n", mode="644",
+        name="monitoring: kiln-job-summary's Prometheus")
+    ctx.put("/etc/slurm/kiln-prometheus.password", ctx.secrets.monitoring_password + "\n", mode="600", user="slurm",
+            group="slurm", secret=True, name="monitoring: the password kiln-job-summary sends")
 
 
 def _collector(ctx: NodeContext, textfiles: str) -> None:

@@ -80,11 +80,25 @@ def slurm_conf(cluster: Cluster) -> str:
         state_save=STATE_SAVE, def_mem_per_cpu=def_mem_per_cpu(cluster), dbd_host=dbd_host(cluster),
         health_check=cluster.setting("slurm_health_check"), health_check_interval=cluster.health_check_interval,
         check_prolog=cluster.setting("slurm_check_prolog"), check_epilog=cluster.setting("slurm_check_epilog"),
+        accounting_tres=accounting_tres(cluster), job_summary=job_summary(cluster),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         slurmd_timeout=cluster.setting("slurm_slurmd_timeout"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
     )
+
+
+def accounting_tres(cluster: Cluster) -> str:
+    """GPUs counted in Slurm's accounting: the generic gres/gpu, and each GPU model beside it (sreport
+    and sacct can then tell an H100-hour from an L40S-hour; Slurm counts typed GPUs only when listed)."""
+    models = sorted({h.gpu_model for h in cluster.compute if h.gpu_count and h.gpu_model})
+    return ",".join(["gres/gpu", *(f"gres/gpu:{m}" for m in models)])
+
+
+def job_summary(cluster: Cluster) -> bool:
+    """kiln's EpilogSlurmctld records each job's GPU figures where Prometheus has them: a monitored
+    cluster with GPU nodes (checks/job_summary.py)."""
+    return cluster.monitored and any(h.gpu_count for h in cluster.compute)
 
 
 def gres_conf(cluster: Cluster) -> str:

@@ -8,8 +8,14 @@ module gives operators who drive pyinfra themselves the same roles, from the sam
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import sys
 from functools import lru_cache
 from pathlib import Path
+
+import pyinfra.api.operation  # noqa: F401 (the module; pyinfra.api's attribute of that name is the decorator)
+from pyinfra.api.util import get_operation_order_from_stack as _line_numbers
 
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import server
@@ -24,6 +30,21 @@ from roles.facts import IsContainer
 from roles.platform import platform_for
 
 _contexts: dict[str, NodeContext] = {}
+_PACKAGES = tuple(str(Path(m.__file__).resolve().parent) + "/" for m in (roles,))
+
+
+def _order_with_files(state) -> list[int]:
+    """pyinfra's operation order (the line numbers of the call stack from the deploy file) with the
+    files of kiln's roles on that stack appended as one number. pyinfra hashes the line numbers alone,
+    so two operations at equal line numbers of different role modules would share a hash; where one
+    host runs only one of them, the hosts' orders disagree and pyinfra finds a cycle."""
+    order = _line_numbers(state)
+    files = "|".join(f"{frame.filename}:{frame.lineno}" for frame in inspect.stack(0)
+                     if frame.filename.startswith(_PACKAGES))
+    return order + [int(hashlib.sha1(files.encode()).hexdigest()[:12], 16)]
+
+
+sys.modules["pyinfra.api.operation"].get_operation_order_from_stack = _order_with_files
 
 
 def inventory_path() -> Path:

@@ -162,6 +162,9 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # Monitoring: the GPU simulators' dcgm-exporter stand-in serves :9400; short intervals so tests
         # see an alert fire and resolve within a minute or two (MONITORING_SETTINGS)
         **MONITORING_SETTINGS,
+        # kiln usage: a price per GPU-hour of the testbed's one node type
+        "kiln_usage_gpu_hour_prices": {"testbed_compute": 2.5},
+        "kiln_usage_currency": "EUR",
     }, sort_keys=False))
     if testbed.node_kind == "vm":
         from kiln.testbed.vm import VM_CPUS

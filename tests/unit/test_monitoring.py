@@ -419,3 +419,46 @@ def test_nvidias_dcgm_exporter_runs_with_kilns_counters_address_and_auth(tmp_pat
     assert "ExecStart=\nExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/kiln-counters.csv " in dropin
     assert f"-a {cluster.hosts['gpu01'].address}:9400 --web-config-file /etc/prometheus/kiln-web.yml" in dropin
     assert "--xid-count-window-size 300000" in dropin
+
+
+# --- kiln's job summary (EpilogSlurmctld): the job's GPUs from scontrol, one PromQL over them ----------------
+
+SHOW_JOB = """JobId=42 JobName=train
+   UserId=alice(2101) GroupId=vision(2001) MCS_label=N/A
+   JobState=COMPLETED Reason=None Dependency=(null)
+   RunTime=00:02:00 TimeLimit=UNLIMITED TimeMin=N/A
+   SubmitTime=2026-12-02T10:20:00 EligibleTime=2026-12-02T10:20:00
+   StartTime=2026-12-02T10:20:01 EndTime=2026-12-02T10:22:01 Deadline=N/A
+   NodeList=kiln[02-03]
+   NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=2,mem=1G,node=2,billing=2,gres/gpu=3,gres/gpu:h100=3
+     Nodes=kiln02 CPU_IDs=0 Mem=512 GRES=gpu:h100:2(IDX:0-1)
+     Nodes=kiln03 CPU_IDs=0 Mem=512 GRES=gpu:h100:1(IDX:3)
+   MinCPUsNode=1 MinMemoryNode=512M MinTmpDiskNode=0
+"""
+
+
+def test_job_summary_reads_the_jobs_gpus_and_asks_one_query():
+    from checks import job_summary
+    info = job_summary.parse_job(SHOW_JOB)
+    assert info["gpus"] == {"kiln02": [0, 1], "kiln03": [3]}
+    assert info["end"] - info["start"] == 120
+    q = job_summary.query("DCGM_FI_DEV_GPU_UTIL", info["gpus"], 120)
+    assert q == ('avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln02",gpu=~"0|1"}[120s]) or '
+                 'avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln03",gpu=~"3"}[120s]))')
+    text = job_summary.summary(63.25, 40.0, info["gpus"], 120)
+    from kiln.usage.sacct import admin_util
+    assert admin_util(text) == 63.2 and "|" not in text
+    assert job_summary.parse_job("JobId=7 JobState=PENDING\n")["gpus"] == {}
+    with pytest.raises(ValueError):
+        job_summary.query("X", {'a"}or vector(1)': [0]}, 10)
+
+
+@needs_promtool
+def test_job_summary_query_is_valid_promql(tmp_path):
+    from checks import job_summary
+    q = job_summary.query("DCGM_FI_DEV_GPU_UTIL", {"kiln02": [0, 1], "kiln03": [3]}, 120)
+    rules = {"groups": [{"name": "q", "rules": [{"record": "kiln:job_util", "expr": q}]}]}
+    (tmp_path / "r.yml").write_text(yaml.safe_dump(rules))
+    out = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "r.yml")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -33,7 +33,8 @@ def test_partitions_come_from_inventory_groups(example):
 def test_slurm_conf_has_accounting_fair_share_and_cgroups(example):
     conf = slurm_config.slurm_conf(example)
     for line in ("ClusterName=hopper", "SlurmctldHost=ctl01", "AccountingStorageHost=ctl01",
-                 "AccountingStorageEnforce=associations,limits,qos,safe", "AccountingStorageTRES=gres/gpu",
+                 "AccountingStorageEnforce=associations,limits,qos,safe",
+                 "AccountingStorageTRES=gres/gpu,gres/gpu:h100,gres/gpu:l40s",
                  "PriorityType=priority/multifactor", "PriorityWeightFairshare=10000", "GresTypes=gpu",
                  "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "RebootProgram=/usr/sbin/reboot",
                  "JobAcctGatherType=jobacct_gather/cgroup", "DefMemPerCPU=8000"):

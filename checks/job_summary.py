@@ -1,0 +1,131 @@
+"""kiln's job summary: Slurm's EpilogSlurmctld on the controller records what a finished job's GPUs did
+(mean utilization and memory use over the job's life, from Prometheus' dcgm-exporter series) in the
+job's ``AdminComment``, as Princeton's jobstats does: it lives in Slurm's accounting with the job, needs
+no database of its own, and ``kiln usage`` reads it with the job (``kiln:{"gpu_util": ...}``).
+
+The job's GPUs per node come from ``scontrol show job -d`` (``GRES=gpu:h100:2(IDX:0-1)``), which names the
+GPUs by the index dcgm-exporter labels ``gpu`` with on a node whose GPUs Slurm finds in the same order
+(kiln's gres.conf lists /dev/nvidia0.. in order). A job that never got a GPU, or whose GPUs have no
+samples (shorter than one scrape), gets no figure. Standard library only (the controller's python3);
+pure parsers, and ``main`` apart. Run as SlurmUser: the Prometheus password it reads is slurm's own copy
+(/etc/slurm/kiln-prometheus.password, 0600).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from datetime import datetime
+
+CONFIG = "/etc/slurm/kiln-job-summary.json"
+PREFIX = "kiln:"
+
+
+def _indices(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        if re.fullmatch(r"\d{1,3}-\d{1,3}", part):
+            a, b = (int(x) for x in part.split("-"))
+            out += list(range(a, b + 1))
+        elif re.fullmatch(r"\d{1,3}", part):
+            out.append(int(part))
+    return out
+
+
+def parse_job(text: str) -> dict:
+    """From ``scontrol show job -d ID``: start and end (epoch seconds, the controller's local time) and
+    {node: [GPU indices]} for every node of the job that held GPUs."""
+    gpus: dict[str, list[int]] = {}
+    for m in re.finditer(r"^\s*Nodes=(\S+) .*?GRES=(\S+)", text, re.M):
+        idx = [i for g in re.findall(r"gpu(?::[^:(,]+)?:\d+\(IDX:([0-9,-]+)\)", m.group(2)) for i in _indices(g)]
+        if idx:
+            for node in _expand(m.group(1)):
+                gpus[node] = idx
+    times = {}
+    for key in ("StartTime", "EndTime"):
+        m = re.search(rf"\b{key}=(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)", text)
+        times[key] = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").timestamp() if m else None
+    return {"start": times["StartTime"], "end": times["EndTime"], "gpus": gpus}
+
+
+def _expand(nodes: str) -> list[str]:
+    """Slurm's folded list for one ``Nodes=`` line (kiln02 or kiln[02-03])."""
+    m = re.fullmatch(r"([^\[\],]+)\[([0-9,-]+)\]", nodes)
+    if not m:
+        return [n for n in nodes.split(",") if n]
+    out = []
+    for part in m.group(2).split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += [f"{m.group(1)}{i:0{len(a)}d}" for i in range(int(a), int(b) + 1)]
+        else:
+            out.append(m.group(1) + part)
+    return out
+
+
+def _label(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", value):
+        raise ValueError(f"unexpected node name {value!r}")
+    return value
+
+
+def query(metric: str, gpus: dict[str, list[int]], seconds: int) -> str:
+    """The mean of ``metric`` over the job's GPUs and the last ``seconds``, as one PromQL expression."""
+    parts = [f'avg_over_time({metric}{{node="{_label(n)}",gpu=~"{"|".join(str(i) for i in idx)}"}}[{seconds}s])'
+             for n, idx in sorted(gpus.items())]
+    return "avg(" + " or ".join(parts) + ")"
+
+
+def summary(util: float | None, mem: float | None, gpus: dict[str, list[int]], seconds: int) -> str:
+    data = {"gpus": sum(len(v) for v in gpus.values()), "seconds": seconds}
+    if util is not None:
+        data["gpu_util"] = round(util, 1)
+    if mem is not None:
+        data["gpu_mem_util"] = round(mem, 1)
+    return PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def _ask(config: dict, promql: str, at: float) -> float | None:
+    password = open(config["password_file"]).read().strip()
+    url = f"http://{config['prometheus']}/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": f"{at:.0f}"})
+    token = base64.b64encode(f"kiln:{password}".encode()).decode()
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Basic {token}"}),
+                                timeout=10) as r:
+        result = json.loads(r.read()).get("data", {}).get("result", [])
+    return float(result[0]["value"][1]) if result else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if not re.fullmatch(r"\d{1,12}", job):
+        return 0
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30, env=env)
+    info = parse_job(shown.stdout)
+    if not info["gpus"] or info["start"] is None:
+        return 0  # no GPUs, or never started: nothing to say
+    end = info["end"] or datetime.now().timestamp()
+    seconds = max(1, int(end - info["start"]))
+    try:
+        with open(CONFIG) as f:
+            config = json.load(f)
+        util = _ask(config, query("DCGM_FI_DEV_GPU_UTIL", info["gpus"], seconds), end)
+        used = _ask(config, query("DCGM_FI_DEV_FB_USED", info["gpus"], seconds), end)
+        free = _ask(config, query("DCGM_FI_DEV_FB_FREE", info["gpus"], seconds), end)
+        mem = 100 * used / (used + free) if used is not None and free is not None and used + free > 0 else None
+    except (OSError, ValueError, KeyError) as e:
+        print(f"kiln-job-summary: job {job}: no GPU figures ({e})", file=sys.stderr)
+        return 0  # an epilog never fails a job for its report
+    subprocess.run(["scontrol", "update", f"job={job}", f"AdminComment={summary(util, mem, info['gpus'], seconds)}"],
+                   capture_output=True, timeout=30, env=env)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

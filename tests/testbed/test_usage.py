@@ -1,0 +1,76 @@
+"""kiln usage live on the shared testbed (#31): jobs of known size and length under two teams, one over
+its team's GPU limit (pends with Slurm's limit reason); kiln usage --json gives each team's GPU-hours and
+cost as sacct's own fields say for the same window, and each job's GPU utilization recorded at its end
+(kiln-job-summary, EpilogSlurmctld, from Prometheus) is what the GPU simulators were set to."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+from tests.testbed.slurm_helpers import job_state, kiln, ok, on, wait_for
+
+PRICE = 2.5  # kiln/testbed/inventory.py: EUR per GPU-hour of testbed_compute
+
+
+def _submit(tb, user: str, account: str, args: str, seconds: int) -> str:
+    out = ok(tb, tb.controller, f"cd /tmp && su {user} -c 'sbatch --parsable -o /dev/null -A {account} {args} "
+                                f"--wrap \"sleep {seconds}\"'")
+    return out.strip().split(";")[0]
+
+
+def _sacct_gpu_hours(tb, since: str, until: str) -> dict[str, float]:
+    """GPU-hours per account from sacct's own fields, clipped to [since, until) by hand."""
+    text = ok(tb, tb.controller, f"TZ=UTC sacct -a -X -n -P -S {since} -E {until} -o Account,Start,End,AllocTRES")
+    lo, hi = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp() for t in (since, until))
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        account, start, end, alloc = line.split("|")
+        gpus = dict(p.split("=", 1) for p in alloc.split(",") if "=" in p).get("gres/gpu")
+        if not gpus or start in ("Unknown", "None"):
+            continue
+        s = datetime.strptime(start, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        e = hi if end in ("Unknown", "None") else datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        out[account] = out.get(account, 0.0) + int(gpus) * max(0.0, min(e, hi) - max(s, lo)) / 3600
+    return out
+
+
+def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm):
+    tb = slurm
+    busy, light = tb.computes[0], tb.computes[1]
+    ok(tb, busy, "kiln-sim load 60 --mem 50")
+    ok(tb, light, "kiln-sim load 20")
+    since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        vision = _submit(tb, "alice", "vision", f"--gpus=2 -w {busy}", 45)
+        language = _submit(tb, "bob", "language", f"--gpus=1 -w {light}", 45)
+        wait_for(lambda: job_state(tb, tb.controller, vision) == "RUNNING", timeout=60, what="the vision job running")
+        over = _submit(tb, "alice", "vision", "--gpus=1", 5)  # vision's limit is 2 GPUs, both in use
+        wait_for(lambda: on(tb, tb.controller, f"squeue -h -j {over} -o %r").stdout.strip() == "AssocGrpGRES",
+                 timeout=60, what="the job over vision's GPU limit pending with AssocGrpGRES")
+        for job in (vision, language, over):
+            wait_for(lambda j=job: job_state(tb, tb.controller, j) == "COMPLETED", timeout=180, interval=2,
+                     what=f"job {job} completed")
+        for job, util in ((vision, 60.0), (language, 20.0)):
+            comment = wait_for(lambda j=job: on(tb, tb.controller, f"sacct -n -X -P -j {j} -o AdminComment").stdout.strip(),
+                               timeout=60, interval=2, what=f"job {job}'s summary in AdminComment")
+            assert comment.startswith("kiln:"), comment
+            assert json.loads(comment[5:])["gpu_util"] == util, comment
+        until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        data = json.loads(out.stdout)
+        expected = _sacct_gpu_hours(tb, since, until)
+        teams = {t["team"]: t for t in data["teams"]}
+        for team in ("vision", "language"):
+            assert abs(teams[team]["gpu_hours"] - expected[team]) < 0.002, (team, teams[team], expected)
+            assert abs(teams[team]["cost"] - round(expected[team] * PRICE, 2)) <= 0.01, (team, teams[team])
+        assert data["currency"] == "EUR"
+        assert abs(teams["vision"]["useful_gpu_hours"] / teams["vision"]["gpu_hours"] - 0.6) < 0.1, teams["vision"]
+        assert teams["language"]["idle_gpu_hours"] > 0
+        print(f"kiln usage: vision {teams['vision']['gpu_hours']:.4f} GPU-h (sacct {expected['vision']:.4f}), language "
+              f"{teams['language']['gpu_hours']:.4f} (sacct {expected['language']:.4f})")
+    finally:
+        on(tb, busy, "kiln-sim load 0")
+        on(tb, light, "kiln-sim load 0")
