@@ -1,11 +1,13 @@
 """kiln's job summary: Slurm's EpilogSlurmctld on the controller records what a finished job's GPUs did
 (mean utilization and memory use over the job's life, from Prometheus' dcgm-exporter series) in the
 job's ``AdminComment``, as Princeton's jobstats does: it lives in Slurm's accounting with the job, needs
-no database of its own, and ``kiln usage`` reads it with the job (``kiln:{"gpu_util": ...}``).
+no database of its own, and ``kiln usage`` reads it with the job (``kiln:gpu_util=63.5,...``), written with
+``sacctmgr update job`` as jobstats does (slurmctld no longer takes updates of a finished job).
 
 The job's GPUs per node come from ``scontrol show job -d`` (``GRES=gpu:h100:2(IDX:0-1)``), which names the
 GPUs by the index dcgm-exporter labels ``gpu`` with on a node whose GPUs Slurm finds in the same order
-(kiln's gres.conf lists /dev/nvidia0.. in order). A job that never got a GPU, or whose GPUs have no
+(kiln's gres.conf lists /dev/nvidia0.. in order). Slurm shows them only while the job holds them, so the
+same program runs as PrologSlurmctld too (``--start``) and keeps them in JOBS/<id>.json for the epilog. A job that never got a GPU, or whose GPUs have no
 samples (shorter than one scrape), gets no figure. Standard library only (the controller's python3);
 pure parsers, and ``main`` apart. Run as SlurmUser: the Prometheus password it reads is slurm's own copy
 (/etc/slurm/kiln-prometheus.password, 0600).
@@ -19,11 +21,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from datetime import datetime
 
 CONFIG = "/etc/slurm/kiln-job-summary.json"
+JOBS = "/var/lib/kiln/jobs"  # slurm's: what each running job holds, from its prolog to its epilog
 PREFIX = "kiln:"
 
 
@@ -83,12 +87,12 @@ def query(metric: str, gpus: dict[str, list[int]], seconds: int) -> str:
 
 
 def summary(util: float | None, mem: float | None, gpus: dict[str, list[int]], seconds: int) -> str:
-    data = {"gpus": sum(len(v) for v in gpus.values()), "seconds": seconds}
-    if util is not None:
-        data["gpu_util"] = round(util, 1)
-    if mem is not None:
-        data["gpu_mem_util"] = round(mem, 1)
-    return PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
+    """``kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600``: plain key=value words (sacctmgr turns
+    quotes into backticks, so no JSON)."""
+    fields = {"gpu_util": None if util is None else round(util, 1),
+              "gpu_mem_util": None if mem is None else round(mem, 1),
+              "gpus": sum(len(v) for v in gpus.values()), "seconds": seconds}
+    return PREFIX + ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
 
 
 def _ask(config: dict, promql: str, at: float) -> float | None:
@@ -101,29 +105,59 @@ def _ask(config: dict, promql: str, at: float) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+def record(job: str, text: str, env: dict) -> bool:
+    """Into the job's AdminComment in Slurm's accounting (``sacctmgr update job``, as SlurmUser: a
+    finished job is no longer slurmctld's to update). The job's end reaches slurmdbd a moment after the
+    epilog starts: a few tries."""
+    for _ in range(10):
+        out = subprocess.run(["sacctmgr", "-i", "update", "job", "where", f"jobid={job}", "set", f"AdminComment={text}"],
+                             capture_output=True, text=True, timeout=30, env=env)
+        if out.returncode == 0 and "Modified" in out.stdout:
+            return True
+        time.sleep(1)
+    print(f"kiln-job-summary: job {job}: sacctmgr did not take the summary: {(out.stderr or out.stdout).strip()[:200]}",
+          file=sys.stderr)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``--start`` (PrologSlurmctld): keep the job's GPUs. Otherwise (EpilogSlurmctld): ask Prometheus
+    and write the job's AdminComment. Never fails: a job is not held or requeued for its report."""
+    args = argv if argv is not None else sys.argv[1:]
     job = os.environ.get("SLURM_JOB_ID", "")
     if not re.fullmatch(r"\d{1,12}", job):
         return 0
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-    shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30, env=env)
-    info = parse_job(shown.stdout)
-    if not info["gpus"] or info["start"] is None:
-        return 0  # no GPUs, or never started: nothing to say
-    end = info["end"] or datetime.now().timestamp()
-    seconds = max(1, int(end - info["start"]))
+    kept = os.path.join(JOBS, f"{job}.json")
     try:
+        shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30,
+                               env=env)
+        info = parse_job(shown.stdout)
+        if "--start" in args:
+            if info["gpus"]:
+                with open(kept + ".tmp", "w") as f:
+                    json.dump(info["gpus"], f)
+                os.replace(kept + ".tmp", kept)
+            return 0
+        try:
+            with open(kept) as f:
+                info["gpus"] = info["gpus"] or json.load(f)
+            os.unlink(kept)
+        except (OSError, ValueError):
+            pass
+        if not info["gpus"] or info["start"] is None:
+            return 0  # no GPUs, or never started: nothing to say
+        end = info["end"] or datetime.now().timestamp()
+        seconds = max(1, int(end - info["start"]))
         with open(CONFIG) as f:
             config = json.load(f)
         util = _ask(config, query("DCGM_FI_DEV_GPU_UTIL", info["gpus"], seconds), end)
         used = _ask(config, query("DCGM_FI_DEV_FB_USED", info["gpus"], seconds), end)
         free = _ask(config, query("DCGM_FI_DEV_FB_FREE", info["gpus"], seconds), end)
         mem = 100 * used / (used + free) if used is not None and free is not None and used + free > 0 else None
-    except (OSError, ValueError, KeyError) as e:
+        record(job, summary(util, mem, info["gpus"], seconds), env)
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         print(f"kiln-job-summary: job {job}: no GPU figures ({e})", file=sys.stderr)
-        return 0  # an epilog never fails a job for its report
-    subprocess.run(["scontrol", "update", f"job={job}", f"AdminComment={summary(util, mem, info['gpus'], seconds)}"],
-                   capture_output=True, timeout=30, env=env)
     return 0
 
 

@@ -26,8 +26,10 @@ It runs only when the inventory has a ``monitoring`` group (``Host.monitored``).
 + dcgm-exporter (where the ``dcgm_exporter`` pin installs it): kiln's counters file
   (templates/monitoring/dcgm-counters.csv), the Xid count over 5 minutes, the node's address, basic auth
   (a drop-in over the package's command line).
-+ kiln-job-summary (checks/job_summary.py) as slurmctld's EpilogSlurmctld on a monitored cluster with GPU
-  nodes: each finished job's mean GPU utilization and memory use, from Prometheus, in its AdminComment.
++ kiln-job-summary (checks/job_summary.py) as slurmctld's PrologSlurmctld (keeps the job's GPUs in
+  /var/lib/kiln/jobs) and EpilogSlurmctld on a monitored cluster with GPU nodes: each finished job's mean
+  GPU utilization and memory use, from Prometheus, in its AdminComment. slurmctld reads both settings only
+  at its start: a cluster that gains them is restarted by the deploy that adds them (slurm role).
 + The Slurm collector (checks/slurm_metrics.py) on slurm_controller hosts, every scrape interval, by a
   systemd timer.
 """
@@ -96,6 +98,9 @@ def install(ctx: NodeContext) -> None:
                 name="monitoring: kiln-slurm-metrics (Slurm collector)")
         ctx.put(JOB_SUMMARY, "#!/usr/bin/python3\n" + JOB_SUMMARY_SOURCE.read_text(), mode="755",
                 name="monitoring: kiln-job-summary (EpilogSlurmctld)")
+        # Slurm runs a program without arguments: the prolog's own name
+        ctx.put(JOB_SUMMARY + "-start", f"#!/bin/sh\nexec {JOB_SUMMARY} --start\n", mode="755",
+                name="monitoring: kiln-job-summary-start (PrologSlurmctld)")
 
 
 def configure(ctx: NodeContext) -> None:
@@ -184,6 +189,9 @@ def _daemon(ctx: NodeContext, service: str, port: int, restart_on: list, reload_
 def _job_summary(ctx: NodeContext) -> None:
     """What kiln-job-summary (slurmctld's EpilogSlurmctld, run as SlurmUser) needs: where Prometheus is,
     and slurm's own copy of the password (the monitoring hosts' copy is the prometheus group's)."""
+    for directory, owner, mode in (("/var/lib/kiln", "root", "755"), ("/var/lib/kiln/jobs", "slurm", "750")):
+        ctx.watch_path(directory)
+        managed_directory(name=f"monitoring: {directory}", ctx=ctx, path=directory, user=owner, group=owner, mode=mode)
     prometheus = conf.address(ctx.cluster.group(MONITORING)[0])
     ctx.put("/etc/slurm/kiln-job-summary.json", json.dumps(
         {"prometheus": f"{'[' + prometheus + ']' if ':' in prometheus else prometheus}:{conf.PROMETHEUS_PORT}",

@@ -240,7 +240,10 @@ def configure(ctx: NodeContext) -> None:
         # slurmctld reads enable_configless only when it starts: turning configless on or off restarts
         # it (scontrol reconfigure would leave it refusing, or serving, the files).
         configless = ctx.watch_line(f"{CONF}/slurm.conf", r"^SlurmctldParameters=.*enable_configless")
-        flipped = lambda: (configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
+        # so are PrologSlurmctld and EpilogSlurmctld (kiln's job summary on a monitored GPU cluster)
+        summary = ctx.watch_line(f"{CONF}/slurm.conf", r"^PrologSlurmctld=/usr/local/sbin/kiln-job-summary-start$")
+        flipped = lambda: ((configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
+                           or (summary in ctx.snapshot.lines) != slurm_config.job_summary(ctx.cluster))
         _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped, before=_dbd_answers(ctx, which))
         slurm_accounts(name="slurm: accounts, shares, GPU limits and users of the teams",
                        cluster=ctx.cluster.name, teams=list(ctx.cluster.teams))

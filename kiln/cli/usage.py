@@ -74,7 +74,7 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
     elif as_csv:
         buf = io.StringIO()
         keys = list(data["teams"][0]) if data["teams"] else ["team"]
-        writer = csv.DictWriter(buf, fieldnames=keys)
+        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         writer.writeheader()
         writer.writerows(data["teams"])
         echo(buf.getvalue().rstrip("\n"))

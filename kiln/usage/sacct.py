@@ -7,14 +7,13 @@ own ``AdminComment`` (the job's measured GPU efficiency, written at the job's en
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Start", "End", "ElapsedRaw",
           "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName")
-ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:{"gpu_util": 63.5, "gpu_mem_util": 41.0, "samples": 12}
+ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600
 
 
 def command(since: str, until: str) -> list[str]:
@@ -61,14 +60,14 @@ def _int(value: str | None) -> int:
 
 
 def admin_util(text: str) -> float | None:
-    """The GPU utilization kiln recorded in AdminComment, or None (not kiln's, not measured, malformed)."""
+    """The GPU utilization kiln recorded in AdminComment (``kiln:gpu_util=63.5,gpu_mem_util=41.0,...``), or
+    None (not kiln's, not measured, malformed)."""
     if not text.startswith(ADMIN_PREFIX):
         return None
-    try:
-        value = json.loads(text[len(ADMIN_PREFIX):]).get("gpu_util")
-    except (ValueError, AttributeError):
-        return None
-    return float(value) if isinstance(value, (int, float)) and 0 <= value <= 100 else None
+    fields = dict(part.split("=", 1) for part in text[len(ADMIN_PREFIX):].split(",") if "=" in part)
+    m = re.fullmatch(r"\d{1,3}(?:\.\d{1,3})?", fields.get("gpu_util", ""))
+    value = float(m.group(0)) if m else None
+    return value if value is not None and value <= 100 else None
 
 
 def parse(text: str, tz=timezone.utc) -> list[Job]:

@@ -56,7 +56,7 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
             comment = wait_for(lambda j=job: on(tb, tb.controller, f"sacct -n -X -P -j {j} -o AdminComment").stdout.strip(),
                                timeout=60, interval=2, what=f"job {job}'s summary in AdminComment")
             assert comment.startswith("kiln:"), comment
-            assert json.loads(comment[5:])["gpu_util"] == util, comment
+            assert f"gpu_util={util}," in comment, comment
         until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
         out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json")
         assert out.returncode == 0, out.stdout + out.stderr

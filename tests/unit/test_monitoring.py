@@ -448,7 +448,7 @@ def test_job_summary_reads_the_jobs_gpus_and_asks_one_query():
                  'avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln03",gpu=~"3"}[120s]))')
     text = job_summary.summary(63.25, 40.0, info["gpus"], 120)
     from kiln.usage.sacct import admin_util
-    assert admin_util(text) == 63.2 and "|" not in text
+    assert admin_util(text) == 63.2 and text == "kiln:gpu_util=63.2,gpu_mem_util=40.0,gpus=3,seconds=120"
     assert job_summary.parse_job("JobId=7 JobState=PENDING\n")["gpus"] == {}
     with pytest.raises(ValueError):
         job_summary.query("X", {'a"}or vector(1)': [0]}, 10)

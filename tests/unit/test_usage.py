@@ -20,12 +20,12 @@ def _ts(text: str) -> float:
 
 
 # JobIDRaw|User|Account|QOS|Partition|State|Submit|Start|End|ElapsedRaw|AllocTRES|NodeList|Reservation|AdminComment|JobName
-SACCT = """101|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T10:00:00|2026-11-02T12:00:00|7200|billing=8,cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1|gpu01||kiln:{"gpu_util": 75.0, "samples": 40}|train | eval
+SACCT = """101|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T10:00:00|2026-11-02T12:00:00|7200|billing=8,cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1|gpu01||kiln:gpu_util=75.0,gpu_mem_util=30.5,gpus=4,seconds=7200|train | eval
 102|ben|beta|normal|gpu|COMPLETED|2026-11-03T09:00:00|2026-11-03T09:30:00|2026-11-03T10:30:00|3600|billing=2,cpu=2,gres/gpu=2,mem=8G,node=1|gpu02|||probe
-103|ann|alpha|normal|gpu|FAILED|2026-10-31T22:00:00|2026-10-31T23:00:00|2026-11-01T01:00:00|7200|billing=4,cpu=4,gres/gpu=1,mem=8G,node=1|gpu03||kiln:{"gpu_util": 10}|late-night
+103|ann|alpha|normal|gpu|FAILED|2026-10-31T22:00:00|2026-10-31T23:00:00|2026-11-01T01:00:00|7200|billing=4,cpu=4,gres/gpu=1,mem=8G,node=1|gpu03||kiln:gpu_util=10,gpus=1,seconds=7200|late-night
 104|ben|beta|normal|cpu|COMPLETED|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T11:00:00|7200|billing=16,cpu=16,mem=32G,node=1|cpu01|||cpu-only
 105|ann|alpha|normal|gpu|PENDING|2026-11-05T09:00:00|Unknown|Unknown|0|billing=4,cpu=4,gres/gpu=4,mem=8G,node=1|None assigned||| waits
-106|ann|alpha|normal|gpu|CANCELLED by 0|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:30:00|1800|billing=1,cpu=1,gres/gpu=2,mem=1G,node=2|gpu[01-02]||kiln:not json|broken-comment
+106|ann|alpha|normal|gpu|CANCELLED by 0|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:30:00|1800|billing=1,cpu=1,gres/gpu=2,mem=1G,node=2|gpu[01-02]||kiln:gpu_util=1e9;rm|broken-comment
 not a job line
 """
 
