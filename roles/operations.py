@@ -153,6 +153,20 @@ def managed_file(ctx, path: str, content: bytes, mode: str, user: str, group: st
         yield f"chmod {quote(mode)} {quote(path)}"
 
 
+def _owner_and_mode_fixes(ctx, path: str, content: bytes, mode: str, user: str, group: str) -> list[str] | None:
+    """The commands that give ``path`` its owner and mode when it already holds ``content``; None when
+    its content differs (or it is no regular file) and it must be written."""
+    current = _snapshot(ctx).files.get(path)
+    if current is None or current.kind != "regular file" or current.sha1 != sha1(content).hexdigest():
+        return None
+    fixes = []
+    if (current.user, current.group) != (user, group):
+        fixes.append(f"chown {quote(user + ':' + group)} {quote(path)}")
+    if current.mode != mode.lstrip("0"):
+        fixes.append(f"chmod {quote(mode)} {quote(path)}")
+    return fixes
+
+
 @operation()
 def validated_file(ctx, path: str, content: bytes, mode: str, user: str, group: str, check: str):
     """
@@ -170,12 +184,9 @@ def validated_file(ctx, path: str, content: bytes, mode: str, user: str, group: 
     then is it renamed over ``path``. A refused file is removed and the host fails with the check's
     own message.
     """
-    current = _snapshot(ctx).files.get(path)
-    if current is not None and current.kind == "regular file" and current.sha1 == sha1(content).hexdigest():
-        if (current.user, current.group) != (user, group):
-            yield f"chown {quote(user + ':' + group)} {quote(path)}"
-        if current.mode != mode.lstrip("0"):
-            yield f"chmod {quote(mode)} {quote(path)}"
+    fixes = _owner_and_mode_fixes(ctx, path, content, mode, user, group)
+    if fixes is not None:
+        yield from fixes
         return
     stage = f"{path}.kiln-new"
     yield from files.put._inner(src=io.BytesIO(content), dest=stage, user=user, group=group, mode=mode,
@@ -201,12 +212,9 @@ def secret_file(ctx, path: str, content: bytes, mode: str, user: str, group: str
     one step. Under ``become`` the upload's hop is a 0600 file in the login user's home directory,
     made by that user before the upload, not pyinfra's file in /tmp.
     """
-    current = _snapshot(ctx).files.get(path)
-    if current is not None and current.kind == "regular file" and current.sha1 == sha1(content).hexdigest():
-        if (current.user, current.group) != (user, group):
-            yield f"chown {quote(user + ':' + group)} {quote(path)}"
-        if current.mode != mode.lstrip("0"):
-            yield f"chmod {quote(mode)} {quote(path)}"
+    fixes = _owner_and_mode_fixes(ctx, path, content, mode, user, group)
+    if fixes is not None:
+        yield from fixes
         return
     stage = f"{path}.kiln-new"
     yield f"umask 077 && rm -f {quote(stage)} && : > {quote(stage)}"

@@ -11,7 +11,8 @@ from kiln.versions import PINS
 from tests.conftest import REPO
 
 # Paths the README names that kiln makes at run time (ignored by git), not files of the repository
-MADE_AT_RUN_TIME = ("inventory/testbed", "inventory/vagrant", "inventory/<your-cluster>", "secrets/", "check.html", ".kiln")
+MADE_AT_RUN_TIME = ("inventory/testbed", "inventory/vagrant", "inventory/<your-cluster>", "inventory/secrets/", "secrets/",
+                    "check.html", ".kiln")
 
 
 def test_the_settings_reference_is_complete_and_generated():
