@@ -118,6 +118,16 @@ def _read_private(path: Path) -> bytes:
         return f.read(1 << 20)
 
 
+def monitoring_password(cluster: Cluster) -> str:
+    """The password of the cluster's monitoring listeners (user kiln), for reading Prometheus and
+    Alertmanager from the operator's machine; ``SecretsError`` when no deploy has made it yet."""
+    path = secrets_path(cluster) / MONITORING_PASSWORD
+    if not path.is_file():
+        raise SecretsError(f"{path} does not exist: run kiln deploy first (it makes the password)")
+    _owned_and_private(path, "secret file")
+    return _read_private(path).decode().strip()
+
+
 def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
     """The cluster's secrets, generated and kept when missing; with ``create=False`` (dry runs) missing
     secrets are made up in memory and never written. ``SecretsError`` says what to fix."""

@@ -18,15 +18,11 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inven
 def alerts(inventory: Path | None, as_json: bool) -> None:
     """Show the alerts firing now: exit 0 none, 1 some, 2 Alertmanager unreachable or no monitoring here."""
     from kiln.monitoring.alerts import MonitoringError, firing, folded
-    from kiln.secrets import MONITORING_PASSWORD, SecretsError, secrets_path
+    from kiln.secrets import SecretsError, monitoring_password
 
     cluster = load_or_exit(inventory or default_inventory())
     try:
-        path = secrets_path(cluster) / MONITORING_PASSWORD
-        if not path.is_file():
-            raise SecretsError(f"{path} does not exist: run kiln deploy first (it makes the password)")
-        password = path.read_text().strip()
-        found = folded(firing(cluster, password))
+        found = folded(firing(cluster, monitoring_password(cluster)))
     except (MonitoringError, SecretsError) as e:
         echo(str(e), err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -83,7 +83,6 @@ def alerts_firing(tb) -> set[tuple[str, str]]:
     """(alert name, node) of every alert active in the testbed's Alertmanager (kiln's monitoring role)."""
     from kiln.inventory import load_cluster
     from kiln.monitoring.alerts import firing
-    from kiln.secrets import MONITORING_PASSWORD, secrets_path
+    from kiln.secrets import monitoring_password
     cluster = load_cluster(tb.inventory)
-    password = (secrets_path(cluster) / MONITORING_PASSWORD).read_text().strip()
-    return {(a["labels"]["alertname"], a["labels"].get("node", "")) for a in firing(cluster, password)}
+    return {(a["labels"]["alertname"], a["labels"].get("node", "")) for a in firing(cluster, monitoring_password(cluster))}

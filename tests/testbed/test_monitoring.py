@@ -16,7 +16,7 @@ import time
 
 from kiln.inventory import load_cluster
 from kiln.monitoring.alerts import query
-from kiln.secrets import MONITORING_PASSWORD, secrets_path
+from kiln.secrets import monitoring_password
 from tests.testbed.conftest import NODES
 from tests.testbed.slurm_helpers import alerts_firing, kiln, ok, on, wait_for
 
@@ -27,8 +27,7 @@ RESOLVE_BOUND = 90
 
 def _reader(tb):
     cluster = load_cluster(tb.inventory)
-    password = (secrets_path(cluster) / MONITORING_PASSWORD).read_text().strip()
-    return cluster, password
+    return cluster, monitoring_password(cluster)
 
 
 def _alerts_on(tb) -> set[tuple[str, str]]:

@@ -170,6 +170,8 @@ def test_the_monitoring_password_is_generated_and_masked(tmp_path):
     assert (cluster.secrets_dir / cluster.name / MONITORING_PASSWORD).stat().st_mode & 0o077 == 0
     assert secrets.monitoring_password and secrets.mask(f"pw={secrets.monitoring_password}") == "pw=********"
     assert load_or_create(cluster).monitoring_password == secrets.monitoring_password
+    from kiln.secrets import monitoring_password
+    assert monitoring_password(cluster) == secrets.monitoring_password
 
 
 # --- hostile and wrong values ----------------------------------------------------------------------
