@@ -32,8 +32,10 @@ def _when(text: str | None, default: datetime) -> datetime:
 @click.option("--team", default=None, help="only this team (a Slurm account)")
 @click.option("--json", "as_json", is_flag=True, help="the whole report as JSON")
 @click.option("--csv", "as_csv", is_flag=True, help="one line per team as CSV")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write the report as one self-contained HTML page with plots")
 def usage(inventory: Path | None, since: str | None, until: str | None, team: str | None, as_json: bool,
-          as_csv: bool) -> None:
+          as_csv: bool, html_file: Path | None) -> None:
     """Report usage and cost per team: exit 0, or 1 when Slurm's accounting cannot be read, 2 bad input."""
     from kiln.check.remote import RemoteCheck
     from kiln.shell import command
@@ -56,19 +58,36 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
              err=True)
         sys.exit(EXIT_BAD_INPUT)
     controller = cluster.controllers[0]
-    words = sacct.command(f"{start:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
+    window = (f"{start:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
     with RemoteCheck(cluster, [controller], []) as remote:
-        out = remote.node(controller).run("TZ=UTC " + command(*words))
-    if out.rc != 0:
-        echo(f"sacct on {controller.name} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}", err=True)
-        sys.exit(EXIT_FAILED)
+        node = remote.node(controller)
+        out = node.run("TZ=UTC " + command(*sacct.command(*window)))
+        res = node.run("TZ=UTC " + command(*sacct.reservations_command(*window))) if out.rc == 0 else out
+    for name, result in (("sacct", out), ("sacctmgr show reservation", res)):
+        if result.rc != 0:
+            echo(f"{name} on {controller.name} exited {result.rc}: {(result.stderr or result.stdout).strip()[:300]}",
+                 err=True)
+            sys.exit(EXIT_FAILED)
     jobs = sacct.parse(out.stdout)
+    reservations = sacct.parse_reservations(res.stdout)
     if team is not None:
         jobs = [j for j in jobs if j.account == team]
     data = report_mod.report(jobs, cluster, start.timestamp(), end.timestamp(),
-                             cluster.setting("usage_gpu_hour_prices"), cluster.setting("usage_currency"))
+                             cluster.setting("usage_gpu_hour_prices"), cluster.setting("usage_currency"),
+                             reservations)
     if team is not None:
         data["teams"] = [t for t in data["teams"] if t["team"] == team]
+        data["team_gpu_hours_per_day"] = {team: data["team_gpu_hours_per_day"].get(team, [])}
+    if html_file is not None:
+        from kiln.usage.html_page import HtmlUnavailable, page
+        try:
+            html_file.write_text(page(data), encoding="utf-8")
+        except HtmlUnavailable as e:
+            echo(str(e), err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except OSError as e:
+            echo(f"--html {html_file}: {e.strerror}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
     if as_json:
         echo(json.dumps(data, indent=1))
     elif as_csv:
@@ -97,6 +116,10 @@ def _print(data: dict, start: datetime, end: datetime) -> None:
         share = f"{100 * t['share_used']:.0f}%/{100 * t['share_target']:.0f}%" if t["share_target"] is not None else "-"
         echo(f"  {t['team']:<16} {t['gpu_hours']:>10.2f} {t['cpu_hours']:>10.2f} {share:>13} "
              f"{_money(t['cost'], cur):>16} {_money(t['cost_per_useful_gpu_hour'], cur):>18} {t['idle_gpu_hours']:>11.2f}")
+    for r in data["reservations"]:
+        used = f"{100 * r['used_share']:.0f}%" if r["used_share"] is not None else "-"
+        echo(f"  reservation {r['reservation']} ({r['nodes']}): {r['used_gpu_hours']:.2f} of {r['reserved_gpu_hours']:.2f}"
+             f" GPU-h used ({used})")
     if data["top_cost_jobs"]:
         echo("  top jobs by cost: " + ", ".join(f"{j['job']} ({j['team']}/{j['user']}, {_money(j['cost'], cur)})"
                                                  for j in data["top_cost_jobs"][:5]))

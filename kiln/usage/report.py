@@ -6,18 +6,21 @@ its share, as ``sreport`` does). Cost is the job's GPU-hours times the price per
 type (``kiln_usage_gpu_hour_prices``); useful GPU-hours weigh GPU-hours by the job's measured GPU
 utilization (kiln's AdminComment), so the cost per useful GPU-hour is what a team pays for work its
 GPUs did. Jobs without a measurement are left out of the useful figures, and the share of GPU-hours
-that was measured is reported beside them.
+that was measured is reported beside them. GPU-hours per team come day by day too (UTC days), and
+each Slurm reservation's GPU-hours held in the window beside the share its jobs used.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime, timezone
 
 from kiln.hostlist import HostListError, expand
 from kiln.inventory.model import Cluster
-from kiln.usage.sacct import Job
+from kiln.usage.sacct import Job, Reservation
 
 TOP = 10
+DAY = 86400
 
 
 def _seconds_in(job: Job, since: float, until: float) -> float:
@@ -42,9 +45,56 @@ def _round(value: float, digits: int = 3) -> float:
     return round(value + 0.0, digits)
 
 
+def day_starts(since: float, until: float) -> list[float]:
+    """The UTC midnights of the days that [since, until) touches (the first may be before ``since``)."""
+    first = since - since % DAY
+    return [first + i * DAY for i in range(int((until - first + DAY - 1) // DAY))]
+
+
+def _per_day(job: Job, since: float, until: float, days: list[float], series: list[float]) -> None:
+    """Add the job's GPU-hours inside [since, until) to ``series``, day by day."""
+    if job.start is None or not job.gpus:
+        return
+    lo = max(job.start, since)
+    hi = min(job.end if job.end is not None else until, until)
+    if hi <= lo:
+        return
+    first = int((lo - days[0]) // DAY)
+    for i in range(first, min(len(days), int((hi - days[0]) // DAY) + 1)):
+        overlap = min(hi, days[i] + DAY) - max(lo, days[i])
+        if overlap > 0:
+            series[i] += job.gpus * overlap / 3600
+
+
+def reservation_figures(reservations: list[Reservation], jobs: list[Job], cluster: Cluster, since: float,
+                        until: float) -> list[dict]:
+    """Per reservation: the GPU-hours it held inside the window (its GPUs: Slurm's TRES, else the
+    inventory's GPUs of its nodes) and the share of them its jobs used."""
+    used: dict[str, float] = defaultdict(float)
+    for job in jobs:
+        if job.reservation:
+            used[job.reservation] += job.gpus * _seconds_in(job, since, until) / 3600
+    out = []
+    for res in reservations:
+        seconds = max(0.0, min(res.end, until) - max(res.start, since))
+        gpus = res.gpus
+        if gpus is None:
+            try:
+                gpus = sum(h.gpu_count for name in expand(res.nodes) if (h := cluster.hosts.get(name)) is not None)
+            except HostListError:
+                gpus = 0
+        held = gpus * seconds / 3600
+        out.append({"reservation": res.name, "nodes": res.nodes, "gpus": gpus, "start": res.start, "end": res.end,
+                    "reserved_gpu_hours": _round(held), "used_gpu_hours": _round(used.get(res.name, 0.0)),
+                    "used_share": _round(min(1.0, used.get(res.name, 0.0) / held)) if held else None})
+    return out
+
+
 def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices: dict[str, float],
-           currency: str) -> dict:
+           currency: str, reservations: list[Reservation] = ()) -> dict:
     teams = {t.name: t for t in cluster.teams}
+    days = day_starts(since, until)
+    daily: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(days))
     total_shares = sum(t.shares for t in cluster.teams) or 1
     per_team: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     per_user: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
@@ -70,6 +120,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
             acc["measured_gpu_hours"] += gpu_h if measured else 0.0
             acc["measured_cost"] += cost if measured else 0.0
             acc["pending_hours"] += pending / 3600
+        _per_day(job, since, until, days, daily[job.account])
         if gpu_h or cpu_h:
             rows.append({"job": job.job_id, "user": job.user, "team": job.account, "name": job.name,
                          "state": job.state, "node_type": node_type, "gpus": job.gpus,
@@ -104,4 +155,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
         "users": [{"team": t, "user": u, **figures(acc)} for (t, u), acc in sorted(per_user.items())],
         "top_cost_jobs": sorted(rows, key=lambda r: (-r["cost"], -r["gpu_hours"], r["job"]))[:TOP],
         "idle_jobs": sorted((r for r in rows if r["idle_gpu_hours"]), key=lambda r: -r["idle_gpu_hours"])[:TOP],
+        "days": [datetime.fromtimestamp(d, timezone.utc).strftime("%Y-%m-%d") for d in days],
+        "team_gpu_hours_per_day": {name: [_round(v) for v in daily[name]] for name in sorted(set(daily) | set(teams))},
+        "reservations": reservation_figures(list(reservations), jobs, cluster, since, until),
     }

@@ -1,6 +1,7 @@
-"""Slurm's accounting as ``kiln usage`` reads it: one ``sacct`` call for a whole window, parsed here.
+"""Slurm's accounting as ``kiln usage`` reads it: one ``sacct`` call for the jobs of a whole window and
+one ``sacctmgr`` call for its reservations, parsed here.
 
-Pure: the command's words and a parser of its output (``-P``: fields split by ``|``). The job's name,
+Pure: the commands' words and parsers of their output (``-P``: fields split by ``|``). The job's name,
 the only free text a user sets, is the last field, so a ``|`` in it cannot shift the others; kiln's
 own ``AdminComment`` (the job's measured GPU efficiency, written at the job's end) holds no ``|``.
 """
@@ -85,3 +86,39 @@ def parse(text: str, tz=timezone.utc) -> list[Job]:
                         _int(alloc.get("gres/gpu")), _int(alloc.get("cpu")), f["NodeList"], f["Reservation"],
                         admin_util(f["AdminComment"]), f["JobName"]))
     return jobs
+
+
+RESERVATION_FIELDS = ("Name", "Start", "End", "TRES", "NodeNames", "Flags")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    start: float
+    end: float
+    gpus: int | None     # gres/gpu of the reservation's TRES; None when Slurm records none (22.05: cpu only)
+    nodes: str           # Slurm's folded node list
+    flags: str
+
+
+def reservations_command(since: str, until: str) -> list[str]:
+    """Every reservation of the accounting database that overlaps [since, until): one call."""
+    return ["sacctmgr", "-n", "-P", "show", "reservation", f"start={since}", f"end={until}",
+            "format=" + ",".join(RESERVATION_FIELDS)]
+
+
+def parse_reservations(text: str, tz=timezone.utc) -> list[Reservation]:
+    """The reservations of ``sacctmgr -nP show reservation`` output in ``RESERVATION_FIELDS`` order; a
+    line without a name, a start and an end is skipped."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(RESERVATION_FIELDS):
+            continue
+        name, start, end, tres_text, nodes, flags = parts
+        start_t, end_t = _time(start, tz), _time(end, tz)
+        if not name or start_t is None or end_t is None:
+            continue
+        gpus = tres(tres_text).get("gres/gpu")
+        out.append(Reservation(name, start_t, end_t, _int(gpus) if gpus is not None else None, nodes, flags))
+    return out
