@@ -11,11 +11,17 @@ same program runs as PrologSlurmctld too (``--start``) and keeps them in JOBS/<i
 samples (shorter than one scrape), gets no figure. Standard library only (the controller's python3);
 pure parsers, and ``main`` apart. Run as SlurmUser: the Prometheus password it reads is slurm's own copy
 (/etc/slurm/kiln-prometheus.password, 0600).
+
+Each finished GPU job is also added to per-account counters (JOBS/usage-counters.json: jobs, GPU-seconds,
+measured and useful GPU-seconds, cost from the price of its node's type), which kiln's Slurm collector
+(checks/slurm_metrics.py) exports as ``kiln_usage_*_total``: ``kiln usage``'s figures in Prometheus,
+counted when a job ends.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import re
@@ -28,6 +34,7 @@ from datetime import datetime
 
 CONFIG = "/etc/slurm/kiln-job-summary.json"
 JOBS = "/var/lib/kiln/jobs"  # slurm's: what each running job holds, from its prolog to its epilog
+COUNTERS = os.path.join(JOBS, "usage-counters.json")
 PREFIX = "kiln:"
 
 
@@ -55,7 +62,9 @@ def parse_job(text: str) -> dict:
     for key in ("StartTime", "EndTime"):
         m = re.search(rf"\b{key}=(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)", text)
         times[key] = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").timestamp() if m else None
-    return {"start": times["StartTime"], "end": times["EndTime"], "gpus": gpus}
+    account = re.search(r"\bAccount=([A-Za-z0-9_.-]{1,64})(?=\s)", text)
+    return {"start": times["StartTime"], "end": times["EndTime"], "gpus": gpus,
+            "account": account.group(1) if account else ""}
 
 
 def _expand(nodes: str) -> list[str]:
@@ -93,6 +102,42 @@ def summary(util: float | None, mem: float | None, gpus: dict[str, list[int]], s
               "gpu_mem_util": None if mem is None else round(mem, 1),
               "gpus": sum(len(v) for v in gpus.values()), "seconds": seconds}
     return PREFIX + ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+
+
+def add_job(counters: dict, account: str, gpus: int, seconds: int, util: float | None, price: float) -> dict:
+    """``counters`` (account -> figures) with one finished job added: its GPU-seconds, the measured and
+    useful (x utilization) GPU-seconds when measured, and its cost (GPU-hours x its node type's price)."""
+    acc = counters.setdefault(account, {"jobs": 0, "gpu_seconds": 0.0, "measured_gpu_seconds": 0.0,
+                                        "useful_gpu_seconds": 0.0, "cost": 0.0})
+    gpu_seconds = float(gpus * seconds)
+    acc["jobs"] += 1
+    acc["gpu_seconds"] += gpu_seconds
+    if util is not None:
+        acc["measured_gpu_seconds"] += gpu_seconds
+        acc["useful_gpu_seconds"] += gpu_seconds * util / 100
+    acc["cost"] += gpu_seconds / 3600 * price
+    return counters
+
+
+def count(config: dict, info: dict, seconds: int, util: float | None) -> None:
+    """Add the job to COUNTERS, under a lock (epilogs of several jobs run at once), replaced whole."""
+    account = info.get("account") or "unknown"
+    prices = config.get("node_prices", {})
+    price = next((prices[n] for n in sorted(info["gpus"]) if n in prices), 0.0)
+    with open(COUNTERS + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(COUNTERS) as f:
+                counters = json.load(f)
+            if not isinstance(counters, dict):
+                counters = {}
+        except (OSError, ValueError):
+            counters = {}  # none yet, or unreadable: start again (Prometheus reads a counter reset)
+        add_job(counters, account, sum(len(v) for v in info["gpus"].values()), seconds, util, float(price))
+        with open(COUNTERS + ".tmp", "w") as f:
+            json.dump(counters, f, sort_keys=True)
+        os.chmod(COUNTERS + ".tmp", 0o644)
+        os.replace(COUNTERS + ".tmp", COUNTERS)
 
 
 def _ask(config: dict, promql: str, at: float) -> float | None:
@@ -156,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         free = _ask(config, query("DCGM_FI_DEV_FB_FREE", info["gpus"], seconds), end)
         mem = 100 * used / (used + free) if used is not None and free is not None and used + free > 0 else None
         record(job, summary(util, mem, info["gpus"], seconds), env)
+        count(config, info, seconds, util)
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         print(f"kiln-job-summary: job {job}: no GPU figures ({e})", file=sys.stderr)
     return 0

@@ -11,13 +11,17 @@ so this reads the client commands, one call per question, never one per job or n
 + ``squeue -O ...,tres-alloc``: jobs per state and account, pending jobs per account and reason, and
   GPUs allocated per account from the trackable resources (``gres/gpu=N``), so jobs that asked with
   ``--gpus`` or ``--gpus-per-node`` count as well as ``--gres=gpu:N``;
-+ ``sdiag``: the DBD agent queue and the main scheduler's last and mean cycle.
++ ``sdiag``: the DBD agent queue and the main scheduler's last and mean cycle;
++ kiln-job-summary's usage counters (checks/job_summary.py, a file, no command): per account the jobs,
+  GPU-seconds, measured and useful GPU-seconds and cost of finished GPU jobs (``kiln_usage_*_total``),
+  and each team's fair-share target (``kiln_usage_share_target``), as ``kiln usage`` reports them.
 
 Pure parsers (tested on recorded outputs) and a runner apart; standard library only (the node's python3).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -32,6 +36,14 @@ COMMANDS = {
     "sdiag": ["sdiag"],
 }
 TIMEOUT = 20  # seconds per command: a hung slurmctld must not hold the timer
+COUNTERS = "/var/lib/kiln/jobs/usage-counters.json"
+SUMMARY_CONFIG = "/etc/slurm/kiln-job-summary.json"
+USAGE = (("jobs", "jobs", "Finished GPU jobs per account (counted at their end by kiln-job-summary)."),
+         ("gpu_seconds", "gpu_seconds", "GPU-seconds of finished jobs per account."),
+         ("measured_gpu_seconds", "measured_gpu_seconds", "GPU-seconds of finished jobs whose GPU utilization "
+          "kiln measured."),
+         ("useful_gpu_seconds", "useful_gpu_seconds", "Measured GPU-seconds weighted by the jobs' GPU utilization."),
+         ("cost", "cost", "Cost of finished jobs per account: GPU-hours x the price of their node type."))
 
 
 def parse_ping(text: str) -> int:
@@ -100,7 +112,41 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")[:200]
 
 
-def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: float) -> str:
+def usage_lines(counters: dict, config: dict) -> list[str]:
+    """``kiln_usage_*_total`` per account from kiln-job-summary's counters, and the teams' fair-share
+    targets; accounts or numbers that are not what kiln writes are left out."""
+    currency = config.get("currency", "")
+    currency = currency if isinstance(currency, str) and re.fullmatch(r"[A-Z]{3}", currency) else ""
+    valid = {a: v for a, v in (counters if isinstance(counters, dict) else {}).items()
+             if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(a)) and isinstance(v, dict)}
+    out = []
+    for key, name, text in USAGE:
+        metric = f"kiln_usage_{name}_total"
+        out += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
+        for account, figures in sorted(valid.items()):
+            value = figures.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                labels = f'account="{account}"' + (f',currency="{currency}"' if key == "cost" and currency else "")
+                out.append(f"{metric}{{{labels}}} {float(value):.10g}")
+    targets = config.get("share_targets", {})
+    out += ["# HELP kiln_usage_share_target Each team's fair-share target (its shares over all teams' shares).",
+            "# TYPE kiln_usage_share_target gauge"]
+    out += [f'kiln_usage_share_target{{account="{a}"}} {v:.6g}' for a, v in sorted(targets.items())
+            if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(a)) and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return out
+
+
+def _json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: float,
+               usage: list[str] = ()) -> str:
     """The textfile: every metric with HELP and TYPE, label values escaped."""
     states, drained = nodes
     out = ["# HELP kiln_slurm_up 1 when the Slurm daemon answers (slurmctld: scontrol ping; slurmdbd: sacctmgr).",
@@ -126,6 +172,7 @@ def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: 
              "scheduler_mean_cycle_microseconds": "The main scheduler's mean cycle (sdiag)."}
     for key, value in sorted(sdiag.items()):
         out += [f"# HELP kiln_slurm_{key} {helps[key]}", f"# TYPE kiln_slurm_{key} gauge", f"kiln_slurm_{key} {value}"]
+    out += list(usage)
     out += ["# HELP kiln_slurm_collected_timestamp_seconds When kiln's Slurm collector last ran.",
             "# TYPE kiln_slurm_collected_timestamp_seconds gauge", f"kiln_slurm_collected_timestamp_seconds {now:.0f}"]
     return "\n".join(out) + "\n"
@@ -147,7 +194,7 @@ def collect() -> str:
     _, jobs = _run(COMMANDS["jobs"])
     _, sdiag = _run(COMMANDS["sdiag"])
     return exposition(parse_ping(ping), int(dbd_rc == 0), parse_nodes(nodes), parse_jobs(jobs), parse_sdiag(sdiag),
-                      time.time())
+                      time.time(), usage_lines(_json(COUNTERS), _json(SUMMARY_CONFIG)))
 
 
 def main(argv: list[str] | None = None) -> int:

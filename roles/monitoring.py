@@ -195,8 +195,8 @@ def _job_summary(ctx: NodeContext) -> None:
     prometheus = conf.address(ctx.cluster.group(MONITORING)[0])
     ctx.put("/etc/slurm/kiln-job-summary.json", json.dumps(
         {"prometheus": f"{'[' + prometheus + ']' if ':' in prometheus else prometheus}:{conf.PROMETHEUS_PORT}",
-         "password_file": "/etc/slurm/kiln-prometheus.password"}, sort_keys=True) + "\n", mode="644",
-        name="monitoring: kiln-job-summary's Prometheus")
+         "password_file": "/etc/slurm/kiln-prometheus.password", **conf.usage_settings(ctx.cluster)},
+        sort_keys=True) + "\n", mode="644", name="monitoring: kiln-job-summary's Prometheus and prices")
     ctx.put("/etc/slurm/kiln-prometheus.password", ctx.secrets.monitoring_password + "\n", mode="600", user="slurm",
             group="slurm", secret=True, name="monitoring: the password kiln-job-summary sends")
 

@@ -192,3 +192,15 @@ def alertmanager_defaults(cluster: Cluster, host: Host) -> str:
     return "# Written by kiln (monitoring role)\n" + _args([
         f"--config.file={ALERTMANAGER_YML}", f"--web.listen-address={_bracket(address(host))}:{ALERTMANAGER_PORT}",
         f"--web.config.file={WEB_CONFIG}", "--storage.path=/var/lib/prometheus/alertmanager", *cluster_args])
+
+
+def usage_settings(cluster: Cluster) -> dict:
+    """What kiln-job-summary's usage counters need (checks/job_summary.py): each GPU node's price per
+    GPU-hour (``kiln_usage_gpu_hour_prices`` by node type), and for the Slurm collector the currency and
+    each team's fair-share target."""
+    prices = cluster.setting("usage_gpu_hour_prices")
+    total = sum(t.shares for t in cluster.teams) or 1
+    return {"node_prices": {h.name: prices[h.node_type] for h in cluster.compute
+                            if h.gpu_count and h.node_type in prices},
+            "currency": cluster.setting("usage_currency"),
+            "share_targets": {t.name: round(t.shares / total, 6) for t in cluster.teams}}

@@ -242,11 +242,14 @@ def configure(ctx: NodeContext) -> None:
         configless = ctx.watch_line(f"{CONF}/slurm.conf", r"^SlurmctldParameters=.*enable_configless")
         # so are PrologSlurmctld and EpilogSlurmctld (kiln's job summary on a monitored GPU cluster)
         summary = ctx.watch_line(f"{CONF}/slurm.conf", r"^PrologSlurmctld=/usr/local/sbin/kiln-job-summary-start$")
+        # and PreemptType (preemption by QoS)
+        preempt = ctx.watch_line(f"{CONF}/slurm.conf", r"^PreemptType=preempt/qos$")
         flipped = lambda: ((configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
-                           or (summary in ctx.snapshot.lines) != slurm_config.job_summary(ctx.cluster))
+                           or (summary in ctx.snapshot.lines) != slurm_config.job_summary(ctx.cluster)
+                           or (preempt in ctx.snapshot.lines) != slurm_config.preempts(ctx.cluster))
         _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped, before=_dbd_answers(ctx, which))
-        slurm_accounts(name="slurm: accounts, shares, GPU limits and users of the teams",
-                       cluster=ctx.cluster.name, teams=list(ctx.cluster.teams))
+        slurm_accounts(name="slurm: QoS, and the teams' accounts, shares, GPU limits, QoS and users",
+                       cluster=ctx.cluster.name, teams=list(ctx.cluster.teams), qos=list(ctx.cluster.setting("qos")))
     if "compute" in which:
         server.shell(commands=[DAEMON_RELOAD], name="slurm: reload systemd (if the slurmd drop-in changed)",
                               _if=when_changed(*ctx.marks["slurmd_unit"]))

@@ -1,5 +1,6 @@
-"""Slurm accounting from the inventory's teams: the cluster registered in slurmdbd, one account per
-team with its fair-share shares and GPU limit, and the team's users in it.
+"""Slurm accounting from the inventory's teams: the cluster registered in slurmdbd, the QoS of
+``kiln_qos`` (roles/slurm_qos.py), one account per team with its fair-share shares, GPU limit and QoS,
+and the team's users in it.
 
 Fair-share lives here: ``kiln_teams`` (name, shares, gpu_limit, users) becomes, per team,
 ``sacctmgr add account NAME Fairshare=SHARES GrpTRES=gres/gpu=LIMIT`` and ``sacctmgr add user``;
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from kiln.inventory.schema import Team
+from kiln.inventory.schema import Qos, Team
 from kiln.shell import command, quote
+from roles import slurm_qos
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Association:
     user: str          # "" for the account's own association
     fairshare: str     # as sacctmgr prints it, e.g. "60"
     grp_tres: str      # e.g. "gres/gpu=2", "" when unset
+    qos: str = ""      # e.g. "high,normal" (sacctmgr sorts them)
+    default_qos: str = ""
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,16 @@ class SlurmAccounting:
     reachable: bool
     cluster_registered: bool
     associations: tuple[Association, ...]
+    qos: tuple[slurm_qos.QosRow, ...] = ()
 
     def account(self, name: str) -> Association | None:
         return next((a for a in self.associations if a.account == name and not a.user), None)
 
     def users(self, account: str) -> set[str]:
         return {a.user for a in self.associations if a.account == account and a.user}
+
+    def qos_row(self, name: str) -> slurm_qos.QosRow | None:
+        return next((q for q in self.qos if q.name == name), None)
 
 
 class SlurmAccountingState(FactBase):
@@ -51,7 +59,8 @@ class SlurmAccountingState(FactBase):
     def command(self, cluster: str) -> str:
         return ("command -v sacctmgr >/dev/null && c=$(sacctmgr -nP show cluster format=cluster 2>/dev/null)"
                 f" && {{ echo REACHABLE {quote(cluster)}; echo \"$c\"; echo ---; "
-                f"{command('sacctmgr', '-nP', 'show', 'assoc', f'cluster={cluster}', 'format=account,user,fairshare,grptres')};"
+                f"{command('sacctmgr', '-nP', 'show', 'assoc', f'cluster={cluster}', ASSOC_FORMAT)}; echo '--- qos'; "
+                f"{command('sacctmgr', '-nP', 'show', 'qos', 'format=' + ','.join(slurm_qos.FIELDS))};"
                 " }; true")
 
     @staticmethod
@@ -62,9 +71,12 @@ class SlurmAccountingState(FactBase):
         return parse_sacctmgr(output)
 
 
+ASSOC_FORMAT = "format=account,user,fairshare,grptres,qos,defaultqos"
+
+
 def parse_sacctmgr(output: list[str]) -> SlurmAccounting:
     """Parse SlurmAccountingState's output: ``REACHABLE <cluster>``, cluster names, ``---``, then
-    ``account|user|fairshare|grptres`` lines."""
+    ``account|user|fairshare|grptres|qos|defaultqos`` lines, then ``--- qos`` and the QoS lines."""
     lines = [line.rstrip() for line in output]
     if not lines or not lines[0].startswith("REACHABLE "):
         return SlurmAccounting(False, False, ())
@@ -74,12 +86,14 @@ def parse_sacctmgr(output: list[str]) -> SlurmAccounting:
     except ValueError:
         return SlurmAccounting(True, False, ())
     clusters = {line.strip() for line in lines[1:split] if line.strip()}
+    end = lines.index("--- qos") if "--- qos" in lines else len(lines)
     assocs = []
-    for line in lines[split + 1:]:
+    for line in lines[split + 1:end]:
         parts = line.split("|")
         if len(parts) >= 4:
-            assocs.append(Association(parts[0], parts[1], parts[2], parts[3]))
-    return SlurmAccounting(True, cluster in clusters, tuple(assocs))
+            assocs.append(Association(*parts[:4], *(parts[4:6] + ["", ""])[:2]))
+    qos = tuple(row for line in lines[end + 1:] if (row := slurm_qos.parse_row(line)) is not None)
+    return SlurmAccounting(True, cluster in clusters, tuple(assocs), qos)
 
 
 def _grp_tres(team: Team) -> str:
@@ -110,48 +124,65 @@ _WAIT_FOR_DBD = ("for i in $(seq 120); do sacctmgr -nP show cluster >/dev/null 2
 
 
 @operation()
-def slurm_accounts(cluster: str, teams: list[Team]):
+def slurm_accounts(cluster: str, teams: list[Team], qos: list[Qos] = ()):
     """
-    Register the cluster in the accounting database and make each team an account with its fair-share
-    shares, GPU limit (``GrpTRES=gres/gpu=N``) and users.
+    Register the cluster in the accounting database, make each QoS, and make each team an account with
+    its fair-share shares, GPU limit (``GrpTRES=gres/gpu=N``), QoS and users.
 
     + cluster: Slurm ClusterName
     + teams: the inventory's teams
+    + qos: the inventory's QoS (``kiln_qos``)
 
     kiln reports only what it changes. When slurmdbd is not reachable while the deploy is prepared (a
     fresh controller), the commands wait for it and check each item first.
 
     .. code:: python
 
-        slurm_accounts(cluster="hopper", teams=list(cluster.teams))
+        slurm_accounts(cluster="hopper", teams=list(cluster.teams), qos=list(cluster.setting("qos")))
     """
     state = host.get_fact(SlurmAccountingState, cluster=cluster)
     if not state.reachable:
-        yield from accounts_script(cluster, teams)
+        yield from accounts_script(cluster, teams, qos)
         return
     if not state.cluster_registered:
         yield add_cluster(cluster)
+    missing = [q for q in qos if state.qos_row(q.name) is None]
+    for q in missing:  # every QoS exists before one preempts another or a team names it
+        yield slurm_qos.add_qos(q)
+    for q in qos:
+        row = state.qos_row(q.name)
+        if row is None or slurm_qos.differs(row, q):
+            yield slurm_qos.set_qos(q)
     for team in teams:
         current = state.account(team.name)
         if current is None:
             yield add_account(cluster, team)
         elif current.fairshare != str(team.shares) or current.grp_tres != _grp_tres(team):
             yield set_account(cluster, team)
+        if current is None and team.qos or current and slurm_qos.team_qos_differs(current.qos, current.default_qos,
+                                                                                      team):
+            yield slurm_qos.set_team_qos(cluster, team)
         present = state.users(team.name)
         for user in team.users:
             if user.name not in present:
                 yield add_user(cluster, team, user.name)
 
 
-def accounts_script(cluster: str, teams: list[Team]) -> list[str]:
-    """Commands that wait for slurmdbd, then add the cluster, accounts and users that are missing and
-    set every account's shares and GPU limit: right on a fresh or a converged database alike."""
+def accounts_script(cluster: str, teams: list[Team], qos: list[Qos] = ()) -> list[str]:
+    """Commands that wait for slurmdbd, then add the cluster, QoS, accounts and users that are missing
+    and set every QoS and every account's shares, GPU limit and QoS: right on a fresh or a converged
+    database alike."""
     show = lambda *words: command("sacctmgr", "-nP", "show", *words)  # noqa: E731
     out = [_WAIT_FOR_DBD, f"{show('cluster', 'format=cluster')} | grep -qx {quote(cluster)} || {add_cluster(cluster)}"]
+    for q in qos:
+        out.append(f"{show('qos', q.name, 'format=name')} | grep -qx {quote(q.name)} || {slurm_qos.add_qos(q)}")
+    out += [f"{slurm_qos.set_qos(q)} >/dev/null" for q in qos]
     for team in teams:
         out.append(f"{show('account', team.name, 'format=account')} | grep -qx {quote(team.name)} "
                    f"|| {add_account(cluster, team)}")
         out.append(f"{set_account(cluster, team)} >/dev/null")
+        if team.qos:
+            out.append(f"{slurm_qos.set_team_qos(cluster, team)} >/dev/null")
         for user in team.users:
             out.append(f"{show('assoc', f'cluster={cluster}', f'account={team.name}', f'user={user.name}', 'format=user')}"
                        f" | grep -qx {quote(user.name)} || {add_user(cluster, team, user.name)}")

@@ -80,7 +80,7 @@ def slurm_conf(cluster: Cluster) -> str:
         state_save=STATE_SAVE, def_mem_per_cpu=def_mem_per_cpu(cluster), dbd_host=dbd_host(cluster),
         health_check=cluster.setting("slurm_health_check"), health_check_interval=cluster.health_check_interval,
         check_prolog=cluster.setting("slurm_check_prolog"), check_epilog=cluster.setting("slurm_check_epilog"),
-        accounting_tres=accounting_tres(cluster), job_summary=job_summary(cluster),
+        accounting_tres=accounting_tres(cluster), job_summary=job_summary(cluster), preempt=preempts(cluster),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         slurmd_timeout=cluster.setting("slurm_slurmd_timeout"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
@@ -93,6 +93,11 @@ def accounting_tres(cluster: Cluster) -> str:
     and sacct can then tell an H100-hour from an L40S-hour; Slurm counts typed GPUs only when listed)."""
     models = sorted({h.gpu_model for h in cluster.compute if h.gpu_count and h.gpu_model})
     return ",".join(["gres/gpu", *(f"gres/gpu:{m}" for m in models)])
+
+
+def preempts(cluster: Cluster) -> bool:
+    """Preemption by QoS is on when a QoS of ``kiln_qos`` preempts another."""
+    return any(q.preempt for q in cluster.setting("qos"))
 
 
 def job_summary(cluster: Cluster) -> bool:

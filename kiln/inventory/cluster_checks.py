@@ -240,6 +240,57 @@ def check_teams(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
                     f"here and {uids[user.name]} in another team", line)
 
 
+SLURM_DEFAULT_QOS = "normal"  # the QoS every Slurm accounting database has
+
+
+def check_qos(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    """QoS names unique; preemption names defined QoS, never itself or a QoS that preempts it back (in
+    any number of steps); GPU limits ordered (per user <= per team <= all: a larger one could never be
+    reached); each team's QoS defined, its default among them."""
+    qos = values.get("kiln_qos", [])
+    file, line = raw.origin("kiln_qos")
+    names = [q.name for q in qos]
+    known = set(names) | {SLURM_DEFAULT_QOS}
+    for i, q in enumerate(qos):
+        where = f"kiln_qos[{i}]"
+        if names.count(q.name) > 1:
+            add(file, f"{where}.name", f"QoS {q.name!r} is defined twice", line)
+        for target in q.preempt:
+            if target == q.name:
+                add(file, f"{where}.preempt", f"QoS {q.name!r} cannot preempt itself", line)
+            elif target not in known:
+                add(file, f"{where}.preempt", f"QoS {q.name!r} preempts {target!r}, which is not in kiln_qos"
+                    f"{suggest(target, names)}", line)
+        limits = [(k, getattr(q, k)) for k in ("max_gpus_per_user", "max_gpus_per_team", "max_gpus")
+                  if getattr(q, k) is not None]
+        for (small, a), (big, b) in zip(limits, limits[1:]):
+            if a > b:
+                add(file, f"{where}.{small}", f"QoS {q.name!r}: {small} {a} is more than {big} {b}, so it could "
+                    "never be reached", line)
+    preempts = {q.name: set(q.preempt) for q in qos}
+    for i, q in enumerate(qos):
+        seen, todo = set(), list(q.preempt)
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            todo.extend(preempts.get(n, ()))
+        if q.name in seen and q.name not in q.preempt:
+            add(file, f"kiln_qos[{i}].preempt", f"QoS {q.name!r} preempts a QoS that preempts it back: preemption "
+                "must go one way", line)
+    teams = values.get("kiln_teams", [])
+    tfile, tline = raw.origin("kiln_teams")
+    for i, team in enumerate(teams):
+        for j, name in enumerate(team.qos):
+            if name not in known:
+                add(tfile, f"kiln_teams[{i}].qos[{j}]", f"team {team.name!r} uses QoS {name!r}, which is not in "
+                    f"kiln_qos{suggest(name, names)}", tline)
+        if team.default_qos is not None and team.default_qos not in team.qos:
+            add(tfile, f"kiln_teams[{i}].default_qos", f"team {team.name!r}: default_qos {team.default_qos!r} is "
+                f"not one of its qos ({', '.join(team.qos) or 'none'})", tline)
+
+
 def check_topology(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     topo = values.get("kiln_topology", {})
     file, line = raw.origin("kiln_topology")

@@ -41,6 +41,8 @@ HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.ASCII)
 # POSIX portable user names (the portable filename characters, never a leading '-'): users, groups,
 # teams (Slurm accounts) and partitions.
 POSIX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$", re.ASCII)
+# Slurm QoS names: sacctmgr keeps them in lower case, so kiln asks for lower case (compared as written)
+QOS_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$", re.ASCII)
 # GPU models, node features, HCA names, switch names, inventory group names
 NAME_GLOB = re.compile(r"^[A-Za-z0-9@+._*?-][A-Za-z0-9@+._*?:-]{0,127}$", re.ASCII)
 TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", re.ASCII)
@@ -226,6 +228,8 @@ SysctlValue = Annotated[Any, AfterValidator(check_sysctl_value)]
 
 PosixName = _text("name", POSIX_NAME, "a letter or '_' first, then letters, digits, '_', '.', '-' (at most 32; "
                   "the POSIX portable user-name set)")
+QosName = _text("QoS name", QOS_NAME, "a lower-case letter first, then lower-case letters, digits, '_', '-' "
+                 "(at most 32)")
 Token = _text("name", TOKEN, "letters, digits, '_', '.', '-' (at most 64), not starting with '.' or '-'")
 IfNameList = _text("NCCL_SOCKET_IFNAME", IFNAME_LIST, "an optional ^ or = and comma-separated interface names")
 Version = _text("version", VERSION, "the characters package versions use: letters, digits and . + ~ : _ -")

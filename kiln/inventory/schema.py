@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, Strict, field_validator, model_validator
 
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
-                                    PosixName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
+                                    PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
@@ -115,13 +115,39 @@ class TeamUser(_Strict):
 
 
 class Team(_Strict):
-    """A team becomes a Slurm account with fair-share shares, users and a GPU limit."""
+    """A team becomes a Slurm account with fair-share shares, users, a GPU limit and the QoS it may use."""
 
     name: PosixName
     shares: int = Field(ge=1, le=1_000_000, description="fair-share shares (relative)")
     gid: int | None = Field(None, ge=1000, le=2**31 - 2)
     gpu_limit: int | None = Field(None, ge=0, le=1_000_000, description="GrpTRES gres/gpu for the whole team")
     users: list[TeamUser] = []
+    qos: list[QosName] = Field([], max_length=64, description="QoS the team's jobs may ask for (kiln_qos names or "
+                                "Slurm's own 'normal'); empty: kiln leaves the account's QoS as they are")
+    default_qos: QosName | None = Field(None, description="the QoS of a job that names none; default: the first "
+                                        "of qos")
+
+
+class Qos(_Strict):
+    """A Slurm QoS (``sacctmgr add qos``): priority, wall-time and GPU limits, preemption, usage factor.
+
+    GPU limits count ``gres/gpu`` of the jobs running in the QoS: per user (MaxTRESPerUser), per team
+    (MaxTRESPerAccount) and all together (GrpTRES). A scavenger QoS is one that others preempt
+    (``preempt`` on them), usually with ``usage_factor: 0`` (free for fair-share) and ``priority: 0``."""
+
+    name: QosName
+    priority: int = Field(0, ge=0, le=1_000_000, description="QoS priority (weighted by PriorityWeightQOS)")
+    max_wall: SlurmTime | None = Field(None, description="longest time limit a job of this QoS may have (MaxWall)")
+    max_gpus_per_user: int | None = Field(None, ge=0, le=1_000_000, description="GPUs one user may hold in it")
+    max_gpus_per_team: int | None = Field(None, ge=0, le=1_000_000, description="GPUs one team may hold in it")
+    max_gpus: int | None = Field(None, ge=0, le=1_000_000, description="GPUs all its jobs together may hold")
+    preempt: list[QosName] = Field([], max_length=64, description="QoS whose jobs this QoS's jobs may preempt")
+    preempt_mode: Literal["requeue", "cancel"] | None = Field(
+        None, description="what happens to this QoS's jobs when they are preempted; default requeue (the "
+        "cluster's PreemptMode when a QoS preempts)")
+    grace_seconds: int = Field(0, ge=0, le=86400, description="seconds a preempted job gets after SIGTERM (GraceTime)")
+    usage_factor: float = Field(1.0, ge=0, le=1000, description="how much of its use counts for fair-share and limits "
+                                "(0: free, 1: as is)")
 
 
 class Partition(_Strict):
@@ -159,7 +185,10 @@ SETTINGS: dict[str, Setting] = {
         _s("versions", dict[Token, Version | Literal[""]], {}, "cluster",
            "every version pin, in group_vars/all/versions.yml; names and defaults in kiln/versions.py"),
         _s("slurm_partitions", list[Partition], [], "cluster", "Slurm partitions (see Partition)"),
-        _s("teams", list[Team], [], "cluster", "teams: Slurm accounts with shares, users, GPU limits"),
+        _s("teams", list[Team], [], "cluster", "teams: Slurm accounts with shares, users, GPU limits, QoS"),
+        _s("qos", list[Qos], [], "cluster",
+           "Slurm QoS (see Qos): priority, MaxWall, GPU limits per user, per team and in all, preemption "
+           "(a scavenger QoS), usage factor; QoS that are not here are left alone"),
         _s("slurm_ha", bool, False, "cluster",
            "allow more than one host in slurm_controller (SlurmctldHost backup order = group order)"),
         _s("secrets_dir", FilePath, "secrets", "cluster",

@@ -42,12 +42,19 @@ HEALTH_CHECK_INTERVAL = 10  # seconds; short so tests see a node drain and resum
 # nothing else running (each VM's QEMU: 55 CPU-seconds a minute; 1 with the checks off). Every 60 s.
 VM_HEALTH_CHECK_INTERVAL = 60
 
-# Two teams, so fair-share, per-team GPU limits and pam_slurm_adopt can be shown with real users.
+# Two teams, so fair-share, per-team GPU limits, QoS and pam_slurm_adopt can be shown with real users.
 TESTBED_TEAMS = [
     {"name": "vision", "shares": 60, "gid": 2001, "gpu_limit": 2,
-     "users": [{"name": "alice", "uid": 2101}]},
+     "users": [{"name": "alice", "uid": 2101}], "qos": ["normal", "high", "scavenger"], "default_qos": "normal"},
     {"name": "language", "shares": 40, "gid": 2002, "gpu_limit": 4,
-     "users": [{"name": "bob", "uid": 2102}]},
+     "users": [{"name": "bob", "uid": 2102}], "qos": ["normal", "scavenger"]},
+]
+# QoS as a site sets them: a high-priority QoS with a wall-time and per-user GPU limit that preempts a
+# free scavenger QoS (its jobs are requeued, after 10 s of grace).
+TESTBED_QOS = [
+    {"name": "normal", "priority": 10},
+    {"name": "high", "priority": 100, "max_wall": "1-00:00:00", "max_gpus_per_user": 2, "preempt": ["scavenger"]},
+    {"name": "scavenger", "priority": 0, "usage_factor": 0.0, "preempt_mode": "requeue", "grace_seconds": 10},
 ]
 
 
@@ -143,6 +150,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_ssh_config_file": str(testbed.ssh_config),
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True}],
         "kiln_teams": TESTBED_TEAMS,
+        "kiln_qos": TESTBED_QOS,
         **(VM_SETTINGS if testbed.node_kind == "vm" else NSPAWN_SETTINGS),
         # soft-RoCE under emulation moves 4-10 MB/s and stalls under load: 200 messages of 64 KiB a pair of
         # the bandwidth ring (13 MB; CI saw 1000 run past the 90 s bound)

@@ -119,7 +119,7 @@ def test_controller_gets_database_daemons_and_accounts(monkeypatch):
     waited, grant = plan["slurm: accounting database and its user (if slurmdbd.conf changed)"]
     assert "mariadb-admin ping" in waited and "MariaDB did not answer within 600 s" in waited
     assert SECRETS.dbd_password not in grant and "StoragePass" in grant  # read on the node, never sent
-    accounts = "\n".join(plan["slurm: accounts, shares, GPU limits and users of the teams"])
+    accounts = "\n".join(plan["slurm: QoS, and the teams' accounts, shares, GPU limits, QoS and users"])
     assert "sacctmgr -i add account vision Cluster=plan Fairshare=60 GrpTRES=gres/gpu=8" in accounts
     assert "sacctmgr -i add user alice Account=vision Cluster=plan" in accounts
     assert plan["slurm: slurmctld stays active after its start"]  # checked after its first start

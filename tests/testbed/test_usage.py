@@ -36,7 +36,7 @@ def _sacct_gpu_hours(tb, since: str, until: str) -> dict[str, float]:
     return out
 
 
-def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm):
+def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm, tmp_path):
     tb = slurm
     busy, light = tb.computes[0], tb.computes[1]
     ok(tb, busy, "kiln-sim load 60 --mem 50")
@@ -58,9 +58,11 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
             assert comment.startswith("kiln:"), comment
             assert f"gpu_util={util}," in comment, comment
         until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-        out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json")
+        page = tmp_path / "usage.html"
+        out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json", "--html", str(page))
         assert out.returncode == 0, out.stdout + out.stderr
         data = json.loads(out.stdout)
+        assert "<h1>Usage of cluster kilntest</h1>" in page.read_text() and "vision" in page.read_text()
         expected = _sacct_gpu_hours(tb, since, until)
         teams = {t["team"]: t for t in data["teams"]}
         for team in ("vision", "language"):
@@ -74,3 +76,40 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
     finally:
         on(tb, busy, "kiln-sim load 0")
         on(tb, light, "kiln-sim load 0")
+
+
+def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
+    """kiln_qos of the testbed inventory (kiln/testbed/inventory.py): a high-QoS job preempts a
+    scavenger job (requeued after its 10 s grace, not killed), a job past high's MaxWall pends with
+    Slurm's QoS reason, and a team may not use a QoS that is not in its list."""
+    tb = slurm
+    node = tb.computes[-1]
+    qos = ok(tb, tb.controller, "sacctmgr -nP show qos format=name,priority,maxwall,maxtrespu,preempt,preemptmode,"
+                                "usagefactor,gracetime")
+    assert "high|100|1-00:00:00|gres/gpu=2|scavenger|cluster|1.000000|00:00:00" in qos, qos
+    assert "scavenger|0||||requeue|0.000000|00:00:10" in qos, qos
+    scavenger = _submit(tb, "bob", "language", f"--qos=scavenger --gpus=4 -w {node}", 600)
+    jobs = [scavenger]
+    try:
+        wait_for(lambda: job_state(tb, tb.controller, scavenger) == "RUNNING", timeout=60,
+                 what="the scavenger job running on all GPUs of the node")
+        high = _submit(tb, "alice", "vision", f"--qos=high --gpus=2 -w {node}", 5)
+        jobs.append(high)
+        t0 = time.monotonic()
+        wait_for(lambda: job_state(tb, tb.controller, high) in ("RUNNING", "COMPLETED"), timeout=90, interval=1,
+                 what="the high-QoS job running after preempting the scavenger job")
+        preempted = time.monotonic() - t0
+        history = ok(tb, tb.controller, f"sacct -X -D -n -P -j {scavenger} -o State")
+        assert history.splitlines()[0] == "PREEMPTED", history
+        restarts = ok(tb, tb.controller, f"scontrol show job {scavenger}")
+        assert "Restarts=1" in restarts and "Requeue=1" in restarts, restarts
+        long = _submit(tb, "alice", "vision", "--qos=high -t 2-00:00:00", 1)
+        jobs.append(long)
+        wait_for(lambda: on(tb, tb.controller, f"squeue -h -j {long} -o %r").stdout.strip()
+                 == "QOSMaxWallDurationPerJobLimit", timeout=30, what="the job past high's MaxWall pending")
+        refused = on(tb, tb.controller, "cd /tmp && su bob -c 'sbatch -A language --qos=high --wrap \"sleep 1\"'")
+        assert refused.returncode != 0 and "Invalid qos specification" in refused.stderr, refused
+        print(f"QoS: the scavenger job was preempted and requeued, the high job ran {preempted:.0f} s after its "
+              "submission (10 s grace)")
+    finally:
+        on(tb, tb.controller, f"scancel {' '.join(jobs)}")

@@ -78,3 +78,61 @@ def test_unknown_priced_node_types_are_refused(tmp_path):
         (root / "group_vars" / "all" / "prices.yml").write_text(bad)
         cluster, errors = validate(root)
         assert cluster is None and any("prices.yml" in str(e) for e in errors), (bad, errors)
+
+
+def test_finished_jobs_add_up_in_the_usage_counters_under_concurrent_epilogs(tmp_path, monkeypatch):
+    """kiln-job-summary adds each finished GPU job to per-account counters; epilogs of many jobs at once
+    (separate processes) lose none of them."""
+    import multiprocessing
+
+    from checks import job_summary
+    monkeypatch.setattr(job_summary, "COUNTERS", str(tmp_path / "usage-counters.json"))
+    counters = job_summary.add_job({}, "vision", 2, 3600, 60.0, 2.5)
+    job_summary.add_job(counters, "vision", 1, 1800, None, 2.5)
+    assert counters["vision"] == {"jobs": 2, "gpu_seconds": 9000.0, "measured_gpu_seconds": 7200.0,
+                                  "useful_gpu_seconds": 4320.0, "cost": 6.25}
+    info = {"gpus": {"gpu02": [0, 1]}, "account": "vision"}
+    config = {"node_prices": {"gpu02": 3.0}}
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=lambda: [job_summary.count(config, info, 60, 50.0) for _ in range(25)])
+             for _ in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    import json
+    result = json.loads((tmp_path / "usage-counters.json").read_text())["vision"]
+    assert result["jobs"] == 200 and result["gpu_seconds"] == 200 * 120.0
+    assert abs(result["cost"] - 200 * 120 / 3600 * 3.0) < 1e-6 and result["useful_gpu_seconds"] == 200 * 60.0
+
+
+def test_usage_counters_become_prometheus_counters(tmp_path):
+    import shutil
+    import subprocess
+
+    from checks import job_summary, slurm_metrics
+    assert job_summary.parse_job("JobId=7 JobName=x\n   UserId=alice(2101) Account=vision QOS=normal\n")["account"] == "vision"
+    counters = {"vision": {"jobs": 2, "gpu_seconds": 9000.0, "measured_gpu_seconds": 7200.0,
+                           "useful_gpu_seconds": 4320.0, "cost": 661089.71},
+                'evil"} 1\nkiln_x{a="': {"jobs": 1}, "language": {"jobs": "1; rm", "gpu_seconds": -5}}
+    lines = slurm_metrics.usage_lines(counters, {"currency": "EUR", "share_targets": {"vision": 0.6, "language": 0.4}})
+    text = "\n".join(lines)
+    assert 'kiln_usage_gpu_seconds_total{account="vision"} 9000' in lines
+    assert 'kiln_usage_cost_total{account="vision",currency="EUR"} 661089.71' in lines
+    assert 'kiln_usage_share_target{account="language"} 0.4' in lines
+    assert "evil" not in text and 'kiln_usage_jobs_total{account="language"}' not in text  # not kiln's: left out
+    assert 'kiln_usage_gpu_seconds_total{account="language"}' not in text
+    exposition = slurm_metrics.exposition(1, 1, ({}, []), {}, {}, 0, lines)
+    if shutil.which("promtool"):
+        check = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_job_summary_knows_each_gpu_nodes_price_and_the_teams_targets():
+    from roles.monitoring_config import usage_settings
+    cluster = load_cluster(SMALL)
+    import dataclasses
+    settings = usage_settings(dataclasses.replace(cluster, settings={**cluster.settings,
+                                                                     "kiln_usage_gpu_hour_prices": {"gpu_a": 2.5}}))
+    assert settings["node_prices"] == {f"gpu0{i}": 2.5 for i in range(1, 5)}  # cpu01 has no GPUs, no price
+    assert settings["share_targets"] == {"alpha": 0.7, "beta": 0.3}
