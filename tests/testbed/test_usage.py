@@ -9,6 +9,9 @@ import json
 import time
 from datetime import datetime, timezone
 
+from kiln.inventory import load_cluster
+from kiln.monitoring.alerts import query
+from kiln.secrets import monitoring_password
 from tests.testbed.slurm_helpers import job_state, kiln, ok, on, wait_for
 
 PRICE = 2.5  # kiln/testbed/inventory.py: EUR per GPU-hour of testbed_compute
@@ -71,6 +74,15 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
         assert data["currency"] == "EUR"
         assert abs(teams["vision"]["useful_gpu_hours"] / teams["vision"]["gpu_hours"] - 0.6) < 0.1, teams["vision"]
         assert teams["language"]["idle_gpu_hours"] > 0
+        # the same jobs in Prometheus: kiln-job-summary's counters, exported by the Slurm collector
+        cluster = load_cluster(tb.inventory)
+        password = monitoring_password(cluster)
+        gpu_seconds = wait_for(lambda: {r["metric"]["account"]: float(r["value"][1]) for r in query(
+            cluster, password, "kiln_usage_gpu_seconds_total")} or None, timeout=90, interval=3,
+            what="kiln_usage_gpu_seconds_total in Prometheus")
+        for team in ("vision", "language"):  # at least this test's jobs (the counters count the run's every job)
+            assert gpu_seconds.get(team, 0) >= teams[team]["gpu_hours"] * 3600 * 0.95, (team, gpu_seconds)
+        assert query(cluster, password, 'kiln_usage_share_target{account="vision"} == 0.6')
         print(f"kiln usage: vision {teams['vision']['gpu_hours']:.4f} GPU-h (sacct {expected['vision']:.4f}), language "
               f"{teams['language']['gpu_hours']:.4f} (sacct {expected['language']:.4f})")
     finally:
