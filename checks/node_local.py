@@ -8,7 +8,8 @@ Runs the suites with no kiln installation and nothing but the node's python3 (>=
 drains the node with reason ``kiln: <ID> <message>``; when every check passes, a node whose drain
 reason starts with ``kiln:`` is resumed. A node drained by a person (any other reason) is never
 resumed and its reason never overwritten; neither is a node a rollout drained (``kiln: patch ...``):
-``kiln patch`` resumes it after its own checks. Writes Prometheus textfile metrics (one gauge per check).
+``kiln patch`` resumes it after its own checks; nor one kiln-remediate escalated (``kiln: escalated ...``),
+which waits for a person. Writes Prometheus textfile metrics (one gauge per check).
 Exit 0 when nothing failed, 1 otherwise; as the Epilog always 0: the node is already drained with kiln's
 reason, and a failing Epilog would make Slurm drain it again with its own ("Epilog error"), which kiln
 would then leave alone as a person's. As the Prolog, 1 makes Slurm requeue the job (drained first, so
@@ -29,7 +30,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks.node import Node, local_node  # noqa: E402
-from checks.slurm import KILN_PREFIX, PATCH_PREFIX, node_state  # noqa: E402
+from checks.slurm import ESCALATED_PREFIX, KILN_PREFIX, PATCH_PREFIX, node_state  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
 from checks.verdict import Verdict  # noqa: E402
 
@@ -59,6 +60,8 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
     by_person = drained and bool(reason) and not reason.startswith(KILN_PREFIX)
     if drained and reason.startswith(PATCH_PREFIX):
         return "left to the rollout"
+    if drained and reason.startswith(ESCALATED_PREFIX):
+        return "left for a person (kiln-remediate escalated it)"
     failed = [v for v in verdicts if v.failed]
     if failed:
         if by_person:

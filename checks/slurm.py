@@ -14,6 +14,8 @@ from checks.verdict import Verdict, fail, ok, warn
 
 KILN_PREFIX = "kiln:"
 PATCH_PREFIX = "kiln: patch"  # drained by a rollout (kiln patch), which resumes it itself
+REPAIR_PREFIX = "kiln: repair"  # rebooted by kiln-remediate for a repair; resumed once its checks pass
+ESCALATED_PREFIX = "kiln: escalated"  # kiln-remediate gave up: waits for a person, never resumed by kiln
 
 
 def node_state(text: str) -> dict[str, str]:

@@ -23,6 +23,7 @@ from kiln.inventory.model import Cluster, Secrets
 MUNGE_KEY = "munge.key"
 DBD_PASSWORD = "slurmdbd.password"
 MONITORING_PASSWORD = "monitoring.password"
+REMEDIATION_KEY = "remediation_ed25519"  # kiln-remediate's SSH key (the controller to the compute nodes)
 BEEGFS_CONNAUTH = "beegfs-connauth"
 
 
@@ -142,7 +143,8 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
             # A dry run on a new cluster: show the changes with secrets that are never written.
             return Secrets(munge_key=random.token_bytes(1024), dbd_password=random.token_urlsafe(32),
                            site=_site_files(cluster, path, create=False),
-                           monitoring_password=random.token_urlsafe(32))
+                           monitoring_password=random.token_urlsafe(32),
+                           remediation_key=new_ssh_key() if cluster.setting("remediation").enabled else b"")
         path.mkdir(parents=True, mode=0o700)
     os.chmod(path, 0o700)
     key_file, password_file, monitoring_file = path / MUNGE_KEY, path / DBD_PASSWORD, path / MONITORING_PASSWORD
@@ -171,4 +173,37 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
         if f.exists() and f.stat().st_mode & 0o077:
             os.chmod(f, 0o600)
     return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create),
-                   monitoring_password=monitoring)
+                   monitoring_password=monitoring, remediation_key=_remediation_key(cluster, path, create))
+
+
+def new_ssh_key() -> bytes:
+    """A new Ed25519 key in OpenSSH's private key format."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    return Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                      serialization.NoEncryption())
+
+
+def public_ssh_key(private: bytes) -> str:
+    """``ssh-ed25519 AAAA...`` of an OpenSSH private key."""
+    from cryptography.hazmat.primitives import serialization
+    key = serialization.load_ssh_private_key(private, password=None)
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+
+
+def _remediation_key(cluster: Cluster, path: Path, create: bool) -> bytes:
+    """kiln-remediate's key where remediation is enabled: made once, kept in the secrets directory."""
+    if not cluster.setting("remediation").enabled:
+        return b""
+    f = path / REMEDIATION_KEY
+    if not f.exists():
+        if not create:
+            return new_ssh_key()  # a dry run's: never written
+        _write_new(f, new_ssh_key())
+    _owned_and_private(f, "secret file")
+    data = _read_private(f)
+    try:
+        public_ssh_key(data)
+    except (ValueError, TypeError):
+        raise SecretsError(f"{f} is not an OpenSSH private key: delete it to regenerate") from None
+    return data

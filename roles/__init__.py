@@ -9,9 +9,10 @@ from types import ModuleType
 # The fabric comes up before the filesystems that may run over it (Lustre on o2ib, NFS over IPoIB); a
 # storage server exports before it (or any node) mounts. The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
 # (pyxis builds against the Slurm headers, and its plugstack files restart slurmd). Monitoring comes last: its
-# Slurm collector reads a running slurmctld, and a node is scraped once it serves.
+# Slurm collector reads a running slurmctld, and a node is scraped once it serves. Remediation after
+# everything it repairs (it restarts slurmd and checks nodes with the health role's checks).
 ORDER = ("base", "rdma", "storage_server", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
-         "containers", "monitoring")
+         "containers", "monitoring", "remediation")
 
 
 def module(name: str) -> ModuleType:

@@ -139,15 +139,19 @@ def down(name: str, wipe: bool) -> None:
 @click.argument("fault", type=click.Choice(("power-loss",) + FAULTS))
 @click.option("--gpu", default=0, show_default=True, help="which simulated GPU (faults on one GPU)")
 @click.option("--at-next-boot", is_flag=True, help="the fault appears when the node next boots (after a patch)")
-def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool) -> None:
+@click.option("--persistent", is_flag=True, help="a GPU reset or a reboot does not clear it (default: they do, "
+              "as on real hardware)")
+def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool, persistent: bool) -> None:
     """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown;
-    power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE)."""
+    power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE).
+    A fault is transient unless --persistent: the repair that clears it on real hardware (a GPU reset or
+    a reboot) clears it here."""
     from kiln.testbed.host import TestbedError
     try:
         if fault == "power-loss":
             _testbed(name).power_loss(node)
         else:
-            _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot)
+            _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot, persistent=persistent)
     except TestbedError as exc:
         _fail(exc)
     click.echo(f"{node}: {fault} {'set for the next boot' if at_next_boot else 'injected'}")

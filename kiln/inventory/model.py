@@ -82,6 +82,8 @@ class Host:
             roles.add("fabricmanager")
         if self.monitored:
             roles.add("monitoring")  # node_exporter everywhere; Prometheus, Alertmanager in the monitoring group
+        if set(self.groups) & {CONTROLLER, COMPUTE}:
+            roles.add("remediation")  # kiln-remediate's service, key and node program (or their removal)
         return roles
 
 
@@ -161,11 +163,13 @@ class Secrets:
     site: dict[str, bytes] = field(default_factory=dict, compare=False)
     # the password Prometheus, Alertmanager and the exporters ask for (HTTP basic auth, user "kiln")
     monitoring_password: str = ""
+    # kiln-remediate's SSH key (OpenSSH private key), only where remediation is enabled
+    remediation_key: bytes = b""
 
     def __repr__(self) -> str:
         return "Secrets(<masked>)"
 
     def mask(self, text: str) -> str:
-        for secret in (self.dbd_password, self.monitoring_password):
+        for secret in (self.dbd_password, self.monitoring_password, self.remediation_key.decode(errors="replace")):
             text = text.replace(secret, "********") if secret else text
         return text

@@ -22,7 +22,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
-from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
+from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Remediation, Smtp
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
@@ -250,6 +250,9 @@ SETTINGS: dict[str, Setting] = {
         _s("check_textfile_dir", AbsolutePath, "/var/lib/prometheus/node-exporter", "cluster",
            "where the node-local checks write kiln.prom for node_exporter's textfile collector"),
         # --- monitoring (roles/monitoring.py; hosts in the monitoring group run Prometheus and Alertmanager) ---
+        _s("remediation", Remediation, Remediation(), "cluster",
+           "automatic repair of drained nodes on the controller (see Remediation): ladders per check, budgets, "
+           "repeat offenders, a circuit breaker; off by default"),
         _s("monitoring_scrape_seconds", Annotated[int, Field(ge=5, le=300)], 30, "cluster",
            "Prometheus' scrape and rule evaluation interval in seconds"),
         _s("monitoring_retention_days", Annotated[int, Field(ge=1, le=3650)], 15, "cluster",

@@ -94,6 +94,14 @@ ALERTS: tuple[Alert, ...] = (
     Alert("KilnNodeDrainedByChecks", 'kiln_slurm_node_drained{by="kiln"} == 1', "drained_seconds", "warning", "",
           "{{ $labels.slurm_node }} is drained by kiln's checks: {{ $labels.reason }}",
           "the reason names the check; fix the node, its next passing health check resumes it"),
+    Alert("KilnNodeEscalated", 'kiln_slurm_node_drained{by="kiln",reason=~"kiln: escalated.*"} == 1', "0s",
+          "critical", "", "{{ $labels.slurm_node }} needs a person: {{ $labels.reason }}",
+          "kiln-remediate tried what it may (the reason says what and why it stopped): service the node, then "
+          "scontrol update nodename=NODE state=resume"),
+    Alert("KilnRemediationBreakerOpen", "kiln_remediation_breaker_open == 1", "0s", "critical", "",
+          "kiln-remediate stopped all automatic repair on {{ $labels.node }}: too many nodes failed at once",
+          "find the shared cause (fabric, storage, power) in kiln-remediate's journal; then kiln remediate "
+          "--reset-breaker"),
     Alert("KilnSlurmdDown", 'node_systemd_unit_state{name="slurmd.service",state="active"} == 0',
           "slurm_daemon_seconds", "critical", "SLURM_SLURMD", "slurmd is not active on {{ $labels.node }}",
           "systemctl start slurmd; journalctl -u slurmd"),

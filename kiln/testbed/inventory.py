@@ -58,10 +58,14 @@ TESTBED_QOS = [
 ]
 
 
+# kiln-remediate on the testbed's controller: a look every 10 s, a new fault settles 20 s (the health
+# checks run every 10 s: an injected outage drains every node within that). On the container kind only: under
+# software emulation a VM's reboot takes minutes, and the VM tier's tests break nodes on purpose.
+REMEDIATION = {"enabled": True, "interval_seconds": 10, "settle_seconds": 20}
 # Containers: the host mounts cgroups as the hybrid (v1 + unified) hierarchy, where Slurm needs v1;
 # nodes get their own writable freezer and devices cgroups but share the host's cpuset and memory
 # hierarchies read-only, so Slurm constrains devices (GPUs) there, not cores or memory.
-NSPAWN_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v1", "kiln_slurm_constrain_cores_memory": False,
+NSPAWN_SETTINGS = {"kiln_remediation": REMEDIATION, "kiln_slurm_cgroup_plugin": "cgroup/v1", "kiln_slurm_constrain_cores_memory": False,
                    "kiln_health_check_interval": HEALTH_CHECK_INTERVAL}
 # VMs have their own kernel: what a real node runs (cgroup v2; cores, memory and devices constrained;
 # jobacct_gather/cgroup follows from the constraints; reboots through RebootProgram are real).

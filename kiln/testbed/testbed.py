@@ -400,13 +400,15 @@ class Testbed:
         for node in nodes:
             self.ssh(node.name, command)
 
-    def inject(self, node: str, fault: str, gpu: int = 0, at_boot: bool = False) -> None:
+    def inject(self, node: str, fault: str, gpu: int = 0, at_boot: bool = False, persistent: bool = False) -> None:
         """Break a compute node's simulated hardware (or unmount its /scratch) on purpose, now or at
-        its next boot (a node that comes back broken from a patch's reboot)."""
+        its next boot (a node that comes back broken from a patch's reboot). A fault is transient (a GPU
+        reset or a reboot clears it, as on real hardware) unless ``persistent``."""
         if fault not in simulate.FAULTS:
             raise TestbedError(f"unknown fault {fault!r}: use one of {', '.join(simulate.FAULTS)}")
         self._require_node(node)
-        self.ssh(node, ["kiln-sim", "inject", fault, "--gpu", str(gpu)] + (["--at-boot"] if at_boot else []))
+        self.ssh(node, ["kiln-sim", "inject", fault, "--gpu", str(gpu)] + (["--at-boot"] if at_boot else [])
+                 + (["--persistent"] if persistent else []))
 
     def clear(self, node: str) -> None:
         """Every injected fault of the node undone: healthy simulated hardware, mounts back."""

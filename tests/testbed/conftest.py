@@ -47,6 +47,7 @@ def testbed(tmp_path_factory):
     tb = Testbed(SHARED_NAME, progress=quiet)
     inventory = tmp_path_factory.mktemp("inventory") / "testbed"
     tb.up(NODES, inventory_dir=inventory)
+    without_remediation(inventory)
     tb.inventory = inventory
     SHARED_UP.append(tb)
     yield tb
@@ -54,6 +55,16 @@ def testbed(tmp_path_factory):
 
 
 SHARED_UP: list[Testbed] = []  # the shared testbed while it is up
+
+
+def without_remediation(inventory) -> None:
+    """The shared testbed's inventory with kiln-remediate off: the live tests break nodes on purpose and
+    expect them to stay broken while they look; tests/testbed/test_remediation.py turns it on for itself."""
+    import yaml
+    path = inventory / "group_vars" / "all" / "testbed.yml"
+    data = yaml.safe_load(path.read_text())
+    data["kiln_remediation"] = {**data.get("kiln_remediation", {}), "enabled": False}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def take_down_shared_testbed() -> None:

@@ -62,3 +62,21 @@ def save(state: dict) -> None:
 def kernel_stamp() -> str:
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) + ",%06d" % int((t % 1) * 1e6) + time.strftime("%z")
+
+
+GPU_FAULT_FIELDS = ("lost", "ecc_uncorrected", "remap_pending", "retired_pending", "nvlinks", "throttle")
+
+
+def reset_gpus(state: dict) -> list[str]:
+    """``nvidia-smi -r``: every GPU without a persistent fault gets its healthy fields back (the kernel
+    log keeps its Xid lines, as dmesg does); the bus ids of the GPUs reset."""
+    broken = {gpu for fault, gpu, _ in state.get("persistent", [])}
+    healthy = {g["index"]: g for g in state["healthy"]["gpus"]}
+    done = []
+    for gpu in state["gpus"]:
+        if gpu["index"] not in broken:
+            for field in GPU_FAULT_FIELDS:
+                gpu[field] = healthy[gpu["index"]][field]
+            done.append(gpu["bus"])
+    state["transient"] = [f for f in state.get("transient", []) if f[1] in broken]
+    return done

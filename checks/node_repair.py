@@ -1,0 +1,84 @@
+"""kiln-node-repair: the only thing kiln-remediate's SSH key may run on a compute node.
+
+The key's line in root's authorized_keys forces this program (``restrict,command=...,from=<controller>``);
+what the controller asked for arrives in ``SSH_ORIGINAL_COMMAND`` and must be one of:
+
+    restart UNIT     restart one of the units in UNITS and wait until it is active (30 s)
+    reset            reset the node's GPUs (nvidia-smi -r), only when no process uses them; then restart
+                     the fabric manager where it runs (NVSwitch GPUs are reset together)
+    check            kiln's node checks, report only (kiln-node-check --no-drain --json)
+
+Anything else is refused (exit 2) and nothing runs. Standard library only (the node's python3).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+UNITS = ("slurmd", "munge", "nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")
+CHECK = ["/usr/local/sbin/kiln-node-check", "--mode", "prolog", "--no-drain", "--json"]
+
+
+def parse(command: str) -> list[str] | None:
+    """The request's words when it is one kiln allows, else None."""
+    words = command.split()
+    if words == ["reset"] or words == ["check"]:
+        return words
+    if len(words) == 2 and words[0] == "restart" and words[1] in UNITS:
+        return words
+    return None
+
+
+def _run(args: list[str], timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+
+
+def restart(unit: str) -> int:
+    out = _run(["systemctl", "restart", f"{unit}.service"])
+    for _ in range(30):
+        if _run(["systemctl", "is-active", "--quiet", f"{unit}.service"]).returncode == 0:
+            print(f"{unit} restarted and active")
+            return 0
+        time.sleep(1)
+    print(f"{unit} not active after its restart: {(out.stderr or out.stdout).strip()[:300]}")
+    return 1
+
+
+def reset() -> int:
+    busy = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
+    if busy.returncode == 0 and busy.stdout.strip():
+        print(f"GPUs in use by {len(busy.stdout.split())} process(es): not reset")
+        return 1
+    out = _run(["nvidia-smi", "-r"], timeout=300)
+    print((out.stdout + out.stderr).strip()[:500])
+    if out.returncode != 0:
+        return 1
+    if _run(["systemctl", "is-active", "--quiet", "nvidia-fabricmanager.service"]).returncode == 0:
+        return restart("nvidia-fabricmanager")
+    return 0
+
+
+def main() -> int:
+    words = parse(os.environ.get("SSH_ORIGINAL_COMMAND", ""))
+    if words is None:
+        print("kiln-node-repair: refused: only 'restart UNIT', 'reset' and 'check' are allowed", file=sys.stderr)
+        return 2
+    try:
+        if words[0] == "restart":
+            return restart(words[1])
+        if words[0] == "reset":
+            return reset()
+        out = _run(CHECK, timeout=300)
+        sys.stdout.write(out.stdout)
+        return out.returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"kiln-node-repair: {words[0]} failed: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

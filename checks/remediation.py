@@ -1,0 +1,318 @@
+"""kiln-remediate: repairs the compute nodes kiln's checks (or Slurm itself) took out of service, on the
+controller, as a systemd service (roles/remediation.py) or by hand.
+
+    kiln-remediate [--once] [--dry-run] [--json] [--reset-breaker] [--config /etc/kiln/remediation.json]
+
+Each look: Slurm's view of the compute nodes (one ``sinfo``, one ``scontrol show node``), the journal
+replayed into each node's history, a decision per node (checks/remediation_policy.py), then the actions:
+a step of the node's ladder (checks/repairs.py) through the node's forced-command SSH key
+(checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot ASAP``; kiln's
+node checks run on the node after each repair, and the node is resumed when they pass. The journal
+(JOURNAL, one JSON line per decision and action, written before the action) is the audit trail and the
+state: a service killed mid-repair starts again where the journal ends and never repeats a step. One
+look at a time (LOCK). Metrics for node_exporter's textfile collector (kiln-remediation.prom).
+Standard library only (the controller's python3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+if __package__ in (None, ""):  # run as a script from the installed tree
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from checks import repairs  # noqa: E402
+from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
+                                       breaker, decide, replay)
+
+CONFIG = "/etc/kiln/remediation.json"
+JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
+LOCK = "/run/kiln-remediate.lock"
+SINFO = ["sinfo", "-h", "-N", "-o", "%N|%T|%H|%E"]
+SCONTROL = ["scontrol", "-o", "show", "node"]
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+
+
+def parse_views(sinfo: str, scontrol: str, nodes: list[str]) -> list[NodeView]:
+    """The compute nodes of the config as Slurm shows them; a node Slurm does not list is left out."""
+    boots = {m.group(1): _epoch(m.group(2)) for m in re.finditer(r"NodeName=(\S+) .*?BootTime=(\S+)", scontrol)}
+    seen = {}
+    for line in sinfo.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4 and parts[0] in nodes and parts[0] not in seen:
+            reason = "" if parts[3] in ("none", "(null)") else parts[3]
+            seen[parts[0]] = NodeView(parts[0], parts[1], reason, boots.get(parts[0]), _epoch(parts[2]))
+    return [seen[n] for n in nodes if n in seen]
+
+
+def read_journal(path: str) -> list[dict]:
+    events = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a crash
+                if isinstance(e, dict):
+                    events.append(e)
+    except FileNotFoundError:
+        pass
+    return events
+
+
+class Remediator:
+    def __init__(self, config: dict, dry_run: bool = False, out=print, clock=time.time):
+        self.config, self.dry_run, self.out, self.clock = config, dry_run, out, clock
+        self.settings = Settings(**{k: v for k, v in config.get("settings", {}).items()
+                                    if k in Settings.__dataclass_fields__})
+        self.journal = config.get("journal", JOURNAL)
+        self.decisions: list[dict] = []
+
+    # --- I/O ---
+    def _run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return subprocess.CompletedProcess(args, 255, "", str(e))
+
+    def ssh(self, node: str, words: str, timeout: int = 300) -> subprocess.CompletedProcess:
+        n = self.config["nodes"][node]
+        return self._run(["ssh", "-i", self.config["key"], "-p", str(n.get("port", 22)), "-o", "BatchMode=yes",
+                          "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.config['known_hosts']}",
+                          "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-F", "/dev/null",
+                          f"root@{n['address']}", words], timeout=timeout)
+
+    def log(self, event: str, node: str = "", **fields) -> None:
+        record = {"t": round(self.clock(), 3), "event": event, **({"node": node} if node else {}), **fields}
+        if self.dry_run:
+            return
+        os.makedirs(os.path.dirname(self.journal), exist_ok=True)
+        with open(self.journal, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def scontrol(self, *words: str) -> subprocess.CompletedProcess:
+        return self._run(["scontrol", *words])
+
+    def views(self) -> list[NodeView]:
+        sinfo, show = self._run(SINFO), self._run(SCONTROL)
+        if sinfo.returncode != 0:
+            raise RuntimeError(f"sinfo failed: {(sinfo.stderr or sinfo.stdout).strip()[:200]}")
+        return parse_views(sinfo.stdout, show.stdout, sorted(self.config["nodes"]))
+
+    def check(self, node: str) -> tuple[bool, list[str]]:
+        """kiln's node checks on the node: (all passed, the failing ids with their messages)."""
+        out = self.ssh(node, "check")
+        try:
+            verdicts = json.loads(out.stdout)["verdicts"]
+        except (ValueError, KeyError, TypeError):
+            return False, [f"no check result ({(out.stderr or out.stdout).strip()[:200] or 'rc ' + str(out.returncode)})"]
+        failed = [f"{v['id']} {v['message']}"[:160] for v in verdicts if v.get("severity") == "fail"]
+        return not failed, failed
+
+    # --- one look ---
+    def look(self) -> list[dict]:
+        now = self.clock()
+        history = replay(read_journal(self.journal))
+        views = self.views()
+        why = "" if history.breaker_open else breaker(views, history, self.settings, now)
+        if why:
+            self.out(f"circuit breaker opens: {why}")
+            self.log("breaker_open", why=why)
+            history.breaker_open = True
+        for view in views:
+            n = history.node(view.name)
+            d = decide(view, n, self.settings, now, history.breaker_open)
+            if d.action == "open":
+                self.act(view, d)
+                history = replay(read_journal(self.journal)) if not self.dry_run else history
+                n = history.node(view.name)
+                if self.dry_run:
+                    continue
+                d = decide(view, n, self.settings, now, history.breaker_open)
+            if d.action == "return" and n.episode is not None and n.episode.steps \
+                    and n.episode.steps[-1]["result"] is None and not self.dry_run:
+                # the node's own health check passed and resumed it before this look could verify
+                self.log("result", view.name, step=n.episode.steps[-1]["step"], result="ok",
+                         detail="back in service: the node's checks passed (its HealthCheckProgram resumed it)")
+            if d.action != "none":
+                self.act(view, d, repeated=d.action == "hold" and d.why == n.last_held)
+        return self.decisions
+
+    def act(self, view: NodeView, d: Decision, repeated: bool = False) -> None:
+        """Report the decision and carry it out; a hold said on the last look too is reported, not
+        written again."""
+        name = view.name
+        self.decisions.append({"node": name, "action": d.action, "why": d.why, "step": d.step, "check": d.check})
+        if repeated:
+            return
+        self.out(f"{name}: {d.action}{' ' + d.step if d.step else ''}: {d.why}")
+        if self.dry_run:
+            return
+        if d.action == "open":
+            self.log("fault", name, check=d.check, reason=view.reason, drained_at=view.drained_at)
+        elif d.action in ("hold", "release"):
+            self.log("held" if d.action == "hold" else "released", name, why=d.why)
+        elif d.action == "return":
+            self.log("returned", name, why=d.why)
+        elif d.action == "escalate":
+            reason = f"{ESCALATED_PREFIX} {d.check}: {d.why}; needs a person"[:200]
+            done = self.scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
+            self.log("escalated", name, check=d.check, why=d.why, reason=reason, rc=done.returncode)
+        elif d.action == "step":
+            self.step(view, d)
+        elif d.action == "verify":
+            self.verify(name, d, before=None)
+
+    def step(self, view: NodeView, d: Decision) -> None:
+        name = view.name
+        passed, before = self.check(name) if d.step != repairs.REBOOT else (False, [view.reason])
+        self.log("step", name, step=d.step, check=d.check, before=before)
+        if d.step == repairs.REBOOT:
+            reason = f"{REPAIR_PREFIX} reboot {d.check}"
+            done = self.scontrol("reboot", "ASAP", f"reason={reason}", name)
+            if done.returncode != 0:
+                self.log("result", name, step=d.step, result="failed",
+                         detail=(done.stderr or done.stdout).strip()[:300])
+            return
+        if passed:  # cleared by itself (a transient fault): nothing to repair, only to check and resume
+            self.log("result", name, step=d.step, result="skipped", detail="the checks pass already")
+            self.resume(name)
+            return
+        words = "reset" if d.step == repairs.RESET else "restart " + d.step.split(":", 1)[1]
+        done = self.ssh(name, words)
+        if done.returncode != 0:
+            self.log("result", name, step=d.step, result="failed", before=before,
+                     detail=(done.stderr or done.stdout).strip()[:300] or f"rc {done.returncode}")
+            return
+        self.verify(name, d, before)
+
+    def verify(self, name: str, d: Decision, before: list[str] | None) -> None:
+        for attempt in range(3):  # a restarted slurmd takes a few seconds to register
+            passed, after = self.check(name)
+            if passed:
+                break
+            time.sleep(10 if attempt < 2 and not self.config.get("fast") else 0)
+        self.log("result", name, step=d.step, result="ok" if passed else "failed", before=before, after=after)
+        if passed:
+            self.resume(name)
+
+    def resume(self, name: str) -> None:
+        """Back into service, unless Slurm has done it already (a node that was down returns by itself
+        once slurmd registers: ReturnToService=2)."""
+        now = self._run(["sinfo", "-h", "-N", "-n", name, "-o", "%T"]).stdout.strip()
+        if now and not NodeView(name, now).out_of_service:
+            self.log("resumed", name, rc=0, detail=f"already {now} in Slurm")
+            return
+        done = self.scontrol("update", f"nodename={name}", "state=resume")
+        self.log("resumed", name, rc=done.returncode, detail=(done.stderr or done.stdout).strip()[:200])
+
+
+def metrics(events: list[dict], now: float) -> str:
+    """kiln-remediation.prom: repairs by kind and result, escalations, returns and their time, the
+    breaker, nodes in repair or escalated (from the journal)."""
+    results: dict[tuple[str, str], int] = {}
+    steps: dict[str, str] = {}
+    escalations = returns = 0
+    seconds = 0.0
+    opened: dict[str, float] = {}
+    for e in events:
+        node, kind = e.get("node", ""), e.get("event")
+        if kind == "fault":
+            opened[node] = e.get("t", now)
+        elif kind == "step":
+            steps[node] = repairs.kind(e.get("step", ""))
+        elif kind == "result":
+            key = (steps.get(node, "unknown"), str(e.get("result")))
+            results[key] = results.get(key, 0) + 1
+        elif kind == "escalated":
+            escalations += 1
+        elif kind == "returned" and node in opened:
+            returns += 1
+            seconds += e.get("t", now) - opened.pop(node)
+    h = replay(events)
+    lines = ["# HELP kiln_remediation_repairs_total Repair steps by kind and result.",
+             "# TYPE kiln_remediation_repairs_total counter"]
+    lines += [f'kiln_remediation_repairs_total{{kind="{k}",result="{r}"}} {n}' for (k, r), n in sorted(results.items())]
+    lines += ["# HELP kiln_remediation_escalations_total Nodes handed to a person.",
+              "# TYPE kiln_remediation_escalations_total counter", f"kiln_remediation_escalations_total {escalations}",
+              "# HELP kiln_remediation_returned_seconds Time from a node seen out of service to back in service.",
+              "# TYPE kiln_remediation_returned_seconds summary", f"kiln_remediation_returned_seconds_sum {seconds:.3f}",
+              f"kiln_remediation_returned_seconds_count {returns}",
+              "# HELP kiln_remediation_breaker_open 1 while the circuit breaker stops automatic repair.",
+              "# TYPE kiln_remediation_breaker_open gauge", f"kiln_remediation_breaker_open {int(h.breaker_open)}",
+              "# HELP kiln_remediation_nodes Nodes in a fault episode, and escalated nodes.",
+              "# TYPE kiln_remediation_nodes gauge",
+              f'kiln_remediation_nodes{{state="repairing"}} {sum(1 for n in h.nodes.values() if n.episode and not n.escalated)}',
+              f'kiln_remediation_nodes{{state="escalated"}} {sum(1 for n in h.nodes.values() if n.escalated)}',
+              "# HELP kiln_remediation_look_timestamp_seconds When kiln-remediate last looked.",
+              "# TYPE kiln_remediation_look_timestamp_seconds gauge", f"kiln_remediation_look_timestamp_seconds {now:.0f}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics(directory: str, text: str) -> None:
+    if not directory or not os.path.isdir(directory):
+        return
+    tmp = os.path.join(directory, ".kiln-remediation.prom.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, os.path.join(directory, "kiln-remediation.prom"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kiln-remediate", description=__doc__.splitlines()[0])
+    ap.add_argument("--once", action="store_true", help="one look, then exit")
+    ap.add_argument("--dry-run", action="store_true", help="say what would be done; do nothing, write nothing")
+    ap.add_argument("--json", action="store_true", help="the decisions as JSON")
+    ap.add_argument("--reset-breaker", action="store_true", help="close the circuit breaker (a person's call)")
+    ap.add_argument("--config", default=CONFIG)
+    args = ap.parse_args(argv)
+    with open(args.config) as f:
+        config = json.load(f)
+    lock = os.open(config.get("lock", LOCK), os.O_CREAT | os.O_RDWR, 0o600)
+    quiet = args.json
+    say = (lambda *a: print(*a, file=sys.stderr)) if quiet else print
+    while True:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the service and a person's --once take turns
+        try:
+            r = Remediator(config, dry_run=args.dry_run, out=say)
+            if args.reset_breaker:
+                r.log("breaker_reset", why="reset by a person")
+                say("circuit breaker closed")
+                return 0
+            try:
+                decisions = r.look()
+            except RuntimeError as e:
+                say(f"kiln-remediate: {e}")
+                decisions = None
+            if not args.dry_run:
+                write_metrics(config.get("textfile_dir", ""), metrics(read_journal(r.journal), time.time()))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        if args.once or args.dry_run:
+            if args.json:
+                print(json.dumps({"decisions": decisions or []}, indent=1))
+            return 0 if decisions is not None else 1
+        time.sleep(int(config.get("settings", {}).get("interval_seconds", 30)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

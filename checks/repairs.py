@@ -1,0 +1,101 @@
+"""What kiln-remediate tries, in order, for each check that drained a node: the repair ladder, kept
+beside the checks' catalog (checks/reference.py; a test keeps every failing id of the catalog in this
+table or in its GPU_XID_ rule). Pure data and functions; ships to the controller with the checks.
+
+Steps:
++ ``restart:UNIT``: restart one service on the node (safe under running jobs for slurmd and munge only);
++ ``reset``: reset the node's GPUs (``nvidia-smi -r``), only when the node runs no job: seconds, not a
+  reboot's minutes;
++ ``reboot``: ``scontrol reboot ASAP`` with kiln's reason: Slurm reboots the node once its jobs are gone,
+  and it stays drained until kiln's checks pass on it;
++ ``escalate``: no more automatic repair; the node stays drained with a reason that says a person is
+  needed (``kiln: escalated ...``), and an alert fires where monitoring is deployed.
+
+A fault that survives a step goes to the next step on its next look; the last step is always escalate.
+"""
+
+from __future__ import annotations
+
+import re
+
+from checks.parsers.xid_catalog import FATAL, NVLINK, SERVICE
+from checks.parsers.xid_catalog import REBOOT as XID_REBOOT
+from checks.parsers.xid_catalog import RESET as XID_RESET
+
+RESET = "reset"
+REBOOT = "reboot"
+ESCALATE = "escalate"
+SAFE_UNDER_JOBS = {"restart:slurmd", "restart:munge"}  # jobs keep running when these restart
+
+# Slurm's own reasons for a node it took out of service (not a person's)
+SLURM_REASONS = {"Not responding": "SLURM_NOT_RESPONDING", "Kill task failed": "SLURM_KILL_TASK_FAILED",
+                 "Node unexpectedly rebooted": "SLURM_UNEXPECTED_REBOOT", "Prolog error": "SLURM_PROLOG_ERROR",
+                 "Epilog error": "SLURM_EPILOG_ERROR", "Low RealMemory": "SLURM_LOW_MEMORY"}
+
+LADDERS: dict[str, tuple[str, ...]] = {
+    # Slurm's own reasons
+    "SLURM_NOT_RESPONDING": ("restart:slurmd", "restart:munge", ESCALATE),
+    "SLURM_KILL_TASK_FAILED": (REBOOT, ESCALATE),
+    "SLURM_UNEXPECTED_REBOOT": ("restart:slurmd", ESCALATE),
+    "SLURM_PROLOG_ERROR": (ESCALATE,),
+    "SLURM_EPILOG_ERROR": (ESCALATE,),
+    "SLURM_LOW_MEMORY": (ESCALATE,),
+    # kiln's checks
+    "SLURM_SLURMD": ("restart:slurmd", REBOOT, ESCALATE),
+    "SLURM_MUNGE": ("restart:munge", REBOOT, ESCALATE),
+    "SLURM_REGISTERED": ("restart:slurmd", ESCALATE),
+    "SLURM_GRES": ("restart:slurmd", REBOOT, ESCALATE),
+    "GPU_NVIDIA_SMI": (REBOOT, ESCALATE),
+    "GPU_COUNT": (REBOOT, ESCALATE),
+    "GPU_LOST": (RESET, REBOOT, ESCALATE),
+    "GPU_PERSISTENCE": ("restart:nvidia-persistenced", REBOOT, ESCALATE),
+    "GPU_ECC_UNCORRECTED": (RESET, REBOOT, ESCALATE),
+    "GPU_RETIRED_PAGES_PENDING": (RESET, REBOOT, ESCALATE),
+    "GPU_REMAP_PENDING": (RESET, REBOOT, ESCALATE),
+    "GPU_REMAP_FAILURE": (ESCALATE,),
+    "GPU_NVLINK_INACTIVE": ("restart:nvidia-fabricmanager", RESET, REBOOT, ESCALATE),
+    "GPU_NVLINK_COUNT": (RESET, REBOOT, ESCALATE),
+    "GPU_FABRIC_MANAGER": ("restart:nvidia-fabricmanager", REBOOT, ESCALATE),
+    "GPU_DRIVER_VERSION": (REBOOT, ESCALATE),
+    "SYSTEM_KERNEL": (REBOOT, ESCALATE),
+    "SYSTEM_KERNEL_SAME": (REBOOT, ESCALATE),
+    "STORAGE_MOUNTED": (REBOOT, ESCALATE),
+    "STORAGE_RESPONDING": (REBOOT, ESCALATE),
+    "FABRIC_PORT_DOWN": (REBOOT, ESCALATE),
+}
+# anything else (a wrong model, a full filesystem, a slow link: configuration or hardware) goes to a person
+DEFAULT = (ESCALATE,)
+_XID_STEPS = {XID_RESET: (RESET, REBOOT, ESCALATE), XID_REBOOT: (REBOOT, ESCALATE), SERVICE: (ESCALATE,),
+              NVLINK: ("restart:nvidia-fabricmanager", RESET, REBOOT, ESCALATE)}
+
+_KILN_REASON = re.compile(r"^kiln: ([A-Z][A-Z0-9_]{1,63})\b")
+
+
+def check_of(reason: str) -> str | None:
+    """The check id behind a drain reason: kiln's (``kiln: GPU_XID_79 ...``) or Slurm's own ("Not
+    responding"); None for a person's reason, a rollout's (``kiln: patch ...``), kiln's own repair or
+    escalation reasons, or no reason."""
+    m = _KILN_REASON.match(reason)
+    if m:
+        return m.group(1)
+    for text, check in SLURM_REASONS.items():
+        if reason.startswith(text):
+            return check
+    return None
+
+
+def ladder(check: str) -> tuple[str, ...]:
+    """The steps for a check id, the last always ``escalate``."""
+    if check in LADDERS:
+        return LADDERS[check]
+    m = re.fullmatch(r"GPU_XID_(\d{1,4})", check)
+    if m and int(m.group(1)) == 154:  # the driver asks for a recovery: a reset, else a reboot
+        return (RESET, REBOOT, ESCALATE)
+    if m and int(m.group(1)) in FATAL:
+        return _XID_STEPS.get(FATAL[int(m.group(1))][1], (REBOOT, ESCALATE))
+    return DEFAULT
+
+
+def kind(step: str) -> str:
+    """What a budget counts: restart, reset or reboot."""
+    return step.split(":", 1)[0]

@@ -1,0 +1,196 @@
+"""kiln-remediate live on the shared testbed (#32): the service on the controller repairs what the
+checks or Slurm took out of service, with measured times, and leaves alone what is not its to touch.
+
+The shared inventory has remediation off (tests/testbed/conftest.py); this module deploys the remediation
+role with it on (a look every 5 s) and turns it off again at its end. Faults come from ``kiln testbed
+inject``: transient ones are cleared by the repair that clears them on real hardware (a reboot), a
+``--persistent`` one survives it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.testbed.slurm_helpers import copy_inventory, job_state, kiln, ok, on, submit, wait_for
+
+JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
+
+
+def _deploy(inventory) -> None:
+    out = kiln("deploy", "-i", str(inventory), "--roles", "remediation")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def fleet(slurm, tmp_path_factory):
+    tb = slurm
+    on_inventory = copy_inventory(tb.inventory, tmp_path_factory.mktemp("remediation") / "testbed",
+                                  changes={"kiln_remediation": {"enabled": True, "interval_seconds": 5,
+                                                                     "settle_seconds": 15}})
+    _deploy(on_inventory)
+    tb.remediation_inventory = on_inventory
+    yield tb
+    _deploy(tb.inventory)  # off again: the service stopped, the key gone from the compute nodes
+    for node in tb.computes:
+        on(tb, node, "kiln-sim clear")
+        on(tb, tb.controller, f"scontrol update nodename={node} state=resume")
+    assert "inactive" in on(tb, tb.controller, "systemctl is-active kiln-remediate").stdout
+    assert "kiln-remediation@" not in on(tb, tb.computes[0], "cat /root/.ssh/authorized_keys").stdout
+
+
+def _journal(tb, node: str | None = None) -> list[dict]:
+    events = [json.loads(line) for line in ok(tb, tb.controller, f"cat {JOURNAL} 2>/dev/null || true").splitlines()]
+    return [e for e in events if node is None or e.get("node") == node]
+
+
+def _returned(tb, node: str) -> list[dict]:
+    """The node's journal once kiln-remediate has seen it back in service (its next look)."""
+    return wait_for(lambda: (lambda ev: ev if ev and ev[-1]["event"] == "returned" else None)(_journal(tb, node)),
+                    timeout=30, interval=1, what=f"kiln-remediate seeing {node} back in service")
+
+
+def _state(tb, node: str) -> tuple[str, str]:
+    out = on(tb, tb.controller, f"sinfo -h -N -n {node} -o '%T|%E'").stdout.strip()
+    state, _, reason = out.partition("|")
+    return state, reason
+
+
+def _boot(tb, node: str) -> str:
+    return on(tb, tb.controller, f"scontrol show node {node} | grep -o 'BootTime=[^ ]*'").stdout.strip()
+
+
+def _reboots_asked(tb, node: str) -> int:
+    out = on(tb, tb.controller, f"grep -c 'reboot request queued for nodes {node}$' /var/log/slurm/slurmctld.log")
+    return int(out.stdout.strip() or 0)
+
+
+def _in_service(tb, node: str) -> bool:
+    return _state(tb, node)[0] in ("idle", "mixed", "allocated")
+
+
+def test_a_stopped_slurmd_is_restarted_and_the_node_back_in_service(fleet):
+    tb, node = fleet, fleet.computes[0]
+    t0 = time.monotonic()
+    ok(tb, node, "kiln-sim inject slurmd-stopped")
+    wait_for(lambda: _state(tb, node)[1] == "Not responding", timeout=120, interval=2, what=f"{node} not responding")
+    down = time.monotonic() - t0
+    wait_for(lambda: _in_service(tb, node), timeout=120, interval=2, what=f"{node} back in service")
+    back = time.monotonic() - t0
+    events = _returned(tb, node)
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["step"] for s in steps] == ["restart:slurmd"], events
+    assert [e["result"] for e in events if e["event"] == "result"] == ["ok"], events
+    assert events[-1]["event"] == "returned"
+    print(f"slurmd stopped: Slurm had {node} down after {down:.0f} s, kiln-remediate had it back {back - down:.0f} s "
+          f"later (restart:slurmd, checks passed; {back:.0f} s in all)")
+
+
+def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
+    tb, node = fleet, fleet.computes[1]
+    boot = _boot(tb, node)
+    t0 = time.monotonic()
+    tb.inject(node, "xid-79", 0)
+    wait_for(lambda: _state(tb, node)[1].startswith("kiln:"), timeout=60, interval=1, what=f"{node} drained")
+    drained = time.monotonic() - t0
+    wait_for(lambda: _boot(tb, node) != boot and _in_service(tb, node), timeout=240, interval=2,
+             what=f"{node} rebooted and back in service")
+    back = time.monotonic() - t0
+    events = [e for e in _returned(tb, node) if e["event"] != "held"]  # held: settling
+    assert [e["event"] for e in events] == ["fault", "step", "result", "returned"], events
+    assert events[0]["check"] == "GPU_XID_79" and events[1]["step"] == "reboot" and events[2]["result"] == "ok"
+    print(f"transient Xid 79: drained after {drained:.0f} s, rebooted and back in service {back - drained:.0f} s "
+          f"later ({back:.0f} s from the fault)")
+
+
+def test_a_persistent_fault_is_repaired_once_then_escalated_and_left_drained(fleet):
+    tb, node = fleet, fleet.computes[2]
+    t0 = time.monotonic()
+    tb.inject(node, "xid-79", 1, persistent=True)
+    reason = wait_for(lambda: (lambda r: r if r.startswith("kiln: escalated") else None)(_state(tb, node)[1]),
+                      timeout=300, interval=2, what=f"{node} escalated")
+    seconds = time.monotonic() - t0
+    assert "GPU_XID_79" in reason and "needs a person" in reason, reason
+    events = _journal(tb, node)
+    assert [e["step"] for e in events if e["event"] == "step"] == ["reboot"], events
+    assert events[-1]["event"] == "escalated" and "tried: reboot" in events[-1]["why"], events
+    time.sleep(15)  # the node's own checks and kiln-remediate leave it as it is: a person's now
+    assert _state(tb, node)[1] == reason
+    assert [e["event"] for e in _journal(tb, node)][-2:] in (["escalated", "held"], ["result", "escalated"]), \
+        _journal(tb, node)
+    print(f"persistent Xid 79: rebooted once, still failing, escalated {seconds:.0f} s after the fault: {reason}")
+    on(tb, node, "kiln-sim clear")
+    ok(tb, tb.controller, f"scontrol update nodename={node} state=resume")  # the person's part
+
+
+def test_a_node_drained_by_a_person_is_never_touched(fleet):
+    tb, node = fleet, fleet.computes[3]
+    boot = _boot(tb, node)
+    ok(tb, tb.controller, f"scontrol update nodename={node} state=drain reason='RMA ticket 4411 by ops'")
+    tb.inject(node, "xid-79", 0)
+    time.sleep(30)  # six looks, past the settling
+    assert _state(tb, node)[1] == "RMA ticket 4411 by ops" and _boot(tb, node) == boot
+    events = _journal(tb, node)
+    assert not [e for e in events if e["event"] in ("step", "escalated")], events
+    assert [e["why"] for e in events if e["event"] == "held"] == ["drained by a person"], events
+    on(tb, node, "kiln-sim clear")
+    ok(tb, tb.controller, f"scontrol update nodename={node} state=resume")
+    wait_for(lambda: _in_service(tb, node), timeout=60, what=f"{node} back")
+
+
+def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothing(fleet):
+    """The reboot waits for the job; the service killed right after it issued the reboot comes back and
+    issues no second one."""
+    tb, node = fleet, fleet.computes[0]
+    wait_for(lambda: _in_service(tb, node), timeout=60, what=f"{node} in service")
+    boot = _boot(tb, node)
+    before = _reboots_asked(tb, node)
+    job = submit(tb, tb.controller, f"-w {node} -o /dev/null --wrap 'sleep 40'")
+    wait_for(lambda: job_state(tb, tb.controller, job) == "RUNNING", timeout=60, what="the job running")
+    tb.inject(node, "xid-79", 0)
+    wait_for(lambda: [e for e in _journal(tb, node) if e["event"] == "held" and "running jobs" in e["why"]],
+             timeout=60, interval=2, what="kiln-remediate holding the reboot for the job")
+    assert _boot(tb, node) == boot and job_state(tb, tb.controller, job) == "RUNNING"
+    wait_for(lambda: [e for e in _journal(tb, node) if e["event"] == "step" and e["step"] == "reboot"],
+             timeout=120, interval=1, what="the reboot once the job ended")
+    ok(tb, tb.controller, "systemctl kill -s KILL kiln-remediate")  # killed mid-repair; systemd restarts it
+    assert job_state(tb, tb.controller, job) == "COMPLETED"
+    wait_for(lambda: _boot(tb, node) != boot and _in_service(tb, node), timeout=240, interval=2,
+             what=f"{node} rebooted and back")
+    wait_for(lambda: on(tb, tb.controller, "systemctl is-active kiln-remediate").stdout.strip() == "active",
+             timeout=60, what="kiln-remediate started again by systemd")
+    time.sleep(12)  # two more looks of the restarted service
+    episode = _journal(tb, node)
+    last = max(i for i, e in enumerate(episode) if e["event"] == "fault")
+    assert [e["step"] for e in episode[last:] if e["event"] == "step"] == ["reboot"], episode[last:]
+    assert _reboots_asked(tb, node) == before + 1  # one reboot asked of Slurm, not two
+    print(f"running job {job} completed before {node} was rebooted; the service killed after the reboot, one reboot")
+
+
+def test_the_circuit_breaker_holds_when_every_compute_node_fails_at_once(fleet):
+    tb = fleet
+    boots = {n: _boot(tb, n) for n in tb.computes}
+    for n in tb.computes:
+        wait_for(lambda n=n: _in_service(tb, n), timeout=120, what=f"{n} in service")
+    for n in tb.computes:  # a shared cause: every node at once
+        tb.inject(n, "xid-79", 0)
+    wait_for(lambda: [e for e in _journal(tb) if e["event"] == "breaker_open"], timeout=90, interval=2,
+             what="the circuit breaker open")
+    time.sleep(20)
+    assert {n: _boot(tb, n) for n in tb.computes} == boots  # nothing rebooted
+    dry = kiln("remediate", "-i", str(tb.remediation_inventory), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    holds = {d["node"]: d["why"] for d in json.loads(dry.stdout)["decisions"] if d["action"] == "hold"}
+    assert set(holds) == set(tb.computes) and all("circuit breaker" in w for w in holds.values()), holds
+    alert = on(tb, tb.controller, "grep kiln_remediation_breaker_open "
+               "/var/lib/prometheus/node-exporter/kiln-remediation.prom").stdout
+    assert "kiln_remediation_breaker_open 1" in alert, alert
+    for n in tb.computes:  # the outage's cause fixed: the nodes' checks pass and resume them
+        on(tb, n, "kiln-sim clear")
+    for n in tb.computes:
+        wait_for(lambda n=n: _in_service(tb, n), timeout=120, what=f"{n} resumed by its checks")
+    out = kiln("remediate", "-i", str(tb.remediation_inventory), "--reset-breaker")
+    assert out.returncode == 0 and "circuit breaker closed" in out.stdout, out.stdout + out.stderr
+    assert _journal(tb)[-1]["event"] in ("breaker_reset", "returned", "held")

@@ -1,0 +1,243 @@
+"""kiln-remediate's decisions as pure functions with an injected clock: the ladder per check, budgets,
+repeat offenders, the circuit breaker, who is never touched, crash safety from the journal; the
+node-side program's whitelist; the host keys handed to the controller."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+
+import pytest
+
+from checks import node_repair, repairs
+from checks.reference import CHECKS
+from checks.remediation import Remediator, metrics, parse_views, read_journal
+from checks.remediation_policy import NodeHistory, NodeView, Settings, breaker, decide, replay
+from kiln.known_hosts import known_hosts_lines
+
+S = Settings(settle_seconds=0)
+T0 = 1_800_000_000.0
+
+
+def _hist(*events) -> NodeHistory:
+    return replay([{"node": "n1", **e} for e in events]).node("n1")
+
+
+def test_every_failing_check_has_a_ladder_that_ends_in_escalation():
+    for check_id, (_, severity, *_rest) in CHECKS.items():
+        if severity != "fail":
+            continue
+        steps = repairs.ladder(check_id.replace("<code>", "79"))
+        assert steps[-1] == repairs.ESCALATE, check_id
+        assert all(s in (repairs.RESET, repairs.REBOOT, repairs.ESCALATE) or s.startswith("restart:") for s in steps)
+    assert repairs.ladder("GPU_XID_48") == (repairs.RESET, repairs.REBOOT, repairs.ESCALATE)  # DBE: reset first
+    assert repairs.ladder("GPU_XID_79") == (repairs.REBOOT, repairs.ESCALATE)  # fallen off the bus
+    assert repairs.ladder("GPU_XID_64") == (repairs.ESCALATE,)  # remapping failed: service
+    assert repairs.ladder("GPU_MODEL") == (repairs.ESCALATE,)  # configuration: a person
+
+
+def test_whose_drain_it_is_decides_whether_kiln_touches_it():
+    person = NodeView("n1", "drained", "RMA ticket 4411 by bob")
+    rollout = NodeView("n1", "drained", "kiln: patch batch 2")
+    escalated = NodeView("n1", "drained", "kiln: escalated GPU_XID_79: ...")
+    assert decide(person, NodeHistory(), S, T0, False).action == "hold"
+    assert decide(rollout, NodeHistory(), S, T0, False).why == "in a kiln rollout"
+    assert decide(escalated, NodeHistory(), S, T0, False).why.startswith("escalated")
+    # a person who takes over a node kiln was repairing: kiln lets go of it
+    assert decide(person, _hist({"event": "fault", "check": "GPU_XID_79", "t": T0}), S, T0, False).action == "release"
+    assert decide(NodeView("n1", "idle"), NodeHistory(), S, T0, False).action == "none"
+    assert decide(NodeView("n1", "drained", "kiln: GPU_XID_79 GPU 0"), NodeHistory(), S, T0, False) \
+        .check == "GPU_XID_79"
+    assert decide(NodeView("n1", "down*", "Not responding"), NodeHistory(), S, T0, False).check == "SLURM_NOT_RESPONDING"
+
+
+def test_the_ladder_is_climbed_one_step_per_look_and_ends_escalated():
+    view = NodeView("n1", "drained", "kiln: GPU_ECC_UNCORRECTED GPU 1: 2 uncorrected")
+    fault = {"event": "fault", "check": "GPU_ECC_UNCORRECTED", "t": T0}
+    d = decide(view, _hist(fault), S, T0, False)
+    assert (d.action, d.step) == ("step", repairs.RESET)
+    reset = [{"event": "step", "step": "reset", "t": T0 + 1}, {"event": "result", "result": "failed", "t": T0 + 5}]
+    d = decide(view, _hist(fault, *reset), S, T0 + 10, False)
+    assert (d.action, d.step) == ("step", repairs.REBOOT)
+    reboot = [{"event": "step", "step": "reboot", "t": T0 + 10}]
+    assert decide(view, _hist(fault, *reset, *reboot), S, T0 + 20, False).why == "reboot in progress"
+    back = NodeView("n1", "drained", view.reason, boot_time=T0 + 100)
+    assert decide(back, _hist(fault, *reset, *reboot), S, T0 + 120, False).action == "verify"
+    failed = reboot + [{"event": "result", "result": "failed", "t": T0 + 130}]
+    d = decide(back, _hist(fault, *reset, *failed), S, T0 + 140, False)
+    assert d.action == "escalate" and "tried: reset, reboot" in d.why
+    # a reboot that never comes back
+    late = decide(view, _hist(fault, *reset, *reboot), S, T0 + 10 + S.reboot_timeout_seconds + 1, False)
+    assert late.action == "escalate" and "not back" in late.why
+
+
+def test_running_jobs_hold_a_reset_or_reboot_but_not_a_slurmd_restart():
+    fault = {"event": "fault", "check": "GPU_XID_79", "t": T0}
+    d = decide(NodeView("n1", "draining", "kiln: GPU_XID_79 GPU 0"), _hist(fault), S, T0, False)
+    assert d.action == "hold" and "running jobs" in d.why
+    fault = {"event": "fault", "check": "SLURM_SLURMD", "t": T0}
+    d = decide(NodeView("n1", "draining", "kiln: SLURM_SLURMD slurmd inactive"), _hist(fault), S, T0, False)
+    assert (d.action, d.step) == ("step", "restart:slurmd")
+
+
+def test_budget_per_kind_and_repeat_offenders_escalate():
+    view = NodeView("n1", "drained", "kiln: GPU_XID_79 GPU 0")
+    earlier = []
+    for i in range(2):  # two earlier faults, each rebooted and back in service
+        t = T0 + i * 3600
+        earlier += [{"event": "fault", "check": "GPU_XID_79", "t": t}, {"event": "step", "step": "reboot", "t": t + 1},
+                    {"event": "result", "result": "ok", "t": t + 60}, {"event": "returned", "t": t + 70}]
+    now = T0 + 3 * 3600
+    d = decide(view, _hist(*earlier, {"event": "fault", "check": "GPU_XID_79", "t": now}), S, now, False)
+    assert d.action == "escalate" and "repeat offender" in d.why
+    lenient = Settings(repeat_offender_faults=5, settle_seconds=0)
+    d = decide(view, _hist(*earlier, {"event": "fault", "check": "GPU_XID_79", "t": now}), lenient, now, False)
+    assert d.action == "escalate" and "reboot budget spent: 2 within 24 h" in d.why
+    # a week later both are forgotten
+    later = now + 8 * 86400
+    d = decide(view, _hist(*earlier, {"event": "fault", "check": "GPU_XID_79", "t": later}), S, later, False)
+    assert (d.action, d.step) == ("step", repairs.REBOOT)
+
+
+def test_the_breaker_opens_when_too_many_nodes_fail_at_once_and_holds_everything():
+    views = [NodeView(f"n{i}", "drained", "kiln: STORAGE_RESPONDING /home", drained_at=T0) for i in range(3)]
+    views.append(NodeView("n3", "idle"))
+    why = breaker(views, replay([]), S, T0 + 30)
+    assert "3 of 4 compute nodes failed within 10 min" in why
+    assert breaker(views[:2] + [NodeView("n2", "idle"), NodeView("n3", "idle")], replay([]), S, T0 + 30) == ""
+    assert breaker(views, replay([]), S, T0 + 3600) == ""  # drained long ago, one by one: no outage
+    # people's drains never count
+    people = [NodeView(f"n{i}", "drained", "maintenance") for i in range(4)]
+    assert breaker(people, replay([]), S, T0) == ""
+    h = replay([{"event": "breaker_open", "why": why, "t": T0}, {"node": "n0", "event": "fault", "check": "X", "t": T0}])
+    assert h.breaker_open
+    d = decide(views[0], h.node("n0"), S, T0 + 60, h.breaker_open)
+    assert d.action == "hold" and "circuit breaker" in d.why
+    assert not replay([{"event": "breaker_open", "t": T0}, {"event": "breaker_reset", "t": T0 + 1}]).breaker_open
+
+
+def test_a_step_cut_short_by_a_crash_is_checked_not_repeated():
+    fault = {"event": "fault", "check": "SLURM_SLURMD", "t": T0}
+    started = {"event": "step", "step": "restart:slurmd", "t": T0 + 1}  # no result: killed mid-step
+    d = decide(NodeView("n1", "drained", "kiln: SLURM_SLURMD x"), _hist(fault, started), S, T0 + 30, False)
+    assert d.action == "verify" and d.step == "restart:slurmd"
+
+
+class _FakeCluster:
+    """Slurm and the nodes' ssh as a script: what each look sees and what it did."""
+
+    def __init__(self, tmp_path, views: list[tuple[str, str, str]], checks_pass=True):
+        self.views, self.calls, self.checks_pass = views, [], checks_pass
+        self.config = {"nodes": {n: {"address": f"10.0.0.{i}"} for i, (n, _, _) in enumerate(views)},
+                       "key": "/k", "known_hosts": "/kh", "journal": str(tmp_path / "journal.jsonl"), "fast": True,
+                       "settings": {"budget_per_kind": 2, "settle_seconds": 0}}
+
+    def remediator(self, clock):
+        r = Remediator(self.config, out=lambda *_: None, clock=clock)
+        fake = self
+
+        def run(args, timeout=60):
+            import subprocess
+            fake.calls.append(args)
+            if args[0] == "sinfo":
+                out = "".join(f"{n}|{s}|2026-12-02T10:00:00|{r}\n" for n, s, r in fake.views)
+                return subprocess.CompletedProcess(args, 0, out, "")
+            if args[0] == "scontrol" and args[1:2] == ["-o"]:
+                return subprocess.CompletedProcess(args, 0, "", "")
+            if args[0] == "ssh":
+                if args[-1] == "check":
+                    verdicts = [] if fake.checks_pass else [{"id": "GPU_XID_79", "severity": "fail", "message": "x"}]
+                    return subprocess.CompletedProcess(args, 0, json.dumps({"verdicts": verdicts}), "")
+                return subprocess.CompletedProcess(args, 0, "ok", "")
+            return subprocess.CompletedProcess(args, 0, "", "")
+        r._run = run
+        return r
+
+
+def test_a_stopped_slurmd_is_restarted_checked_and_resumed_with_an_audit_line_each(tmp_path):
+    fake = _FakeCluster(tmp_path, [("n1", "drained", "kiln: SLURM_SLURMD slurmd is inactive"), ("n2", "idle", "none")])
+    fake.checks_pass = False
+    r = fake.remediator(lambda: T0)
+    fake.checks_pass = True  # restarted: the checks pass
+
+    def check(node):
+        return (len([c for c in fake.calls if c[0] == "ssh" and c[-1].startswith("restart")]) > 0, ["SLURM_SLURMD x"])
+    r.check = check
+    r.look()
+    ssh = [c[-1] for c in fake.calls if c[0] == "ssh"]
+    assert ssh == ["restart slurmd"]
+    assert ["scontrol", "update", "nodename=n1", "state=resume"] in fake.calls
+    events = [e["event"] for e in read_journal(fake.config["journal"])]
+    assert events == ["fault", "step", "result", "resumed"]
+    # killed and started again: the next look repeats nothing; the node back in service closes the episode
+    fake.views[0] = ("n1", "idle", "none")
+    fake.calls.clear()
+    fake.remediator(lambda: T0 + 10).look()
+    assert not [c for c in fake.calls if c[0] == "ssh" or c[1:2] in (["update"], ["reboot"])]
+    journal = read_journal(fake.config["journal"])
+    assert journal[-1]["event"] == "returned"
+    text = metrics(journal, T0 + 20)
+    assert 'kiln_remediation_repairs_total{kind="restart",result="ok"} 1' in text
+    assert "kiln_remediation_returned_seconds_count 1" in text
+
+
+def test_a_reboot_is_issued_once_even_when_the_service_restarts_mid_reboot(tmp_path):
+    fake = _FakeCluster(tmp_path, [("n1", "drained", "kiln: GPU_XID_79 GPU 0 fell off the bus")])
+    fake.remediator(lambda: T0).look()
+    reboots = [c for c in fake.calls if c[:2] == ["scontrol", "reboot"]]
+    assert reboots == [["scontrol", "reboot", "ASAP", "reason=kiln: repair reboot GPU_XID_79", "n1"]]
+    fake.views[0] = ("n1", "drained@", "kiln: repair reboot GPU_XID_79")
+    for t in (T0 + 10, T0 + 20):  # two more looks (a restarted service) while the node reboots
+        fake.remediator(lambda t=t: t).look()
+    assert len([c for c in fake.calls if c[:2] == ["scontrol", "reboot"]]) == 1
+    held = [e for e in read_journal(fake.config["journal"]) if e["event"] == "held"]
+    assert len(held) == 1 and held[0]["why"] == "reboot in progress"  # said once, not every look
+
+
+def test_dry_run_writes_nothing_and_touches_nothing(tmp_path):
+    fake = _FakeCluster(tmp_path, [("n1", "drained", "kiln: GPU_XID_79 GPU 0")])
+    r = fake.remediator(lambda: T0)
+    r.dry_run = True
+    decisions = r.look()
+    assert decisions[0]["action"] == "open" and not (tmp_path / "journal.jsonl").exists()
+    assert not [c for c in fake.calls if c[0] == "ssh" or c[1:2] in (["update"], ["reboot"])]
+
+
+def test_slurms_view_is_read_field_by_field():
+    sinfo = ("n1|drained|2026-12-02T10:00:00|kiln: GPU_XID_79 a|b\nn2|idle|Unknown|none\nn9|idle|Unknown|none\n"
+             "n1|drained|2026-12-02T10:00:00|kiln: GPU_XID_79 a|b\n")
+    scontrol = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 BootTime=2026-12-02T09:00:00 SlurmdStartTime=x\n"
+    views = parse_views(sinfo, scontrol, ["n1", "n2"])
+    assert [v.name for v in views] == ["n1", "n2"]
+    assert views[0].reason == "kiln: GPU_XID_79 a|b" and views[0].boot_time is not None and views[1].reason == ""
+
+
+@pytest.mark.parametrize("command, words", [("restart slurmd", ["restart", "slurmd"]), ("reset", ["reset"]),
+                                            ("check", ["check"]), ("restart sshd", None), ("reboot", None),
+                                            ("check; rm -rf /", None), ("restart slurmd && id", None), ("", None)])
+def test_the_node_program_runs_only_what_it_allows(command, words):
+    assert node_repair.parse(command) == words
+
+
+def test_the_controller_trusts_only_the_compute_nodes_keys_from_the_inventory():
+    salt = b"0123456789abcdefghij"
+    hashed = "|1|" + base64.b64encode(salt).decode() + "|" + base64.b64encode(
+        hmac.new(salt, b"10.0.0.12", hashlib.sha1).digest()).decode()
+    text = (f"gpu01,10.0.0.11 ssh-ed25519 AAAAkey1\n{hashed} ssh-ed25519 AAAAkey2\n"
+            "@cert-authority *.example ssh-ed25519 AAAAca\n*.cluster ssh-ed25519 AAAAwild\n"
+            "[10.0.0.13]:2222 ssh-ed25519 AAAAkey3\nlogin1 ssh-ed25519 AAAAother\n# comment\n")
+    aliases = {"gpu01": [("gpu01", 22), ("10.0.0.11", 22)], "gpu02": [("gpu02", 22), ("10.0.0.12", 22)],
+               "gpu03": [("gpu03", 2222), ("10.0.0.13", 2222)]}
+    reach = {"gpu01": ("10.0.0.11", 22), "gpu02": ("10.0.0.12", 22), "gpu03": ("10.0.0.13", 2222)}
+    assert known_hosts_lines(text, aliases, reach) == ("10.0.0.11 ssh-ed25519 AAAAkey1\n10.0.0.12 ssh-ed25519 AAAAkey2\n"
+                                                        "[10.0.0.13]:2222 ssh-ed25519 AAAAkey3\n")
+
+
+def test_a_new_fault_settles_before_its_first_repair():
+    fault = {"event": "fault", "check": "GPU_XID_79", "t": T0}
+    view = NodeView("n1", "drained", "kiln: GPU_XID_79 GPU 0")
+    settle = Settings(settle_seconds=60)
+    assert decide(view, _hist(fault), settle, T0 + 30, False).why.startswith("settling")
+    assert decide(view, _hist(fault), settle, T0 + 61, False).step == repairs.REBOOT
