@@ -6,7 +6,7 @@ controller, as a systemd service (roles/remediation.py) or by hand.
 Each look: Slurm's view of the compute nodes (one ``sinfo``, one ``scontrol show node``), the journal
 replayed into each node's history, a decision per node (checks/remediation_policy.py), then the actions:
 a step of the node's ladder (checks/repairs.py) through the node's forced-command SSH key
-(checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot ASAP``; kiln's
+(checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot``; kiln's
 node checks run on the node after each repair, and the node is resumed when they pass. The journal
 (JOURNAL, one JSON line per decision and action, written before the action) is the audit trail and the
 state: a service killed mid-repair starts again where the journal ends and never repeats a step. One
@@ -186,8 +186,10 @@ class Remediator:
         passed, before = self.check(name) if d.step != repairs.REBOOT else (False, [view.reason])
         self.log("step", name, step=d.step, check=d.check, before=before)
         if d.step == repairs.REBOOT:
+            # not ASAP: Slurm would undrain the node after its reboot; a drained node's plain reboot keeps
+            # it drained until the checks pass on it (its HealthCheckProgram or the next look resumes it)
             reason = f"{REPAIR_PREFIX} reboot {d.check}"
-            done = self.scontrol("reboot", "ASAP", f"reason={reason}", name)
+            done = self.scontrol("reboot", f"reason={reason}", name)
             if done.returncode != 0:
                 self.log("result", name, step=d.step, result="failed",
                          detail=(done.stderr or done.stdout).strip()[:300])
@@ -226,17 +228,21 @@ class Remediator:
 
 
 def metrics(events: list[dict], now: float) -> str:
-    """kiln-remediation.prom: repairs by kind and result, escalations, returns and their time, the
-    breaker, nodes in repair or escalated (from the journal)."""
+    """kiln-remediation.prom: repairs by kind and result, escalations, the time from Slurm's drain to
+    kiln taking it up and from there to back in service, the breaker, nodes in repair or escalated
+    (from the journal)."""
     results: dict[tuple[str, str], int] = {}
     steps: dict[str, str] = {}
-    escalations = returns = 0
-    seconds = 0.0
+    escalations = returns = detected = 0
+    seconds = detect = 0.0
     opened: dict[str, float] = {}
     for e in events:
         node, kind = e.get("node", ""), e.get("event")
         if kind == "fault":
             opened[node] = e.get("t", now)
+            if isinstance(e.get("drained_at"), (int, float)):
+                detected += 1
+                detect += max(0.0, e.get("t", now) - e["drained_at"])
         elif kind == "step":
             steps[node] = repairs.kind(e.get("step", ""))
         elif kind == "result":
@@ -256,6 +262,9 @@ def metrics(events: list[dict], now: float) -> str:
               "# HELP kiln_remediation_returned_seconds Time from a node seen out of service to back in service.",
               "# TYPE kiln_remediation_returned_seconds summary", f"kiln_remediation_returned_seconds_sum {seconds:.3f}",
               f"kiln_remediation_returned_seconds_count {returns}",
+              "# HELP kiln_remediation_detect_seconds Time from Slurm's drain (its reason's time) to kiln-remediate "
+              "taking the fault up.", "# TYPE kiln_remediation_detect_seconds summary",
+              f"kiln_remediation_detect_seconds_sum {detect:.3f}", f"kiln_remediation_detect_seconds_count {detected}",
               "# HELP kiln_remediation_breaker_open 1 while the circuit breaker stops automatic repair.",
               "# TYPE kiln_remediation_breaker_open gauge", f"kiln_remediation_breaker_open {int(h.breaker_open)}",
               "# HELP kiln_remediation_nodes Nodes in a fault episode, and escalated nodes.",

@@ -6,8 +6,8 @@ Steps:
 + ``restart:UNIT``: restart one service on the node (safe under running jobs for slurmd and munge only);
 + ``reset``: reset the node's GPUs (``nvidia-smi -r``), only when the node runs no job: seconds, not a
   reboot's minutes;
-+ ``reboot``: ``scontrol reboot ASAP`` with kiln's reason: Slurm reboots the node once its jobs are gone,
-  and it stays drained until kiln's checks pass on it;
++ ``reboot``: ``scontrol reboot`` of the drained node, with kiln's reason, once it runs no job; it comes
+  back drained and stays so until kiln's checks pass on it;
 + ``escalate``: no more automatic repair; the node stays drained with a reason that says a person is
   needed (``kiln: escalated ...``), and an alert fires where monitoring is deployed.
 

@@ -29,7 +29,7 @@ def fleet(slurm, tmp_path_factory):
     tb = slurm
     on_inventory = copy_inventory(tb.inventory, tmp_path_factory.mktemp("remediation") / "testbed",
                                   changes={"kiln_remediation": {"enabled": True, "interval_seconds": 5,
-                                                                     "settle_seconds": 15}})
+                                                                     "settle_seconds": 8}})
     _deploy(on_inventory)
     tb.remediation_inventory = on_inventory
     yield tb
@@ -71,8 +71,17 @@ def _in_service(tb, node: str) -> bool:
     return _state(tb, node)[0] in ("idle", "mixed", "allocated")
 
 
-def test_a_stopped_slurmd_is_restarted_and_the_node_back_in_service(fleet):
-    tb, node = fleet, fleet.computes[0]
+def _break(tb, node: str, fault: str, gpu: int = 0, persistent: bool = False) -> None:
+    """Inject, then run the node's checks at once (instead of waiting up to 10 s for its HealthCheckProgram)."""
+    tb.inject(node, fault, gpu, persistent=persistent)
+    on(tb, node, "kiln-node-check >/dev/null")
+
+
+def test_a_stopped_slurmd_is_restarted_and_a_node_a_person_drained_is_never_touched(fleet):
+    tb, node, theirs = fleet, fleet.computes[0], fleet.computes[3]
+    boot = _boot(tb, theirs)
+    ok(tb, tb.controller, f"scontrol update nodename={theirs} state=drain reason='RMA ticket 4411 by ops'")
+    _break(tb, theirs, "xid-79")
     t0 = time.monotonic()
     ok(tb, node, "kiln-sim inject slurmd-stopped")
     wait_for(lambda: _state(tb, node)[1] == "Not responding", timeout=120, interval=2, what=f"{node} not responding")
@@ -86,13 +95,21 @@ def test_a_stopped_slurmd_is_restarted_and_the_node_back_in_service(fleet):
     assert events[-1]["event"] == "returned"
     print(f"slurmd stopped: Slurm had {node} down after {down:.0f} s, kiln-remediate had it back {back - down:.0f} s "
           f"later (restart:slurmd, checks passed; {back:.0f} s in all)")
+    # meanwhile (over a minute of looks) the node a person drained kept its reason, its boot and its fault
+    assert _state(tb, theirs)[1] == "RMA ticket 4411 by ops" and _boot(tb, theirs) == boot
+    events = _journal(tb, theirs)
+    assert not [e for e in events if e["event"] in ("step", "escalated")], events
+    assert [e["why"] for e in events if e["event"] == "held"] == ["drained by a person"], events
+    on(tb, theirs, "kiln-sim clear")
+    ok(tb, tb.controller, f"scontrol update nodename={theirs} state=resume")
+    wait_for(lambda: _in_service(tb, theirs), timeout=60, what=f"{theirs} back")
 
 
 def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
     tb, node = fleet, fleet.computes[1]
     boot = _boot(tb, node)
     t0 = time.monotonic()
-    tb.inject(node, "xid-79", 0)
+    tb.inject(node, "xid-79", 0)  # found by the node's own HealthCheckProgram (every 10 s here)
     wait_for(lambda: _state(tb, node)[1].startswith("kiln:"), timeout=60, interval=1, what=f"{node} drained")
     drained = time.monotonic() - t0
     wait_for(lambda: _boot(tb, node) != boot and _in_service(tb, node), timeout=240, interval=2,
@@ -105,39 +122,46 @@ def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
           f"later ({back:.0f} s from the fault)")
 
 
+def test_uncorrected_ecc_errors_are_cleared_by_a_gpu_reset_without_a_reboot(fleet):
+    tb, node = fleet, fleet.computes[1]
+    wait_for(lambda: _in_service(tb, node), timeout=60, what=f"{node} in service")
+    boot = _boot(tb, node)
+    t0 = time.monotonic()
+    _break(tb, node, "ecc-uncorrected", 2)
+    wait_for(lambda: _in_service(tb, node) and [e for e in _journal(tb, node) if e["event"] == "step"
+                                                 and e["step"] == "reset"],
+             timeout=90, interval=1, what=f"{node} reset and back in service")
+    seconds = time.monotonic() - t0
+    events = _returned(tb, node)
+    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
+    episode = [e for e in events[last:] if e["event"] != "held"]
+    assert [e["event"] for e in episode] == ["fault", "step", "result", "resumed", "returned"], episode
+    assert episode[1]["step"] == "reset" and episode[2]["result"] == "ok" and episode[2]["after"] == []
+    assert any("GPU_ECC_UNCORRECTED" in b for b in episode[2]["before"]), episode[2]
+    assert _boot(tb, node) == boot  # no reboot
+    print(f"uncorrected ECC: GPUs reset and the node back in service {seconds:.0f} s after the fault, no reboot")
+
+
 def test_a_persistent_fault_is_repaired_once_then_escalated_and_left_drained(fleet):
     tb, node = fleet, fleet.computes[2]
     t0 = time.monotonic()
-    tb.inject(node, "xid-79", 1, persistent=True)
-    reason = wait_for(lambda: (lambda r: r if r.startswith("kiln: escalated") else None)(_state(tb, node)[1]),
-                      timeout=300, interval=2, what=f"{node} escalated")
-    seconds = time.monotonic() - t0
-    assert "GPU_XID_79" in reason and "needs a person" in reason, reason
-    events = _journal(tb, node)
-    assert [e["step"] for e in events if e["event"] == "step"] == ["reboot"], events
-    assert events[-1]["event"] == "escalated" and "tried: reboot" in events[-1]["why"], events
-    time.sleep(15)  # the node's own checks and kiln-remediate leave it as it is: a person's now
-    assert _state(tb, node)[1] == reason
-    assert [e["event"] for e in _journal(tb, node)][-2:] in (["escalated", "held"], ["result", "escalated"]), \
-        _journal(tb, node)
-    print(f"persistent Xid 79: rebooted once, still failing, escalated {seconds:.0f} s after the fault: {reason}")
-    on(tb, node, "kiln-sim clear")
-    ok(tb, tb.controller, f"scontrol update nodename={node} state=resume")  # the person's part
-
-
-def test_a_node_drained_by_a_person_is_never_touched(fleet):
-    tb, node = fleet, fleet.computes[3]
-    boot = _boot(tb, node)
-    ok(tb, tb.controller, f"scontrol update nodename={node} state=drain reason='RMA ticket 4411 by ops'")
-    tb.inject(node, "xid-79", 0)
-    time.sleep(30)  # six looks, past the settling
-    assert _state(tb, node)[1] == "RMA ticket 4411 by ops" and _boot(tb, node) == boot
-    events = _journal(tb, node)
-    assert not [e for e in events if e["event"] in ("step", "escalated")], events
-    assert [e["why"] for e in events if e["event"] == "held"] == ["drained by a person"], events
-    on(tb, node, "kiln-sim clear")
-    ok(tb, tb.controller, f"scontrol update nodename={node} state=resume")
-    wait_for(lambda: _in_service(tb, node), timeout=60, what=f"{node} back")
+    _break(tb, node, "xid-79", 1, persistent=True)
+    try:
+        reason = wait_for(lambda: (lambda r: r if r.startswith("kiln: escalated") else None)(_state(tb, node)[1]),
+                          timeout=300, interval=2, what=f"{node} escalated")
+        seconds = time.monotonic() - t0
+        assert "GPU_XID_79" in reason and "needs a person" in reason, reason
+        events = _journal(tb, node)
+        assert [e["step"] for e in events if e["event"] == "step"] == ["reboot"], events
+        assert [e["result"] for e in events if e["event"] == "result"] == ["failed"], events  # still failing after it
+        assert [e for e in events if e["event"] == "escalated"][0]["why"].endswith("(tried: reboot)"), events
+        assert not [e for e in events if e["event"] == "returned"], events  # never back in service meanwhile
+        time.sleep(10)  # the node's own checks and kiln-remediate leave it as it is: a person's now
+        assert _state(tb, node)[1] == reason
+        print(f"persistent Xid 79: rebooted once, still failing, escalated {seconds:.0f} s after the fault: {reason}")
+    finally:
+        on(tb, node, "kiln-sim clear")
+        on(tb, tb.controller, f"scontrol update nodename={node} state=resume")  # the person's part
 
 
 def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothing(fleet):
@@ -147,9 +171,9 @@ def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothin
     wait_for(lambda: _in_service(tb, node), timeout=60, what=f"{node} in service")
     boot = _boot(tb, node)
     before = _reboots_asked(tb, node)
-    job = submit(tb, tb.controller, f"-w {node} -o /dev/null --wrap 'sleep 40'")
+    job = submit(tb, tb.controller, f"-w {node} -o /dev/null --wrap 'sleep 25'")
     wait_for(lambda: job_state(tb, tb.controller, job) == "RUNNING", timeout=60, what="the job running")
-    tb.inject(node, "xid-79", 0)
+    _break(tb, node, "xid-79")
     wait_for(lambda: [e for e in _journal(tb, node) if e["event"] == "held" and "running jobs" in e["why"]],
              timeout=60, interval=2, what="kiln-remediate holding the reboot for the job")
     assert _boot(tb, node) == boot and job_state(tb, tb.controller, job) == "RUNNING"
@@ -175,10 +199,10 @@ def test_the_circuit_breaker_holds_when_every_compute_node_fails_at_once(fleet):
     for n in tb.computes:
         wait_for(lambda n=n: _in_service(tb, n), timeout=120, what=f"{n} in service")
     for n in tb.computes:  # a shared cause: every node at once
-        tb.inject(n, "xid-79", 0)
+        _break(tb, n, "xid-79")
     wait_for(lambda: [e for e in _journal(tb) if e["event"] == "breaker_open"], timeout=90, interval=2,
              what="the circuit breaker open")
-    time.sleep(20)
+    time.sleep(10)  # past the settling time, two more looks
     assert {n: _boot(tb, n) for n in tb.computes} == boots  # nothing rebooted
     dry = kiln("remediate", "-i", str(tb.remediation_inventory), "--dry-run", "--json")
     assert dry.returncode == 0, dry.stdout + dry.stderr

@@ -187,7 +187,7 @@ def test_a_reboot_is_issued_once_even_when_the_service_restarts_mid_reboot(tmp_p
     fake = _FakeCluster(tmp_path, [("n1", "drained", "kiln: GPU_XID_79 GPU 0 fell off the bus")])
     fake.remediator(lambda: T0).look()
     reboots = [c for c in fake.calls if c[:2] == ["scontrol", "reboot"]]
-    assert reboots == [["scontrol", "reboot", "ASAP", "reason=kiln: repair reboot GPU_XID_79", "n1"]]
+    assert reboots == [["scontrol", "reboot", "reason=kiln: repair reboot GPU_XID_79", "n1"]]
     fake.views[0] = ("n1", "drained@", "kiln: repair reboot GPU_XID_79")
     for t in (T0 + 10, T0 + 20):  # two more looks (a restarted service) while the node reboots
         fake.remediator(lambda t=t: t).look()
