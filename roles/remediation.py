@@ -104,9 +104,10 @@ def configure(ctx: NodeContext) -> None:
     enabled = ctx.cluster.setting("remediation").enabled
     marker = key_marker(ctx.cluster.name)
     if ctx.node.is_compute:
-        keyline = ctx.watch_line(AUTHORIZED_KEYS, rf"^restrict,command=\"/usr/local/sbin/kiln-node-repair\".* {marker}$")
+        keyline = ctx.watch_line(AUTHORIZED_KEYS, rf'^restrict,command="/usr/local/sbin/kiln-node-repair".* {marker}$')
         if enabled:
             ctx.put("/usr/local/sbin/kiln-node-repair", REPAIR, mode="755", name="remediation: kiln-node-repair")
+            ctx.watch_path("/root/.ssh")
             managed_directory(name="remediation: /root/.ssh", ctx=ctx, path="/root/.ssh", user="root", group="root",
                               mode="700", only_create=True)
             line_present(name="remediation: kiln-remediate's key (kiln-node-repair only)", ctx=ctx, index=keyline,

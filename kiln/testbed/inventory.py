@@ -100,6 +100,19 @@ NFS_EXPORT, NFS_MOUNT, NFS_OPTIONS = "/srv/kiln-nfs", "/nfs", "rw,hard,vers=4.2,
 GLUSTER_VOLUME, GLUSTER_BRICK, GLUSTER_MOUNT = "kiln", "/srv/gluster/kiln", "/gluster"
 
 
+# Settings a person (or a test run) changed in the written testbed.yml that a later `kiln testbed up`
+# (which writes the inventory again, e.g. after a node's power loss) keeps: kiln-remediate off stays off.
+KEPT_ON_REWRITE = ("kiln_remediation",)
+
+
+def _kept(path: Path) -> dict:
+    try:
+        old = yaml.safe_load((path / "group_vars" / "all" / "testbed.yml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {k: old[k] for k in KEPT_ON_REWRITE if isinstance(old, dict) and k in old}
+
+
 def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None:
     controller = [n for n in nodes if n.role == "controller"]
     compute = [n for n in nodes if n.role == "compute"] or controller
@@ -177,6 +190,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # kiln usage: a price per GPU-hour of the testbed's one node type
         "kiln_usage_gpu_hour_prices": {"testbed_compute": 2.5},
         "kiln_usage_currency": "EUR",
+        **_kept(path),
     }, sort_keys=False))
     if testbed.node_kind == "vm":
         from kiln.testbed.vm import VM_CPUS

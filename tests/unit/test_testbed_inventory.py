@@ -82,3 +82,22 @@ def test_vms_run_their_health_check_less_often_than_containers(tmp_path):
         interval[kind] = load_cluster(tmp_path / kind).health_check_interval
     assert interval == {"nspawn": HEALTH_CHECK_INTERVAL, "vm": VM_HEALTH_CHECK_INTERVAL}
     assert VM_HEALTH_CHECK_INTERVAL > HEALTH_CHECK_INTERVAL
+
+
+def test_remediation_is_on_for_containers_off_for_vms_and_a_choice_to_turn_it_off_survives_a_rewrite(tmp_path):
+    """kiln testbed up writes the inventory again (a node's power loss, a restart): the shared test
+    testbed's 'remediation off' must stay off, or kiln-remediate repairs nodes other tests break on purpose."""
+    import yaml
+    for kind, enabled in (("nspawn", True), ("vm", False)):
+        tb = Testbed("unit", progress=lambda m: None, node_kind=kind)
+        write_inventory(tmp_path / kind, tb, tb.node_list(3))
+        assert load_cluster(tmp_path / kind).setting("remediation").enabled is enabled
+    tb = Testbed("unit", progress=lambda m: None)
+    path = tmp_path / "nspawn"
+    settings = path / "group_vars" / "all" / "testbed.yml"
+    data = yaml.safe_load(settings.read_text())
+    data["kiln_remediation"] = {**data["kiln_remediation"], "enabled": False}
+    settings.write_text(yaml.safe_dump(data))
+    write_inventory(path, tb, tb.node_list(4))
+    assert load_cluster(path).setting("remediation").enabled is False
+    assert sorted(load_cluster(path).hosts) == ["unit01", "unit02", "unit03", "unit04"]
