@@ -24,6 +24,7 @@ from pyinfra.operations import server
 
 from kiln.known_hosts import known_hosts_lines
 from kiln.secrets import public_ssh_key
+from kiln.shell import quote
 from roles import health
 from roles.context import NodeContext, changed_any, when_changed
 from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, service_restarted,
@@ -114,7 +115,7 @@ def configure(ctx: NodeContext) -> None:
                          path=AUTHORIZED_KEYS, line=authorized_line(ctx), replace_regex=f" {marker}$")
         else:
             line_removed(name="remediation: no kiln-remediate key", ctx=ctx, index=keyline,
-                         command=f"sed -i '/ {marker}$/d' {AUTHORIZED_KEYS}")
+                         command=f"sed -i {quote('/ ' + marker + '$/d')} {AUTHORIZED_KEYS}")
     if ctx.cluster.controllers and ctx.node.name == ctx.cluster.controllers[0].name:
         _controller(ctx, enabled)
 

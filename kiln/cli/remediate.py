@@ -14,17 +14,17 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inven
 
 @click.command()
 @inventory_option
-@click.option("--once", is_flag=True, help="one look, then exit (the default here: the service loops)")
+@click.option("--once", is_flag=True, help="one look, then exit (a run by hand always is; the service loops)")
 @click.option("--dry-run", is_flag=True, help="say what would be done to each node; do nothing")
 @click.option("--reset-breaker", is_flag=True, help="close the circuit breaker after an outage (a person's call)")
 @json_option
-def remediate(inventory: Path | None, once: bool, dry_run: bool, reset_breaker: bool, as_json: bool) -> None:
+def remediate(inventory: Path | None, once: bool, dry_run: bool, reset_breaker: bool,  # noqa: ARG001 (once)
+              as_json: bool) -> None:
     """Repair drained compute nodes now: exit 0 done, 1 the controller could not look, 2 bad input or
     remediation not enabled in the inventory."""
     from kiln.check.remote import RemoteCheck
     from kiln.shell import command
 
-    del once  # by hand it is always one look
     cluster = load_or_exit(inventory or default_inventory())
     if not cluster.setting("remediation").enabled:
         echo("kiln_remediation.enabled is false in this inventory: set it and run kiln deploy first", err=True)

@@ -22,7 +22,8 @@ from pydantic import Field, Strict, field_validator, model_validator
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
-from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Remediation, Smtp
+from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
+from kiln.inventory.remediation_schema import Remediation
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict

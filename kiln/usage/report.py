@@ -23,11 +23,17 @@ TOP = 10
 DAY = 86400
 
 
-def _seconds_in(job: Job, since: float, until: float) -> float:
+def _clipped(job: Job, since: float, until: float) -> tuple[float, float]:
+    """The part of the job's run inside [since, until) (empty when it never started or ran outside)."""
     if job.start is None:
-        return 0.0
-    end = job.end if job.end is not None else until
-    return max(0.0, min(end, until) - max(job.start, since))
+        return since, since
+    lo, hi = max(job.start, since), min(job.end if job.end is not None else until, until)
+    return lo, max(lo, hi)
+
+
+def _seconds_in(job: Job, since: float, until: float) -> float:
+    lo, hi = _clipped(job, since, until)
+    return hi - lo
 
 
 def _node_type(cluster: Cluster, nodes: str, cache: dict) -> str | None:
@@ -53,11 +59,8 @@ def day_starts(since: float, until: float) -> list[float]:
 
 def _per_day(job: Job, since: float, until: float, days: list[float], series: list[float]) -> None:
     """Add the job's GPU-hours inside [since, until) to ``series``, day by day."""
-    if job.start is None or not job.gpus:
-        return
-    lo = max(job.start, since)
-    hi = min(job.end if job.end is not None else until, until)
-    if hi <= lo:
+    lo, hi = _clipped(job, since, until)
+    if not job.gpus or hi <= lo:
         return
     first = int((lo - days[0]) // DAY)
     for i in range(first, min(len(days), int((hi - days[0]) // DAY) + 1)):
