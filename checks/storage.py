@@ -43,6 +43,7 @@ FSTAB = "cat /etc/fstab"
 TIMEOUT = 10
 # the probe's exit codes per mount (and bounded's NO_ANSWER)
 NOT_MOUNTED, NOT_WRITABLE, DF_FAILED = 3, 4, 5
+WRITE_MARK = "@@kiln-write-error "  # the probe's line with touch's error on a mount root cannot write to
 
 
 def probe_command(mounts: list[dict], node_name: str, seconds: int = TIMEOUT) -> str:
@@ -52,9 +53,12 @@ def probe_command(mounts: list[dict], node_name: str, seconds: int = TIMEOUT) ->
     jobs, report = [], []
     for i, m in enumerate(mounts):
         path = shlex.quote(m["path"])
-        probe = shlex.quote(f"{m['path'].rstrip('/')}/.kiln-write-check-{node_name}")
-        body = (f"mountpoint -q {path} || exit {NOT_MOUNTED}; w=0; touch {probe} 2>/dev/null && rm -f {probe} "
-                f"|| w={NOT_WRITABLE}; df --output=target,pcent,ipcent {path} || exit {DF_FAILED}; exit $w")
+        # one file per probing shell ($$): the node's own health check and an operator's kiln check may
+        # probe at once, and a create racing another's unlink of the same name fails on FUSE filesystems
+        probe = shlex.quote(f"{m['path'].rstrip('/')}/.kiln-write-check-{node_name}-") + "$$"
+        body = (f"mountpoint -q {path} || exit {NOT_MOUNTED}; w=0; e=$(touch {probe} 2>&1) && rm -f {probe} "
+                f"|| w={NOT_WRITABLE}; df --output=target,pcent,ipcent {path} || exit {DF_FAILED}; "
+                f"[ $w = 0 ] || printf '{WRITE_MARK}%s\\n' \"$(printf %s \"$e\" | head -n 1 | cut -c 1-200)\"; exit $w")
         jobs.append(f'{{ {bounded(body, seconds)} >"$t/{i}" 2>&1; echo $? >"$t/{i}.rc"; }} </dev/null >/dev/null 2>&1 &')
         report.append(f'echo "{PROBE_MARK}{i} $(cat "$t/{i}.rc" 2>/dev/null || echo {NO_ANSWER})"; cat "$t/{i}" 2>/dev/null')
     return "t=$(mktemp -d) || exit 255\n" + "\n".join(jobs) + "\nwait\n" + "\n".join(report) + '\nrm -rf "$t"'
@@ -191,8 +195,11 @@ def _probed(m: dict, part: tuple[int, str] | None, probe: Result, seconds: int) 
         return [fail("STORAGE_RESPONDING", f"{path}: df failed (exit {rc}): {text.strip()[:160]}: a stale or "
                      "broken mount; unmount and mount it again")]
     verdicts = []
+    errors = [line[len(WRITE_MARK):].strip() for line in text.splitlines() if line.startswith(WRITE_MARK)]
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(WRITE_MARK))
     if rc == NOT_WRITABLE:
-        verdicts.append(fail("STORAGE_WRITABLE", f"{path} is not writable by root (read-only, full or "
+        said = f" ({errors[0]})" if errors and errors[0] else ""
+        verdicts.append(fail("STORAGE_WRITABLE", f"{path} is not writable by root{said} (read-only, full or "
                              "root-squashed): check the mount and the server"))
     try:
         usage = parse_df_percent(text)

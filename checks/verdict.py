@@ -15,6 +15,11 @@ class CheckError(ValueError):
     A check turns it into a failing verdict ``<ID>_UNREADABLE``, never into a pass."""
 
 
+class UnknownFormat(CheckError):
+    """Output laid out in a way kiln does not read (another tool version's columns or units): running the
+    tool again gives the same, so a runner that retries stops at once."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     id: str          # e.g. GPU_ECC_UNCORRECTED; stable, upper case, says what failed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks.verdict import CheckError
+from checks.verdict import CheckError, UnknownFormat
 
 
 @dataclass
@@ -146,6 +146,7 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
     unit = None
     both_ways = "Bidirectional BW Test" in text
     results: dict[int, float] = {}
+    figureless: list[str] = []
     for line in text.splitlines():
         header = re.search(r"BW average\[(Gb/sec|MB/sec)\]", line)
         if header:
@@ -153,6 +154,8 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
             continue
         # perftest may glue a warning to the row ("0.000000Correlation coefficient r^2: 0.67 < 0.9")
         row = re.match(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)(?:\s+[\d.]+)?", line, re.ASCII)
+        if unit and not row and re.match(r"^\s*\d+\s+\d+\s+\S+\s+\S+", line, re.ASCII):
+            figureless.append(line.strip()[:80])  # "65536 200 inf -nan": a run whose clock failed it
         if row and unit:
             average = float(row.group(4))
             gbits = average if unit == "Gb/sec" else average * 8 / 1000
@@ -162,6 +165,8 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
             results[size] = min(gbits, results.get(size, gbits))
     if not results:
         if unit is None and re.search(r"#bytes\s+#iterations", text):
-            raise CheckError("ib_write_bw's result header names no BW average unit kiln reads: not read")
+            raise UnknownFormat("ib_write_bw's result header names no BW average unit kiln reads: not read")
+        if figureless:
+            raise CheckError(f"ib_write_bw printed a result row with no figure ({figureless[0]!r})")
         raise CheckError("ib_write_bw printed no result row (did the peer connect?)")
     return results

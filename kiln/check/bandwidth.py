@@ -4,7 +4,8 @@ node (``ring_phases``), each pair measured by ``measure_pair``.
 perftest's server accepts one client and then exits, whether the run worked or not; a client started
 before its server listens fails at once ("Couldn't connect"). So each try first makes sure a server is
 listening on the pair's port (starting one if none is, waiting for its socket in ``ss``), then runs the
-client once; a try that gives no result row is retried against a fresh server. A pair that never gives
+client once; a try that gives no result row (refused, or broken off after perftest's header by a
+transport error) is retried against a fresh server. A pair that never gives
 one fails with the last lines both ends printed, so the report says why (no listener, refused, a
 transport error) rather than only that no figure came.
 """
@@ -15,7 +16,8 @@ import time
 
 from checks.fabric import bandwidth_verdict
 from checks.node import Node
-from checks.verdict import Verdict, fail
+from checks.parsers.infiniband import parse_ib_write_bw
+from checks.verdict import CheckError, UnknownFormat, Verdict, fail
 from kiln.shell import quote
 
 PORT = 18515            # perftest's default TCP port for the exchange before the RDMA test
@@ -80,9 +82,14 @@ def measure_pair(client: Node, server: Node, address: str, args: str, threshold_
             return fail("FABRIC_BANDWIDTH", f"{label}: ib_write_bw did not finish within {RUN_SECONDS} s "
                         f"(client: {_tail(out.stdout + out.stderr)}): the link is stalled or far below its rate; "
                         "check both ends' ports (ibstat) and counters")
-        if "BW average" in out.stdout:
-            return bandwidth_verdict(out.stdout, threshold_gbps, label)
-        log = server.run(f"tail -n 3 {SERVER_LOG} 2>/dev/null")
-        why = f"client: {_tail(out.stdout + out.stderr)}; server: {_tail(log.stdout)}"
+        try:
+            parse_ib_write_bw(out.stdout)
+        except UnknownFormat:
+            return bandwidth_verdict(out.stdout, threshold_gbps, label)  # refused: another run reads the same
+        except CheckError as e:  # no row: the peer did not connect, or the run broke off after its header
+            log = server.run(f"tail -n 3 {SERVER_LOG} 2>/dev/null")
+            why = f"{e}; client: {_tail(out.stdout + out.stderr)}; server: {_tail(log.stdout)}"
+            continue
+        return bandwidth_verdict(out.stdout, threshold_gbps, label)
     return fail("FABRIC_BANDWIDTH", f"{label}: ib_write_bw gave no result in {tries} tries ({why}): check both "
                 "ends' ports (ibstat) and that the server's address is reachable on the fabric")

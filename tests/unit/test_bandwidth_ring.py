@@ -103,3 +103,50 @@ def test_a_run_that_does_not_finish_in_time_fails_at_once_saying_so(tmp_path, mo
     verdict = measure_pair(Node, Node, "10.0.0.2", "-F", 1, "a -> b via rxe0", pause=0)
     assert verdict.severity == "fail" and "ib_write_bw did not finish within 90 s" in verdict.message, verdict
     assert sum(c.startswith("timeout ") for c in calls) == 1
+
+
+HEADER = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+
+
+def _scripted_client(outputs):
+    """A node whose ib_write_bw client runs print ``outputs`` in turn; every other command succeeds."""
+    from checks.node import Result
+    calls = []
+
+    class Node:
+        name = "here"
+
+        @staticmethod
+        def run(command):
+            calls.append(command)
+            if command.startswith("timeout "):
+                return Result(0, outputs[sum(c.startswith("timeout ") for c in calls) - 1])
+            return Result(0, "")
+    return Node, calls
+
+
+def test_a_run_broken_off_after_its_header_is_retried_and_the_next_figure_counts():
+    """perftest prints its header, then a transport error ends the run with no row: that try is lost, not
+    the pair; a fresh server and a second run give the figure."""
+    broken = HEADER + " Completion with error at client\n Failed status 12: wc_id 0 syndrom 0x81\n"
+    node, calls = _scripted_client([broken, HEADER + " 65536      200              3.10               3.05      0.005\n"])
+    verdict = measure_pair(node, node, "10.0.0.2", "-F", 0.001, "a -> b via rxe0", pause=0)
+    assert verdict.severity == "ok" and verdict.message == "a -> b via rxe0: 0.0244 Gb/s", verdict
+    assert sum(c.startswith("pkill -x ib_write_bw") for c in calls) == 1  # the second try's fresh server
+
+
+def test_a_pair_that_never_gives_a_row_names_why_from_both_ends():
+    figureless = HEADER + " 65536      200              inf               -nan      0.005\n"
+    node, calls = _scripted_client([figureless] * 4)
+    verdict = measure_pair(node, node, "10.0.0.2", "-F", 1, "a -> b via rxe0", pause=0)
+    assert verdict.severity == "fail" and "gave no result in 4 tries" in verdict.message, verdict
+    assert "a result row with no figure ('65536      200              inf               -nan      0.005')" in \
+        verdict.message, verdict.message
+
+
+def test_output_in_a_layout_kiln_does_not_read_is_refused_at_once_not_rerun():
+    other = " #bytes     #iterations    BW peak[Kb/sec]    BW average[Kb/sec]   MsgRate[Mpps]\n 65536 200 9 9 0.1\n"
+    node, calls = _scripted_client([other] * 4)
+    verdict = measure_pair(node, node, "10.0.0.2", "-F", 1, "a -> b via rxe0", pause=0)
+    assert verdict.severity == "fail" and "names no BW average unit kiln reads: not read" in verdict.message
+    assert sum(c.startswith("timeout ") for c in calls) == 1

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from checks.node import Node, Result
-from checks.storage import probe_command
+from checks.parsers.mounts import parse_probe
+from checks.storage import _probed, probe_command
 from checks.suites import run_suites
 from kiln.testbed.simulate import SIMULATORS
 from tests.conftest import REPO
@@ -245,6 +247,32 @@ def test_each_node_fault_fails_its_check(node, command, result, failed):
     assert command in node.answers
     node.answers[command] = result
     assert failing(run_suites(node, EXPECT)) == failed
+
+
+def test_the_mount_probe_run_for_real_names_touchs_error_and_leaves_no_file(tmp_path):
+    """The probe's shell itself, on this machine: a writable mount passes and keeps no test file; a mount
+    root cannot write to fails STORAGE_WRITABLE with touch's own error; two probes at once (the node's
+    health check and an operator's check) use files of their own."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts a read-only tmpfs to probe")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        mounts = [{"path": "/dev/shm", "type": "tmpfs", "source": "tmpfs"},
+                  {"path": str(ro), "type": "tmpfs", "source": "tmpfs"}]
+        command = probe_command(mounts, "gpu01")
+        assert "-$$" in command
+        runs = [subprocess.Popen(["/bin/sh", "-c", command], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        outputs = [r.communicate(timeout=30)[0] for r in runs]
+        for out in outputs:
+            parts = parse_probe(out)
+            assert [v for v in _probed(mounts[0], parts[0], Result(0, out), 10) if v.severity != "ok"] == []
+            [verdict] = _probed(mounts[1], parts[1], Result(0, out), 10)
+            assert verdict.id == "STORAGE_WRITABLE" and "Read-only file system" in verdict.message, verdict
+        assert not list(Path("/dev/shm").glob(".kiln-write-check-*"))
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
 
 
 def test_warn_only_faults(node):
