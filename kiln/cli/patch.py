@@ -28,6 +28,16 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK,
               help="reboot after applying: never, when a role says so, or always (Slurm's RebootProgram)")
 @click.option("--drain-timeout", default="1h", show_default=True,
               help="how long to wait for a drained node's jobs (e.g. 90s, 30m, 2h); then it is left unpatched")
+@click.option("--notify", "notify", default=None, metavar="SIGNAL",
+              help="send SIGNAL (e.g. USR1) to the jobs on each drained node, batch shell and steps, to checkpoint")
+@click.option("--grace", default="0s", show_default=True,
+              help="how long signalled jobs get to checkpoint (with --notify) before a requeue")
+@click.option("--requeue", is_flag=True, help="after the grace, requeue the jobs still there that Slurm may "
+              "requeue (they start again elsewhere); other jobs are waited for, never killed")
+@click.option("--reserve-ahead", default="0s", show_default=True,
+              help="a maintenance reservation on each batch's nodes begins this long before its drain: until "
+              "then only jobs that end before it start there")
+@click.option("--window", default="2h", show_default=True, help="the length of each batch's maintenance reservation")
 @click.option("--resume", is_flag=True, help="continue the rollout whose process stopped (from its journal)")
 @click.option("--dry-run", is_flag=True, help="print the batches; change nothing. Exit 3: nodes would be patched, "
               "0: none")
@@ -35,13 +45,15 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK,
 @verbose_option
 @json_option
 def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_unavailable: str, canary: int,
-          failure_budget: int, reboot: str, drain_timeout: str, resume: bool, dry_run: bool, forks: int,
-          verbose: int, as_json: bool) -> None:
+          failure_budget: int, reboot: str, drain_timeout: str, notify: str | None, grace: str, requeue: bool,
+          reserve_ahead: str, window: str, resume: bool, dry_run: bool, forks: int, verbose: int,
+          as_json: bool) -> None:
     """Patch a live cluster: exit 0 every node patched, 1 a node failed or the rollout stopped, 2 bad input,
     3 (--dry-run) nodes would be patched."""
     import roles
     from kiln.inventory.limit import LimitError, resolve_limit
     from kiln.patch import journal as journals
+    from kiln.patch.maintenance import parse_signal
     from kiln.patch.plan import PlanError
     from kiln.patch.rollout import Options
     from kiln.secrets import SecretsError, load_or_create, secrets_path
@@ -72,7 +84,13 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
             bad(f"--roles: {'unknown role(s) ' + ', '.join(unknown) if unknown else 'give the roles to apply'}; "
                 f"kiln has {', '.join(roles.ORDER)}")
         try:
-            options = Options(names, max_unavailable, canary, failure_budget, reboot, _seconds(drain_timeout))
+            signal = parse_signal(notify) if notify else ""
+            if (requeue or _seconds(grace, "--grace")) and not signal:
+                raise ValueError("--grace and --requeue go with --notify SIGNAL (jobs are told to checkpoint first)")
+            options = Options(names, max_unavailable, canary, failure_budget, reboot,
+                              _seconds(drain_timeout, "--drain-timeout"), notify=signal,
+                              grace=_seconds(grace, "--grace"), requeue=requeue,
+                              lead=_seconds(reserve_ahead, "--reserve-ahead"), window=_seconds(window, "--window"))
         except ValueError as e:
             bad(str(e))
     if options.failure_budget < 1 or options.canary < 0:
@@ -134,7 +152,9 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
     journal.close()
     html = journal_path.with_suffix(".html")
     html.write_text(report.html(journals.read(journal_path), cluster.name))
-    summary = {**report.summary(outcome, str(journal_path), str(html)), "log": str(log.path)}
+    from kiln.patch.maintenance import job_paths
+    summary = {**report.summary(outcome, str(journal_path), str(html), job_paths(journals.read(journal_path))),
+               "log": str(log.path)}
     if as_json:
         echo(json.dumps(summary, indent=2))
     else:
@@ -144,10 +164,13 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
              any(r["result"] == "not patched" for r in outcome.results.values()) else EXIT_OK)
 
 
-def _seconds(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
+def _seconds(text: str, option: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     text = text.strip()
     try:
-        return float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
+        value = float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
     except ValueError:
-        raise ValueError(f"--drain-timeout {text!r}: give seconds, or a number with s, m or h") from None
+        value = -1.0
+    if not 0 <= value <= 30 * 86400 or value != value:
+        raise ValueError(f"{option} {text!r}: give seconds, or a number with s, m, h or d (at most 30 days)")
+    return value

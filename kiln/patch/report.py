@@ -4,6 +4,7 @@ of compute nodes in service over time (inline SVG, no script, no network), drawn
 from __future__ import annotations
 
 import html as html_lib
+import time
 
 from kiln.hostlist import fold, group
 from kiln.patch.plan import Plan
@@ -15,9 +16,17 @@ def plan_text(plan: Plan, options) -> str:
              f"{options.failure_budget}"]
     for name in plan.service:
         lines.append(f"  service node {name} (not drained)")
+    lead, window = getattr(options, "lead", 0), getattr(options, "window", 7200)
     for i, batch in enumerate(plan.compute):
         kind = "canary" if i == 0 and options.canary else "batch"
         lines.append(f"  {kind} {i + 1}: {fold(batch)}" + (f"  ({len(batch)} nodes)" if len(batch) > 1 else ""))
+        begins = (f"from {time.strftime('%H:%M:%S', time.localtime(time.time() + lead))}" if i == 0 else
+                  f"{_duration(lead)} after batch {i} is back" if lead else f"when batch {i} is back")
+        lines.append(f"    maintenance reservation {begins}, for {_duration(window)}" +
+                     (" (jobs that end before it may start there)" if lead else ""))
+    if getattr(options, "notify", ""):
+        lines.append(f"  jobs on drained nodes: SIG{options.notify}, {_duration(options.grace)} to checkpoint, then "
+                     + ("requeued if Slurm may requeue them, else waited for" if options.requeue else "waited for"))
     for why, names in group(plan.skipped):  # nodes skipped for one reason on one line
         lines.append(f"  skipped {fold(names)}: {why}")
     if not plan.service and not plan.compute:
@@ -25,13 +34,21 @@ def plan_text(plan: Plan, options) -> str:
     return "\n".join(lines)
 
 
-def summary(outcome, journal: str, page: str) -> dict:
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def summary(outcome, journal: str, page: str, jobs: dict | None = None) -> dict:
     counts: dict[str, int] = {}
     for r in outcome.results.values():
         counts[r["result"]] = counts.get(r["result"], 0) + 1
     return {"result": "stopped" if outcome.stopped else "completed", "stopped": outcome.stopped,
-            "nodes": outcome.results, "counts": counts, "batches": outcome.batches, "journal": journal,
-            "report": page}
+            "nodes": outcome.results, "counts": counts, "batches": outcome.batches, "jobs": jobs or {},
+            "journal": journal, "report": page}
 
 
 def summary_text(s: dict, verbose: int = 0) -> str:
@@ -56,6 +73,8 @@ def summary_text(s: dict, verbose: int = 0) -> str:
         lines.append(f"  batch {b['index'] + 1} ({fold(b['nodes']) or '-'}): {b['seconds']:.1f} s = jobs "
                      f"{b['drain_s']:.1f} + patch {b['patch_s']:.1f} + reboot {b['reboot_s']:.1f} + kiln "
                      f"{b['overhead_s']:.1f}")
+    for job, j in s.get("jobs", {}).items():
+        lines.append(f"  job {job} ({fold(j['nodes'])}): {', then '.join(j['path'])}")
     lines.append("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items())))
     lines.append(f"journal: {s['journal']}\nreport:  {s['report']}")
     return "\n".join(lines)
@@ -102,6 +121,9 @@ def html(records: list[dict], cluster: str) -> str:
                       f"<td>{r['seconds']}</td><td>{r['drain_s']}</td><td>{r['patch_s']}</td><td>{r['reboot_s']}</td>"
                       f"<td>{r['overhead_s']}</td></tr>"
                       for r in records if r["event"] == "batch" and r["phase"] == "done")
+    from kiln.patch.maintenance import job_paths
+    jobs = "".join(f"<tr><td>{html_lib.escape(job)}</td><td>{html_lib.escape(', '.join(j['nodes']))}</td>"
+                   f"<td>{html_lib.escape(', then '.join(j['path']))}</td></tr>" for job, j in job_paths(records).items())
     end = next((r for r in records if r["event"] == "end"), {})
     options = start.get("options", {})
     least = min((n for _, n in samples), default=None)
@@ -115,5 +137,7 @@ max unavailable {limit} of {total}; result <b>{html_lib.escape(str(end.get('resu
 (floor {max(0, total - limit)})</p>{_chart(samples, total, max(0, total - limit), marks)}
 <h2>Nodes</h2><table><tr><th>node</th><th>result</th><th>detail</th></tr>{rows}</table>
 <h2>Batches (seconds)</h2><table><tr><th>#</th><th>nodes</th><th>total</th><th>waiting for jobs</th><th>patch</th>
-<th>reboot</th><th>kiln's own</th></tr>{batches}</table></body></html>
+<th>reboot</th><th>kiln's own</th></tr>{batches}</table>
+<h2>Jobs on drained nodes</h2>{f'<table><tr><th>job</th><th>nodes</th><th>what kiln did</th></tr>{jobs}</table>'
+ if jobs else '<p>none signalled (kiln waited for every job, as always)</p>'}</body></html>
 """

@@ -24,6 +24,7 @@ from kiln.check.remote import RemoteCheck
 from kiln.inventory.model import Cluster, Secrets
 from kiln.patch import plan as planning
 from kiln.patch.journal import Journal
+from kiln.patch.maintenance import Maintenance
 from kiln.patch.slurmctl import SlurmControl, SlurmError
 
 SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
@@ -42,6 +43,11 @@ class Options:
     reboot: str = "needed"          # never | needed | always
     drain_timeout: float = 3600.0
     boot_timeout: float = 600.0
+    notify: str = ""                # a signal (USR1) sent to the jobs on drained nodes, or none
+    grace: float = 0.0              # seconds they get to checkpoint before a requeue
+    requeue: bool = False           # requeue the requeueable jobs still running after the grace
+    lead: float = 0.0               # the maintenance reservation begins this long before the drain
+    window: float = 7200.0          # the reservation's length
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -96,6 +102,7 @@ class Rollout:
         self.compute = [h.name for h in cluster.compute]
         self.started = time.monotonic()
         self.rollout_id = ""
+        self.maintenance = Maintenance(self)
         self._lock = threading.Lock()
         self._sampling = False
 
@@ -232,7 +239,9 @@ class Rollout:
                 return
         queue = [n for batch in plan.compute for n in batch if n not in outcome.results]
         sizes = [len(b) for b in plan.compute]
-        index = 0
+        # a resumed rollout numbers its batches on from the last one done (the interrupted one keeps
+        # its number, and so its reservation)
+        index = len({r["index"] for r in self.journal.records if r["event"] == "batch" and r["phase"] == "done"})
         while queue:
             if self._budget_spent(outcome):
                 return
@@ -279,6 +288,7 @@ class Rollout:
         reason = f"kiln: patch {self.rollout_id}"
         todo = [n for n in batch if not self.journal.done(n, "drain")]
         if todo:
+            self.maintenance.reserve(index, batch)
             slurm = self.slurm.nodes()
             for n in todo:
                 self.begin(n, "drain", reason=reason)
@@ -288,6 +298,7 @@ class Rollout:
             for n in todo:
                 self.done(n, "drain")
         t_drain = time.monotonic()
+        self.maintenance.notify(index, batch)
         batch = self._wait_for_jobs(batch, outcome)
         drain_s = time.monotonic() - t_drain
         t_patch = time.monotonic()
@@ -297,6 +308,7 @@ class Rollout:
         batch = self._reboot(batch, reboot, outcome)
         reboot_s = time.monotonic() - t_reboot
         self._check_and_resume(batch, outcome)
+        self.maintenance.release(index)
         seconds = time.monotonic() - t0
         timing = {"seconds": round(seconds, 2), "drain_s": round(drain_s, 2), "patch_s": round(patch_s, 2),
                   "reboot_s": round(reboot_s, 2), "overhead_s": round(seconds - drain_s - patch_s - reboot_s, 2)}

@@ -47,6 +47,10 @@ class FakeSlurm:
     def __init__(self, names: list[str]):
         self.state = {n: ["IDLE", ""] for n in names}
         self.calls: list[tuple] = []
+        self.reservations: dict[str, list[str]] = {}
+        self.running = {}
+        self.requeued = {}
+        self.on_signal = lambda job: None
 
     def nodes(self) -> dict[str, SlurmNode]:
         return {n: SlurmNode(n, s, r, "1") for n, (s, r) in self.state.items()}
@@ -68,7 +72,33 @@ class FakeSlurm:
         raise AssertionError("no reboot was asked for")
 
     def jobs(self, names):
-        return {n: [] for n in names}
+        return {n: [j for j, (node, _) in self.running.items() if node == n] for n in names}
+
+    # maintenance reservations and jobs (kiln/patch/maintenance.py)
+    running: dict  # job id -> (node, Job)
+
+    def reserve(self, name, nodes, lead_seconds, minutes):
+        self.calls.append(("reserve", name, tuple(nodes), lead_seconds))
+        self.reservations[name] = list(nodes)
+
+    def reservation(self, name):
+        return {"ReservationName": name} if name in self.reservations else None
+
+    def delete_reservation(self, name):
+        self.calls.append(("delete_reservation", name))
+        self.reservations.pop(name, None)
+
+    def job_details(self, ids):
+        return {j: job for j, (_, job) in self.running.items() if j in ids}
+
+    def signal(self, job, signal):
+        self.calls.append(("signal", job, signal))
+        self.on_signal(job)
+
+    def requeue(self, job):
+        self.calls.append(("requeue", job))
+        node, details = self.running.pop(job)
+        self.requeued[job] = details
 
 
 class Recorder:

@@ -1,0 +1,138 @@
+"""Maintenance in a rollout without a cluster (kiln/patch/maintenance.py): the reservation made before
+a batch is drained and removed after it is back; jobs on drained nodes signalled, given their grace,
+requeued when Slurm may requeue them and waited for otherwise; a rollout killed mid-signal and resumed
+signals and requeues no job twice. Slurm is the fake of tests/unit/test_rollout.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kiln.patch import journal as journals
+from kiln.patch import maintenance
+from kiln.patch.maintenance import job_paths, parse_signal
+from kiln.patch.plan import Plan
+from kiln.patch.report import html, summary_text
+from kiln.patch.slurmctl import Job, SlurmError, parse_jobs
+from tests.unit.test_rollout import FakeSlurm, Recorder, cluster, compute_of, make  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setattr(maintenance, "POLL", 0.01)
+
+
+@pytest.mark.parametrize("given, read", [("USR1", "USR1"), ("SIGUSR1", "USR1"), ("usr2", "USR2"), ("10", "USR1"),
+                                         ("15", "TERM"), (" term ", "TERM")])
+def test_signals_are_read_by_name_or_number(given, read):
+    assert parse_signal(given) == read
+
+
+@pytest.mark.parametrize("given", ["KILL", "9", "SIGSTOP", "USR1;reboot", "USR1 USR2", "", "99", "१०"])
+def test_a_signal_that_is_no_checkpoint_request_is_refused(given):
+    with pytest.raises(ValueError, match="--notify"):
+        parse_signal(given)
+
+
+def test_squeue_job_lines_are_read_and_a_line_of_any_other_shape_refused():
+    jobs = parse_jobs("41  RUNNING  1  0  1\n42_3  RUNNING  0  2  1\n")
+    assert jobs == {"41": Job("41", "RUNNING", True, True, 0), "42_3": Job("42_3", "RUNNING", False, True, 2)}
+    for bad in ("41 RUNNING 1 0\n", "41 RUNNING yes 0 1\n", "41 RUN$NING 1 0 1\n"):
+        with pytest.raises(SlurmError, match="job line kiln cannot read"):
+            parse_jobs(bad)
+
+
+def test_each_batch_is_reserved_before_its_drain_and_released_after_its_resume(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, lead=0.2)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None
+    for i, n in enumerate(names):
+        name = f"kiln_patch_{rollout.rollout_id}_{i + 1}"
+        order = [c[0] for c in slurm.calls if (c[0] in ("drain", "resume") and c[1] == (n,)) or name in c]
+        assert order == ["reserve", "drain", "resume", "delete_reservation"], (n, order)
+        assert ("reserve", name, (n,), 0) in slurm.calls  # the lead was waited out before the drain
+    assert slurm.reservations == {}
+    made = [r for r in journal.records if r["event"] == "reservation" and r["phase"] == "begin"]
+    assert len(made) == len(names) and all(r["lead"] == 0 for r in made)  # int(0.2): lead in whole seconds
+
+
+def _jobs(slurm, first, second, third):
+    """Three jobs on the first node: a checkpointing one that keeps running after its signal (Slurm may
+    requeue it), one that may not be requeued (it ends 0.3 s after its signal), one that ends at once."""
+    slurm.running = {"101": (first, Job("101", "RUNNING", True, True, 0)),
+                     "102": (first, Job("102", "RUNNING", False, True, 0)),
+                     "103": (first, Job("103", "RUNNING", True, True, 0))}
+
+    def on_signal(job):
+        if job == "102":
+            threading.Timer(0.3, lambda: slurm.running.pop("102", None)).start()
+        if job == "103":
+            slurm.running.pop("103")
+    slurm.on_signal = on_signal
+
+
+def test_jobs_are_signalled_given_their_grace_then_requeued_or_waited_for(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    _jobs(slurm, names[0], None, None)
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="USR1", grace=0.1, requeue=True)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None and all(r["result"] == "patched" for r in outcome.results.values())
+    assert [c for c in slurm.calls if c[0] in ("signal", "requeue")] == [
+        ("signal", "101", "USR1"), ("signal", "102", "USR1"), ("signal", "103", "USR1"), ("requeue", "101")]
+    paths = job_paths(journal.records)
+    assert paths["101"] == {"nodes": [names[0]], "path": ["signalled USR1", "requeued"]}
+    assert paths["102"]["path"] == ["signalled USR1", "waited for (not requeueable)"]
+    assert paths["103"]["path"] == ["signalled USR1", "left its node within the grace"]
+    text = summary_text({"result": "completed", "stopped": None, "nodes": outcome.results, "counts": {},
+                         "batches": [], "jobs": paths, "journal": "j", "report": "r"})
+    assert f"job 101 ({names[0]}): signalled USR1, then requeued" in text
+    page = html(journal.records, "small")
+    assert "<td>101</td>" in page and "signalled USR1, then waited for (not requeueable)" in page
+
+
+def test_without_requeue_a_signalled_job_is_waited_for_and_never_requeued(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    slurm.running = {"7": (names[0], Job("7", "RUNNING", True, True, 0))}
+    slurm.on_signal = lambda job: threading.Timer(0.3, lambda: slurm.running.pop(job, None)).start()
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="TERM", grace=0.05)
+    rollout.run(rollout.start(names))
+    assert [c[0] for c in slurm.calls if c[0] in ("signal", "requeue")] == ["signal"]
+    assert job_paths(journal.records)["7"]["path"] == ["signalled TERM", "waited for (no --requeue)"]
+
+
+@pytest.mark.parametrize("requeue_happened", [False, True])
+def test_a_rollout_killed_mid_signal_and_resumed_signals_and_requeues_no_job_twice(cluster, tmp_path,
+                                                                                  requeue_happened):
+    """The rollout dies right after journalling the requeue's begin (before or after Slurm took it:
+    Slurm's restart count tells which); resumed, it sends no signal again and requeues only if the
+    first requeue never reached Slurm."""
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    slurm.running = {"101": (names[0], Job("101", "RUNNING", True, True, 0))}
+    real_requeue = slurm.requeue
+
+    def dies(job):
+        if requeue_happened:
+            real_requeue(job)
+        raise KeyboardInterrupt("the operator's machine died")
+    slurm.requeue = dies
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="USR1", grace=0.05, requeue=True)
+    plan = rollout.start(names)
+    with pytest.raises(KeyboardInterrupt):
+        rollout.run(plan)
+    journal.close()
+    # requeue_happened: Slurm took it (the job pends, to start again); else it still runs on its node
+    slurm.requeue = real_requeue
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="USR1", grace=0.05, requeue=True,
+                            records=journals.read(tmp_path / "rollout.jsonl"))
+    outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
+    assert outcome.stopped is None
+    assert [c for c in slurm.calls if c[0] == "signal"] == [("signal", "101", "USR1")]  # once, across both runs
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", "101")]  # one reached Slurm, in either run
+    assert job_paths(journal.records)["101"]["path"] == ["signalled USR1", "requeued"]
+    assert slurm.reservations == {}
