@@ -80,16 +80,19 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why (kept as it is)
     total_compute: int = 0
     max_unavailable: int = 1
+    service_after: list[str] = field(default_factory=list)  # after the compute nodes (a Slurm upgrade's clients)
+    slurm_upgrade: dict = field(default_factory=dict)       # from, to, steps (kiln/patch/slurm_upgrade.py)
 
     def as_dict(self) -> dict:
         return {"service": self.service, "compute_batches": self.compute, "skipped": self.skipped,
-                "total_compute": self.total_compute, "max_unavailable": self.max_unavailable}
+                "total_compute": self.total_compute, "max_unavailable": self.max_unavailable,
+                "service_after": self.service_after, "slurm_upgrade": self.slurm_upgrade}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
         """The plan as ``as_dict`` wrote it into a journal's start record."""
         return cls(data["service"], data["compute_batches"], data["skipped"], data["total_compute"],
-                   data["max_unavailable"])
+                   data["max_unavailable"], data.get("service_after", []), data.get("slurm_upgrade", {}))
 
 
 def make_plan(service: list[str], compute: list[str], all_compute: list[str], slurm: dict[str, SlurmNode],

@@ -27,9 +27,15 @@ def plan_text(plan: Plan, options) -> str:
     if getattr(options, "notify", ""):
         lines.append(f"  jobs on drained nodes: SIG{options.notify}, {_duration(options.grace)} to checkpoint, then "
                      + ("requeued if Slurm may requeue them, else waited for" if options.requeue else "waited for"))
+    for name in plan.service_after:
+        lines.append(f"  service node {name} (not drained), after every compute node")
+    if plan.slurm_upgrade:
+        u = plan.slurm_upgrade
+        lines.append(f"  Slurm upgrade {u['from']} -> {u['to']} in SchedMD's order:")
+        lines += [f"    {i + 1}. {step}" for i, step in enumerate(u["steps"])]
     for why, names in group(plan.skipped):  # nodes skipped for one reason on one line
         lines.append(f"  skipped {fold(names)}: {why}")
-    if not plan.service and not plan.compute:
+    if not plan.service and not plan.compute and not plan.service_after:
         lines.append("  nothing to patch")
     return "\n".join(lines)
 

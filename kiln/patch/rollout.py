@@ -149,7 +149,31 @@ class Rollout:
             time.sleep(POLL)
             slurm = self.slurm.nodes()
         limit = planning.parse_max_unavailable(self.options.max_unavailable, len(self.compute))
-        return planning.make_plan(service, compute, self.compute, slurm, limit, self.options.canary)
+        plan = planning.make_plan(service, compute, self.compute, slurm, limit, self.options.canary)
+        if "slurm" in self.options.roles:
+            self._slurm_upgrade(plan)
+        return plan
+
+    def _slurm_upgrade(self, plan: planning.Plan) -> None:
+        """A changed slurm pin: refused outside SchedMD's window (PlanError, nothing touched), else the
+        plan put in SchedMD's order (kiln/patch/slurm_upgrade.py)."""
+        from kiln.patch import slurm_upgrade as upgrade
+        node = self.checker.node(self.cluster.hosts[self.cluster.controllers[0].name])
+        try:
+            controller = upgrade.parse_scontrol_version(node.run("scontrol version").stdout)
+        except ValueError as e:
+            raise planning.PlanError(f"--roles slurm: {e}; nothing was touched") from None
+        running = upgrade.Running(controller, upgrade.node_versions(node.run("scontrol show node -o").stdout))
+        target = self.cluster.versions["slurm"]
+        problem = upgrade.refusal(running, target)
+        if problem:
+            raise planning.PlanError(problem)
+        if not upgrade.is_upgrade(running, target):
+            return
+        dbd, controllers = upgrade.dbd_hosts(self.cluster), [h.name for h in self.cluster.controllers]
+        plan.service, plan.service_after = upgrade.service_order(plan.service, dbd, controllers)
+        plan.slurm_upgrade = {"from": running.controller, "to": target, "dbd_hosts": dbd, "controllers": controllers,
+                              "steps": upgrade.steps(plan.service, plan.compute, plan.service_after, dbd, controllers)}
 
     def _has_roles(self, name: str) -> bool:
         return bool(roles.for_host(self.cluster.hosts[name].roles, self.options.roles))
@@ -234,9 +258,17 @@ class Rollout:
     def _run(self, plan: planning.Plan, outcome: Outcome) -> None:
         for name in plan.service:
             if name not in outcome.results:
-                self._service_node(name, outcome)
+                self._service_node(name, outcome, plan)
             if self._budget_spent(outcome):
                 return
+        self._compute_batches(plan, outcome)
+        for name in plan.service_after:  # a Slurm upgrade's client commands, after every slurmd
+            if self._budget_spent(outcome) or outcome.stopped:
+                return
+            if name not in outcome.results:
+                self._service_node(name, outcome, plan)
+
+    def _compute_batches(self, plan: planning.Plan, outcome: Outcome) -> None:
         queue = [n for batch in plan.compute for n in batch if n not in outcome.results]
         sizes = [len(b) for b in plan.compute]
         # a resumed rollout numbers its batches on from the last one done (the interrupted one keeps
@@ -447,8 +479,21 @@ class Rollout:
                     f"nodename={node} state=resume (or let kiln's health check resume it)", outcome)
 
     # --- service nodes: one at a time, never drained ---
-    def _service_node(self, name: str, outcome: Outcome) -> None:
+    def _service_node(self, name: str, outcome: Outcome, plan: planning.Plan | None = None) -> None:
         self.say(f"{name}: applying {', '.join(self.options.roles)} (service node, not drained)")
+        upgrade = plan.slurm_upgrade if plan else {}
+        if upgrade and not self.journal.done(name, "backup") and \
+                (name in upgrade["dbd_hosts"] or name in upgrade["controllers"]):
+            from kiln.patch.slurm_upgrade import backup_commands
+            self.begin(name, "backup")
+            script = " && ".join(backup_commands(self.rollout_id, name in upgrade["dbd_hosts"],
+                                                 name in upgrade["controllers"]))
+            out = self.checker.node(self.cluster.hosts[name]).run(script)
+            if out.rc != 0:
+                self.finish(name, "failed", f"backup before the Slurm upgrade failed (exit {out.rc}): "
+                            f"{(out.stderr or out.stdout).strip()[-300:]}; nothing of Slurm was upgraded", outcome)
+                return
+            self.done(name, "backup")
         if not self.journal.done(name, "apply"):
             self.begin(name, "apply", roles=self.options.roles)
             (h,) = self.apply(self.cluster, self.secrets, [name], self.options.apply_roles)

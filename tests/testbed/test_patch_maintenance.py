@@ -40,6 +40,12 @@ def _state(tb, job: str) -> str:
     return ok(tb, tb.controller, f"squeue -h -j {job} -o %T").strip()
 
 
+def _records(inventory) -> list[dict]:
+    """The rollout's journal so far ([] before it is written)."""
+    paths = list((inventory.parent / ".kiln" / "rollouts").glob("*/*.jsonl"))
+    return journal(inventory) if paths else []
+
+
 def _runs(tb, job: str) -> list[str]:
     """Each run of ``job`` in sacct, oldest first: 'STATE node'."""
     out = ok(tb, tb.controller, f"sacct -n -X -P -D -j {job} -o State,NodeList")
@@ -68,7 +74,7 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
                                 "--window", "30m", "--notify", "USR1", "--grace", f"{GRACE}s", "--requeue"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: any(r["event"] == "reservation" and r["phase"] == "done" for r in journal(inventory)),
+        wait_for(lambda: any(r["event"] == "reservation" and r["phase"] == "done" for r in _records(inventory)),
                  timeout=60, interval=0.5, what="the batch's reservation made")
         shown = ok(tb, tb.controller, "scontrol show reservation -o")
         assert f"Nodes={node} " in shown and "MAINT" in shown and "IGNORE_JOBS" in shown, shown
@@ -80,7 +86,7 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
 
         # killed during the grace, after the signals went out
         def signalled() -> bool:
-            return sum(1 for r in journal(inventory) if r["event"] == "job" and r.get("action") == "signal"
+            return sum(1 for r in _records(inventory) if r["event"] == "job" and r.get("action") == "signal"
                        and r["phase"] == "done") >= 2
         wait_for(signalled, timeout=LEAD + 60, interval=0.2, what="both jobs signalled")
         rollout.send_signal(signal.SIGKILL)
