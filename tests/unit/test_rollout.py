@@ -101,6 +101,16 @@ class FakeSlurm:
         self.requeued[job] = details
 
 
+class RunningSlurm:
+    """The controller as a rollout of the slurm role asks it: the Slurm it runs is the pinned one."""
+    name = "ctl"
+
+    @staticmethod
+    def run(command):
+        from checks.node import Result
+        return Result(0, "slurm 22.05.8\n" if command == "scontrol version" else "")
+
+
 class Recorder:
     def __init__(self, failing: set[str] = frozenset(), crash_after: int | None = None):
         self.applied: list[str] = []
@@ -126,7 +136,7 @@ def cluster():
 def make(cluster, tmp_path, recorder, slurm, records=None, **options):
     journal = journals.Journal(tmp_path / "rollout.jsonl", records)
     opts = Options(roles=["slurm"], reboot="never", **options)
-    checker = SimpleNamespace(close=lambda: None, node=lambda host: None)
+    checker = SimpleNamespace(close=lambda: None, node=lambda host: RunningSlurm())
     return Rollout(cluster, Secrets(b"k" * 32, "p"), journal, opts, progress=lambda line: None, slurm=slurm,
                    checker=checker, apply=recorder.apply, check=recorder.check), journal
 

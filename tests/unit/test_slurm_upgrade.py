@@ -63,3 +63,45 @@ def test_the_backup_stops_slurmdbd_for_a_consistent_dump_and_starts_it_again_eve
     assert lines[2] == ("tar -C / -czf /var/lib/kiln/backup/slurm-r1/slurmctld-state.tar.gz var/lib/slurm/slurmctld "
                         "etc/slurm")
     assert backup_commands("r1", dbd=False, controller=True)[1].startswith("tar ")
+
+
+def test_the_rollout_backs_up_then_patches_dbd_and_controller_then_each_slurmd_then_login_nodes(tmp_path, monkeypatch):
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from checks.node import Result
+    from kiln.inventory import load_cluster
+    from kiln.inventory.model import Secrets
+    from kiln.patch import journal as journals
+    from kiln.patch import rollout as rollout_module
+    from kiln.patch.rollout import Options, Rollout
+    from tests.conftest import INVENTORIES
+    from tests.unit.test_rollout import FakeSlurm, Recorder
+    monkeypatch.setattr(rollout_module, "POLL", 0.01)
+    monkeypatch.setattr(rollout_module, "SETTLE_WAIT", 0.0)
+    cluster = load_cluster(INVENTORIES / "plan")
+    cluster = replace(cluster, versions=dict(cluster.versions, slurm="23.02.7-1"))
+    compute = [h.name for h in cluster.compute]
+    ran: list[tuple[str, str]] = []
+
+    class Host:
+        def __init__(self, name):
+            self.name = name
+
+        def run(self, command):
+            ran.append((self.name, command))
+            if command == "scontrol version":
+                return Result(0, "slurm 22.05.8\n")
+            return Result(0, "".join(f"NodeName={n} Version=22.05.8\n" for n in compute)) \
+                if command.startswith("scontrol show node") else Result(0, "")
+    recorder = Recorder()
+    checker = SimpleNamespace(close=lambda: None, node=lambda host: Host(host.name))
+    rollout = Rollout(cluster, Secrets(b"k" * 32, "p"), journals.Journal(tmp_path / "r.jsonl"),
+                      Options(roles=["slurm"], reboot="never"), progress=lambda line: None, slurm=FakeSlurm(compute),
+                      checker=checker, apply=recorder.apply, check=recorder.check)
+    outcome = rollout.run(rollout.start(list(cluster.hosts)))
+    assert outcome.stopped is None and set(outcome.results) == set(cluster.hosts)
+    assert recorder.applied == ["ctl1", *compute, "login1"]
+    backups = [(h, c) for h, c in ran if "mysqldump" in c]
+    assert [h for h, _ in backups] == ["ctl1"] and "slurmctld-state.tar.gz" in backups[0][1]
+    assert ran.index(backups[0]) > ran.index(("ctl1", "scontrol version"))
