@@ -207,6 +207,10 @@ SETTINGS: dict[str, Setting] = {
            "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
         _s("slurm_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 300, "cluster",
            "SlurmdTimeout: seconds without an answer from slurmd before Slurm sets the node DOWN (a node that lost power)"),
+        _s("slurm_upgrade_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 3600, "cluster",
+           "SlurmdTimeout while kiln patch upgrades Slurm to a new release: raised on every Slurm host (slurm.conf, "
+           "scontrol reconfigure) before the first daemon is upgraded, slurm_slurmd_timeout restored after, so a "
+           "slurmd restarting into the new release is never set DOWN with its jobs"),
         _s("local_nodes", bool, False, "cluster",
            "allow nodes on this machine's loopback (127.0.0.0/8, ::1, localhost): only for a benchmark or test "
            "whose nodes are sshd's on this machine; otherwise such an address is refused"),

@@ -76,6 +76,12 @@ def deploy_roles(cluster: Cluster, secrets: Secrets, names: list[str], role_name
     return Deploy(cluster, secrets, names, role_names, forks=forks).run().hosts
 
 
+def configure_roles(cluster: Cluster, secrets: Secrets, names: list[str], role_names: list[str]) -> list:
+    """Only the configure stage of ``role_names`` on ``names`` (files and daemons, no package)."""
+    from kiln.deploy.runner import Deploy
+    return Deploy(cluster, secrets, names, role_names, stages=("configure",)).run().hosts
+
+
 def check_nodes(cluster: Cluster, names: list[str], forks: int = 64) -> dict[str, list[Verdict]]:
     """Node -> its verdicts, from kiln check's suites over SSH, ``forks`` nodes at once."""
     with RemoteCheck(cluster, [cluster.hosts[n] for n in names], SUITES, forks=forks) as checker:
@@ -91,14 +97,15 @@ class Rollout:
 
     def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
                  progress: Callable[[str], None] = print, *, slurm=None, checker=None,
-                 apply: Callable = deploy_roles, check: Callable = check_nodes, events=None):
+                 apply: Callable = deploy_roles, check: Callable = check_nodes, configure: Callable = configure_roles,
+                 events=None):
         """``events``: told each node's steps and result as they happen (kiln.cli.progress.Progress,
         which then also stamps ``progress``'s lines with the time)."""
         self.cluster, self.secrets, self.journal, self.options = cluster, secrets, journal, options
         self.progress, self.events = progress, events
         self.checker = checker or RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
         self.slurm = slurm or SlurmControl(self.checker.node(cluster.controllers[0]))
-        self.apply, self.check = apply, check
+        self.apply, self.check, self.configure = apply, check, configure
         self.compute = [h.name for h in cluster.compute]
         self.started = time.monotonic()
         self.rollout_id = ""
@@ -172,8 +179,11 @@ class Rollout:
             return
         dbd, controllers = upgrade.dbd_hosts(self.cluster), [h.name for h in self.cluster.controllers]
         plan.service, plan.service_after = upgrade.service_order(plan.service, dbd, controllers)
+        timeouts = (self.cluster.setting("slurm_upgrade_slurmd_timeout"), self.cluster.setting("slurm_slurmd_timeout"))
         plan.slurm_upgrade = {"from": running.controller, "to": target, "dbd_hosts": dbd, "controllers": controllers,
-                              "steps": upgrade.steps(plan.service, plan.compute, plan.service_after, dbd, controllers)}
+                              "slurmd_timeout": list(timeouts),
+                              "steps": upgrade.steps(plan.service, plan.compute, plan.service_after, dbd, controllers,
+                                                     timeouts)}
 
     def _has_roles(self, name: str) -> bool:
         return bool(roles.for_host(self.cluster.hosts[name].roles, self.options.roles))
@@ -256,6 +266,35 @@ class Rollout:
                 time.sleep(RESUME_RETRY_S)
 
     def _run(self, plan: planning.Plan, outcome: Outcome) -> None:
+        if plan.slurm_upgrade and not self._slurmd_timeout(plan.slurm_upgrade["slurmd_timeout"][0], "raised", outcome):
+            return
+        self._run_nodes(plan, outcome)  # a SlurmError (paused) leaves the raise journalled for --resume
+        if plan.slurm_upgrade:
+            self._slurmd_timeout(plan.slurm_upgrade["slurmd_timeout"][1], "restored", outcome)
+
+    def _slurmd_timeout(self, seconds: int, phase: str, outcome: Outcome) -> bool:
+        """SlurmdTimeout set to ``seconds`` on every Slurm host (the slurm role's configure stage, which
+        ends in one scontrol reconfigure), once per rollout and phase. False (the rollout stops) if a host
+        could not take it."""
+        if any(r["event"] == "slurmd_timeout" and r["phase"] == phase for r in self.journal.records):
+            return True
+        hosts = [h for h in self.cluster.hosts if roles.for_host(self.cluster.hosts[h].roles, ["slurm"])]
+        from dataclasses import replace
+        cluster = replace(self.cluster, settings=dict(self.cluster.settings, kiln_slurm_slurmd_timeout=seconds))
+        self.say(f"SlurmdTimeout {phase} to {seconds} s on {len(hosts)} Slurm host(s)")
+        failed = [h for h in self.configure(cluster, self.secrets, hosts, ["slurm"])
+                  if h.status not in ("changed", "no change")]
+        if failed:
+            outcome.stopped = (f"SlurmdTimeout could not be {phase} to {seconds} s on "
+                               + ", ".join(f"{h.name} ({h.status} at {h.failed_op!r})" for h in failed)
+                               + ("; nothing of Slurm was upgraded" if phase == "raised" else
+                                  "; set it back by hand: kiln deploy --roles slurm"))
+            self.say(f"stopped: {outcome.stopped}")
+            return False
+        self.record("slurmd_timeout", phase=phase, seconds=seconds)
+        return True
+
+    def _run_nodes(self, plan: planning.Plan, outcome: Outcome) -> None:
         for name in plan.service:
             if name not in outcome.results:
                 self._service_node(name, outcome, plan)

@@ -7,6 +7,9 @@ slurmd's ``Version=`` in ``scontrol show node``) are read and the move to the pi
 the window (no downgrade, no jump past the releases the target reads) and the daemon order; a refusal
 names the reason and touches nothing. Then:
 
+0. SlurmdTimeout raised on every Slurm host (``kiln_slurm_upgrade_slurmd_timeout``: the configure
+   stage of the slurm role with it, then ``scontrol reconfigure``), so that no slurmd restarting into
+   the new release is set DOWN; restored to ``kiln_slurm_slurmd_timeout`` when the rollout ends;
 1. the accounting database and slurmctld's state are backed up (``mysqldump`` of ``slurm_acct_db``
    with slurmdbd stopped, a tar of StateSaveLocation and /etc/slurm) on the hosts that hold them;
 2. the slurmdbd hosts are patched first (kiln's deploy waits for slurmdbd's first start, which
@@ -103,11 +106,13 @@ def backup_commands(stamp: str, dbd: bool, controller: bool, dump: str = "mysqld
 
 
 def steps(first: list[str], batches: list[list[str]], after: list[str], dbd_hosts: list[str],
-          controllers: list[str]) -> list[str]:
-    """The upgrade as one list of steps in the order they run (for the plan and its tests)."""
-    out = [f"{ORDER[0]}: " + ", ".join(h for h in first if h in dbd_hosts or h in controllers)]
+          controllers: list[str], timeouts: tuple[int, int]) -> list[str]:
+    """The upgrade as one list of steps in the order they run (for the plan and its tests); ``timeouts``:
+    (SlurmdTimeout during the upgrade, the cluster's own)."""
+    out = [f"SlurmdTimeout raised to {timeouts[0]} s on every Slurm host (slurm.conf, scontrol reconfigure)",
+           f"{ORDER[0]}: " + ", ".join(h for h in first if h in dbd_hosts or h in controllers)]
     out += [f"{'slurmdbd' if h in dbd_hosts else 'slurmctld'} on {h}"
             + (" (and slurmctld)" if h in dbd_hosts and h in controllers else "") for h in first]
     out += [f"slurmd batch {i + 1}: {', '.join(b)}" for i, b in enumerate(batches)]
     out += [f"client commands on {h}" for h in after]
-    return out
+    return out + [f"SlurmdTimeout restored to {timeouts[1]} s"]

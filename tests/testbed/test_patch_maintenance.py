@@ -25,6 +25,7 @@ import uuid
 
 import pytest
 
+from kiln.hostlist import expand
 from kiln.testbed.inventory import TESTBED_VERSIONS
 from tests.conftest import REPO
 from tests.testbed.slurm_helpers import kiln, ok, on, submit, wait_for
@@ -63,21 +64,26 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
     long_job = submit(tb, tb.controller, f"--requeue -o {where}/long-%j.out {env} {where}/job.sh")
     wait_for(lambda: _state(tb, long_job) == "RUNNING", timeout=60, what="the checkpointing job running")
     node = ok(tb, tb.controller, f"squeue -h -j {long_job} -o %N").strip()
-    keeps = submit(tb, tb.controller, f"--no-requeue -w {node} -o {where}/keeps-%j.out --wrap "
+    # the non-requeueable job on a second node of the same batch (a testbed node has as many CPUs as this
+    # machine, two in CI: each node keeps one free for the short job)
+    other = next(n for n in tb.computes if n != node)
+    keeps = submit(tb, tb.controller, f"--no-requeue -w {other} -o {where}/keeps-%j.out --wrap "
                    f"\"trap 'echo got USR1' USR1; for i in \\$(seq {LEAD + GRACE + 30}); do sleep 1 & wait \\$!; done; echo finished\"")
     wait_for(lambda: _state(tb, keeps) == "RUNNING", timeout=60, what="the non-requeueable job running")
     time.sleep(5)  # the checkpointing job has some steps done
-    booted = boot_times(tb)[node]
+    booted = boot_times(tb)
     inventory = inventory_with_driver(tb, tmp_path, TESTBED_VERSIONS["nvidia_driver"])
     rollout = subprocess.Popen([sys.executable, "-m", "kiln", "patch", "-i", str(inventory), "--roles",
-                                "nvidia_driver", "--limit", node, "--reboot", "always", "--reserve-ahead", f"{LEAD}s",
+                                "nvidia_driver", "--limit", f"{node},{other}", "--max-unavailable", "2",
+                                "--canary", "0", "--reboot", "always", "--reserve-ahead", f"{LEAD}s",
                                 "--window", "30m", "--notify", "USR1", "--grace", f"{GRACE}s", "--requeue"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: any(r["event"] == "reservation" and r["phase"] == "done" for r in _records(inventory)),
                  timeout=60, interval=0.5, what="the batch's reservation made")
         shown = ok(tb, tb.controller, "scontrol show reservation -o")
-        assert f"Nodes={node} " in shown and "MAINT" in shown and "IGNORE_JOBS" in shown, shown
+        assert sorted(expand(shown.split("Nodes=")[1].split()[0])) == sorted([node, other]), shown
+        assert "MAINT" in shown and "IGNORE_JOBS" in shown, shown
         # a one-minute job still starts on the reserved node (it ends before the window); a longer one pends
         short = submit(tb, tb.controller, f"-w {node} -t 1 -o /dev/null --wrap 'sleep 20'")
         too_long = submit(tb, tb.controller, f"-w {node} -t 30 -o /dev/null --wrap 'sleep 1'")
@@ -96,10 +102,11 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         summary = json.loads(resumed.stdout)
         print(resumed.stderr[-3000:])
-        assert summary["nodes"][node]["result"] == "patched"
+        assert summary["nodes"][node]["result"] == summary["nodes"][other]["result"] == "patched"
         assert summary["jobs"][long_job]["path"] == ["signalled USR1", "requeued"], summary["jobs"]
         assert summary["jobs"][keeps]["path"] == ["signalled USR1", "waited for (not requeueable)"], summary["jobs"]
-        assert boot_times(tb)[node] != booted  # patched and rebooted
+        after = boot_times(tb)
+        assert after[node] != booted[node] and after[other] != booted[other]  # patched and rebooted
         records = journal(inventory)
         sent = [(r["job"], r["action"]) for r in records if r["event"] == "job" and r["phase"] == "begin"]
         assert sorted(sent) == sorted([(long_job, "signal"), (keeps, "signal"), (long_job, "requeue")]), sent
@@ -109,7 +116,7 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
                      timeout=240, interval=2, what=f"job {job} completed")
         runs = _runs(tb, long_job)
         assert [r.split()[0] for r in runs] == ["REQUEUED", "COMPLETED"], runs
-        assert runs[1].split()[1] != node, runs  # finished on another node while its own was patched
+        assert runs[1].split()[1] not in (node, other), runs  # finished on another node while its own was patched
         out = (shared / f"long-{long_job}.out").read_text()
         print(out)
         assert out.count("signal: checkpointed at step") == 1, out  # one signal across both rollouts

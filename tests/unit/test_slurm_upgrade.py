@@ -94,14 +94,21 @@ def test_the_rollout_backs_up_then_patches_dbd_and_controller_then_each_slurmd_t
                 return Result(0, "slurm 22.05.8\n")
             return Result(0, "".join(f"NodeName={n} Version=22.05.8\n" for n in compute)) \
                 if command.startswith("scontrol show node") else Result(0, "")
-    recorder = Recorder()
+    recorder, timeouts = Recorder(), []
+
+    def configure(cluster, secrets, names, role_names):
+        assert role_names == ["slurm"] and sorted(names) == sorted(cluster.hosts)
+        timeouts.append((cluster.setting("slurm_slurmd_timeout"), list(recorder.applied)))
+        return [SimpleNamespace(name=n, status="changed") for n in names]
     checker = SimpleNamespace(close=lambda: None, node=lambda host: Host(host.name))
     rollout = Rollout(cluster, Secrets(b"k" * 32, "p"), journals.Journal(tmp_path / "r.jsonl"),
                       Options(roles=["slurm"], reboot="never"), progress=lambda line: None, slurm=FakeSlurm(compute),
-                      checker=checker, apply=recorder.apply, check=recorder.check)
+                      checker=checker, apply=recorder.apply, check=recorder.check, configure=configure)
     outcome = rollout.run(rollout.start(list(cluster.hosts)))
     assert outcome.stopped is None and set(outcome.results) == set(cluster.hosts)
     assert recorder.applied == ["ctl1", *compute, "login1"]
+    # SlurmdTimeout raised before any host was upgraded, the cluster's own restored after the last one
+    assert timeouts == [(3600, []), (cluster.setting("slurm_slurmd_timeout"), ["ctl1", *compute, "login1"])]
     backups = [(h, c) for h, c in ran if "mysqldump" in c]
     assert [h for h, _ in backups] == ["ctl1"] and "slurmctld-state.tar.gz" in backups[0][1]
     assert ran.index(backups[0]) > ran.index(("ctl1", "scontrol version"))
