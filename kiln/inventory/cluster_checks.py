@@ -339,6 +339,14 @@ def check_versions(raw: RawInventory, hosts: dict[str, model.Host], values: dict
             add(origin[0], f"kiln_versions.{pin}", f"no pin for {pin}, which role {PINS[pin].role} needs "
                     f"on {len(users)} host(s) ({', '.join(users[:3])}): add it to group_vars/all/versions.yml",
                     origin[1])
+    slurm = pins.get("slurm")
+    if isinstance(slurm, str) and slurm:
+        from kiln.patch.slurm_versions import RELEASES, release_of
+        release = release_of(slurm)
+        if release is None or release not in RELEASES:
+            add(origin[0], "kiln_versions.slurm", f"{slurm!r} is not a Slurm release kiln can upgrade in "
+                f"SchedMD's order: give the package version (YY.MM.patch and its suffix) of a release from "
+                f"{RELEASES[0]} to {RELEASES[-1]}", origin[1])
     resolved = {name: pin.default for name, pin in PINS.items() if pin.default is not None}
     resolved.update({k: v for k, v in pins.items() if k in PINS})
     return resolved

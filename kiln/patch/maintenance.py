@@ -23,6 +23,7 @@ from kiln.patch.slurmctl import SlurmError
 # the signals a job may be asked to checkpoint on (names without SIG; numbers as Linux has them)
 SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "USR1": 10, "USR2": 12, "TERM": 15, "CONT": 18, "URG": 23, "XCPU": 24}
 POLL = 1.0  # seconds between looks at the signalled jobs during the grace
+REQUEUE_SETTLE = 60.0  # seconds a requeued job gets to reach PENDING (its old run ends first)
 
 
 def parse_signal(text: str) -> str:
@@ -136,6 +137,7 @@ class Maintenance:
             mine = {"job": job, "action": "requeue", "batch": index}
             if job not in staying and self._records("job", phase="begin", **mine) \
                     and not self._records("job", phase="done", **mine):  # the requeue took before a crash
+                self._eligible_now(job)
                 self.rollout.record("job", phase="done", nodes=signalled[job]["nodes"], path="requeued", **mine)
             elif job not in staying and not self._records("job", job=job, phase="note", batch=index) \
                     and not self._records("job", phase="done", **mine):
@@ -172,4 +174,21 @@ class Maintenance:
                     raise
                 self.rollout.say(f"job {job} left its node before kiln's requeue ({e})")
             self.rollout.say(f"job {job}: requeued (it starts again elsewhere, from its checkpoint)")
+            self._eligible_now(job)
         self.rollout.record("job", phase="done", nodes=nodes, path="requeued", **mine)
+
+    def _eligible_now(self, job: str) -> None:
+        """Slurm makes a requeued job wait two minutes before it may start again (its old nodes were
+        cleaning up); this one's nodes are drained, so it may start at once elsewhere. Once the job
+        pends: before that, the requeue itself sets the wait."""
+        deadline = time.time() + REQUEUE_SETTLE
+        while time.time() < deadline:
+            state = self.rollout.slurm.job_details([job]).get(job)
+            if state is None or state.state != "COMPLETING" and state.state != "RUNNING":
+                break
+            time.sleep(POLL)
+        if state is not None and state.state == "PENDING":
+            try:
+                self.rollout.slurm.start_now(job)
+            except SlurmError as e:
+                self.rollout.say(f"job {job}: left to Slurm's own wait before it starts again ({e})")

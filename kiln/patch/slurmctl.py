@@ -125,6 +125,10 @@ class SlurmControl:
         """Back to pending (kept with its id; it starts again elsewhere, from its own checkpoint)."""
         self._ok(command("scontrol", "requeue", job))
 
+    def start_now(self, job: str) -> None:
+        """A pending job eligible at once (Slurm holds a requeued job back two minutes by default)."""
+        self._ok(command("scontrol", "update", f"jobid={job}", "starttime=now"))
+
     def jobs(self, names: list[str]) -> dict[str, list[str]]:
         """Node -> ids of the jobs running (or finishing) on it."""
         out = self._ok(command("squeue", "-h", "-w", ",".join(names), "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED",

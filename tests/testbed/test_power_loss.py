@@ -39,43 +39,42 @@ def _back_in_service(tb, node: str) -> None:
              what=f"{node} back in service in Slurm")
 
 
-def test_power_loss_keeps_every_disk_and_up_boots_only_that_node(slurm):
-    tb, node = slurm, slurm.computes[-1]
+def test_power_loss_keeps_every_disk_up_boots_only_those_nodes_and_a_persons_drain_stays(slurm):
+    """Two compute nodes lose power at once, one of them drained by a person: every disk survives, `up`
+    boots only those two, Slurm takes the other back, and the person's drain (and reason) outlives the
+    power loss and a health check interval."""
+    tb, node, person = slurm, slurm.computes[-1], slurm.computes[-2]
     for n in [tb.controller, *tb.computes]:
         ok(tb, n, f"echo {n} > /var/tmp/kiln-power-marker")
+    ok(tb, tb.controller, f"scontrol update nodename={person} state=drain reason='disk swap by alice'")
     kind = tb.kind()
-    others = {n.name: kind.init_pid(n) for n in tb.recorded_nodes() if n.name != node}
-    tb.power_loss(node)
-    states = {n["name"]: n["state"] for n in tb.status()["nodes"]}
-    assert states[node] == "stopped" and all(states[n] in ("running", "degraded") for n in others), states
-    wait_for(lambda: "down" in _state(tb, node), timeout=120, interval=2, what=f"Slurm to set {node} DOWN")
-    started = time.monotonic()
-    status = tb.up(NODES, inventory_dir=tb.inventory)
-    print(f"up after a power loss: {time.monotonic() - started:.1f} s")
-    assert {n.name: kind.init_pid(n) for n in tb.recorded_nodes() if n.name != node} == others  # not rebooted
-    assert all(n["state"] in ("running", "degraded") for n in status["nodes"])
-    for n in [tb.controller, *tb.computes]:
-        assert ok(tb, n, "cat /var/tmp/kiln-power-marker").strip() == n     # its own disk, every node
-    assert ok(tb, node, "systemctl is-active slurmd munge").split() == ["active", "active"]
-    _back_in_service(tb, node)
-    hosts = ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=120).split()
-    assert sorted(hosts) == sorted(tb.computes)
-
-
-def test_a_node_a_person_drained_stays_drained_after_power_loss(slurm):
-    tb, node = slurm, slurm.computes[-2]
-    ok(tb, tb.controller, f"scontrol update nodename={node} state=drain reason='disk swap by alice'")
+    others = {n.name: kind.init_pid(n) for n in tb.recorded_nodes() if n.name not in (node, person)}
     try:
         tb.power_loss(node)
-        tb.up(NODES, inventory_dir=tb.inventory)
-        wait_for(lambda: on(tb, tb.controller, f"scontrol show node {node}").stdout.count("Reason=disk swap by alice") == 1
-                 and "NOT_RESPONDING" not in on(tb, tb.controller, f"scontrol show node {node}").stdout,
-                 timeout=180, interval=2, what=f"{node} registered again")
+        tb.power_loss(person)
+        states = {n["name"]: n["state"] for n in tb.status()["nodes"]}
+        assert states[node] == states[person] == "stopped", states
+        assert all(states[n] in ("running", "degraded") for n in others), states
+        wait_for(lambda: "down" in _state(tb, node), timeout=120, interval=2, what=f"Slurm to set {node} DOWN")
+        started = time.monotonic()
+        status = tb.up(NODES, inventory_dir=tb.inventory)
+        print(f"up after a power loss of two nodes: {time.monotonic() - started:.1f} s")
+        assert {n.name: kind.init_pid(n) for n in tb.recorded_nodes() if n.name in others} == others  # not rebooted
+        assert all(n["state"] in ("running", "degraded") for n in status["nodes"])
+        for n in [tb.controller, *tb.computes]:
+            assert ok(tb, n, "cat /var/tmp/kiln-power-marker").strip() == n     # its own disk, every node
+        assert ok(tb, node, "systemctl is-active slurmd munge").split() == ["active", "active"]
+        _back_in_service(tb, node)
+        wait_for(lambda: on(tb, tb.controller, f"scontrol show node {person}").stdout.count("Reason=disk swap by alice")
+                 == 1 and "NOT_RESPONDING" not in on(tb, tb.controller, f"scontrol show node {person}").stdout,
+                 timeout=180, interval=2, what=f"{person} registered again")
         time.sleep(12)  # one more node-local health check interval: it must not resume a person's drain
-        assert "drain" in _state(tb, node)
+        assert "drain" in _state(tb, person)
     finally:
-        ok(tb, tb.controller, f"scontrol update nodename={node} state=resume")
-    _back_in_service(tb, node)
+        ok(tb, tb.controller, f"scontrol update nodename={person} state=resume")
+    _back_in_service(tb, person)
+    hosts = ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=120).split()
+    assert sorted(hosts) == sorted(tb.computes)
 
 
 def test_a_node_lost_during_a_deploy_is_named_unreachable_and_a_rerun_converges_it(slurm):

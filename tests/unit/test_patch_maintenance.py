@@ -81,8 +81,9 @@ def test_jobs_are_signalled_given_their_grace_then_requeued_or_waited_for(cluste
     rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="USR1", grace=0.1, requeue=True)
     outcome = rollout.run(rollout.start(names))
     assert outcome.stopped is None and all(r["result"] == "patched" for r in outcome.results.values())
-    assert [c for c in slurm.calls if c[0] in ("signal", "requeue")] == [
-        ("signal", "101", "USR1"), ("signal", "102", "USR1"), ("signal", "103", "USR1"), ("requeue", "101")]
+    assert [c for c in slurm.calls if c[0] in ("signal", "requeue", "start_now")] == [
+        ("signal", "101", "USR1"), ("signal", "102", "USR1"), ("signal", "103", "USR1"), ("requeue", "101"),
+        ("start_now", "101")]  # eligible at once, not after Slurm's two-minute wait for a requeued job
     paths = job_paths(journal.records)
     assert paths["101"] == {"nodes": [names[0]], "path": ["signalled USR1", "requeued"]}
     assert paths["102"]["path"] == ["signalled USR1", "waited for (not requeueable)"]
@@ -136,3 +137,17 @@ def test_a_rollout_killed_mid_signal_and_resumed_signals_and_requeues_no_job_twi
     assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", "101")]  # one reached Slurm, in either run
     assert job_paths(journal.records)["101"]["path"] == ["signalled USR1", "requeued"]
     assert slurm.reservations == {}
+
+
+def test_the_dry_run_shows_each_batchs_maintenance_window_and_what_happens_to_jobs():
+    from kiln.patch.report import plan_text
+    from kiln.patch.rollout import Options
+    plan = Plan([], [["n1"], ["n2", "n3"]], total_compute=3, max_unavailable=2)
+    text = plan_text(plan, Options(roles=["nvidia_driver"], lead=3600, window=7200, notify="USR1", grace=300,
+                                   requeue=True))
+    lines = text.splitlines()
+    assert lines[2].startswith("    maintenance reservation from ") and lines[2].endswith(
+        ", for 2h (jobs that end before it may start there)"), text
+    assert lines[4] == "    maintenance reservation 1h after batch 1 is back, for 2h (jobs that end before it may start there)"
+    assert lines[-1] == "  jobs on drained nodes: SIGUSR1, 5m to checkpoint, then requeued if Slurm may requeue them, " \
+                        "else waited for"

@@ -89,7 +89,13 @@ class FakeSlurm:
         self.reservations.pop(name, None)
 
     def job_details(self, ids):
-        return {j: job for j, (_, job) in self.running.items() if j in ids}
+        from dataclasses import replace
+        pending = {j: replace(job, state="PENDING", restarts=job.restarts + 1) for j, job in self.requeued.items()}
+        return {j: job for j, job in {**pending, **{j: job for j, (_, job) in self.running.items()}}.items()
+                if j in ids}
+
+    def start_now(self, job):
+        self.calls.append(("start_now", job))
 
     def signal(self, job, signal):
         self.calls.append(("signal", job, signal))

@@ -112,3 +112,20 @@ def test_the_rollout_backs_up_then_patches_dbd_and_controller_then_each_slurmd_t
     backups = [(h, c) for h, c in ran if "mysqldump" in c]
     assert [h for h, _ in backups] == ["ctl1"] and "slurmctld-state.tar.gz" in backups[0][1]
     assert ran.index(backups[0]) > ran.index(("ctl1", "scontrol version"))
+
+
+@pytest.mark.parametrize("pin, ok", [("22.05.8-4+deb12u3", True), ("1:24.11.5-1", True), ("latest", False),
+                                     ("16.05.1-1", False), ("22.05", False)])
+def test_a_slurm_pin_kiln_cannot_place_in_schedmds_releases_is_refused_at_validation(tmp_path, pin, ok):
+    import shutil
+
+    from kiln.inventory import validate
+    from tests.conftest import INVENTORIES
+    root = tmp_path / "inv"
+    shutil.copytree(INVENTORIES / "small", root)
+    versions = root / "group_vars" / "all" / "versions.yml"
+    versions.write_text(versions.read_text().replace('slurm: "22.05.8-4+deb12u3"', f'slurm: "{pin}"'))
+    _, errors = validate(root)
+    hits = [e for e in errors if e.key == "kiln_versions.slurm"]
+    assert (not hits) if ok else (hits and hits[0].file.endswith("versions.yml") and
+                                  "not a Slurm release kiln can upgrade" in hits[0].message), errors
