@@ -85,31 +85,12 @@ def test_a_server_left_listening_is_used_and_a_fresh_one_replaces_it():
     assert server_command("-F", 18515, fresh=True).startswith("pkill -x ib_write_bw && sleep 0.5; ss ")
 
 
-def test_a_run_that_does_not_finish_in_time_fails_at_once_saying_so(tmp_path, monkeypatch):
-    """A client that connected but was cut off by its bound (perftest printed its header, no row): the pair
-    fails saying so, without three more runs of the same length."""
-    calls = []
-
-    class Node:
-        name = "here"
-
-        @staticmethod
-        def run(command):
-            from checks.node import Result
-            calls.append(command)
-            if command.startswith("timeout "):
-                return Result(124, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
-            return Result(0, "")
-    verdict = measure_pair(Node, Node, "10.0.0.2", "-F", 1, "a -> b via rxe0", pause=0)
-    assert verdict.severity == "fail" and "ib_write_bw did not finish within 90 s" in verdict.message, verdict
-    assert sum(c.startswith("timeout ") for c in calls) == 1
-
-
 HEADER = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
 
 
 def _scripted_client(outputs):
-    """A node whose ib_write_bw client runs print ``outputs`` in turn; every other command succeeds."""
+    """A node whose ib_write_bw client runs give ``outputs`` in turn (a Result, or what a run that exits 0
+    prints); every other command succeeds."""
     from checks.node import Result
     calls = []
 
@@ -120,9 +101,20 @@ def _scripted_client(outputs):
         def run(command):
             calls.append(command)
             if command.startswith("timeout "):
-                return Result(0, outputs[sum(c.startswith("timeout ") for c in calls) - 1])
+                out = outputs[sum(c.startswith("timeout ") for c in calls) - 1]
+                return out if isinstance(out, Result) else Result(0, out)
             return Result(0, "")
     return Node, calls
+
+
+def test_a_run_that_does_not_finish_in_time_fails_at_once_saying_so():
+    """A client that connected but was cut off by its bound (perftest printed its header, no row): the pair
+    fails saying so, without three more runs of the same length."""
+    from checks.node import Result
+    node, calls = _scripted_client([Result(124, HEADER)] * 4)
+    verdict = measure_pair(node, node, "10.0.0.2", "-F", 1, "a -> b via rxe0", pause=0)
+    assert verdict.severity == "fail" and "ib_write_bw did not finish within 90 s" in verdict.message, verdict
+    assert sum(c.startswith("timeout ") for c in calls) == 1
 
 
 def test_a_run_broken_off_after_its_header_is_retried_and_the_next_figure_counts():
