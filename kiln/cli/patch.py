@@ -138,7 +138,7 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
         rollout.checker.close()
         echo(json.dumps(plan.as_dict(), indent=2) if as_json else report.plan_text(plan, options))  # JSON alone
         sys.exit(EXIT_CHANGES if plan.service or any(plan.compute) or plan.service_after else EXIT_OK)
-    say(report.plan_text(plan, options) + f"\njournal: {journal_path}")
+    say(report.plan_text(plan, options, resumed=resume) + f"\njournal: {journal_path}")
     from kiln.cli.progress import Progress
     from kiln.runlog import RunLog
     log = RunLog(inventory, cluster.name, "patch", sys.argv[1:])

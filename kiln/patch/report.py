@@ -10,7 +10,9 @@ from kiln.hostlist import fold, group
 from kiln.patch.plan import Plan
 
 
-def plan_text(plan: Plan, options) -> str:
+def plan_text(plan: Plan, options, resumed: bool = False) -> str:
+    """The plan as a person reads it; ``resumed``: a continued rollout (its reservations exist already,
+    so no window is computed from now)."""
     lines = [f"rollout of {', '.join(options.roles)}: {plan.total_compute} compute node(s), at most "
              f"{plan.max_unavailable} out of service at once; reboot {options.reboot}; failure budget "
              f"{options.failure_budget}"]
@@ -20,7 +22,8 @@ def plan_text(plan: Plan, options) -> str:
     for i, batch in enumerate(plan.compute):
         kind = "canary" if i == 0 and options.canary else "batch"
         lines.append(f"  {kind} {i + 1}: {fold(batch)}" + (f"  ({len(batch)} nodes)" if len(batch) > 1 else ""))
-        begins = (f"from {time.strftime('%H:%M:%S', time.localtime(time.time() + lead))}" if i == 0 else
+        begins = ("as journalled" if resumed else
+                  f"from {time.strftime('%H:%M:%S', time.localtime(time.time() + lead))}" if i == 0 else
                   f"{_duration(lead)} after batch {i} is back" if lead else f"when batch {i} is back")
         lines.append(f"    maintenance reservation {begins}, for {_duration(window)}" +
                      (" (jobs that end before it may start there)" if lead else ""))
