@@ -100,6 +100,17 @@ class Maintenance:
         self.rollout.slurm.delete_reservation(name)
         self.rollout.record("reservation", name=name, phase="released")
 
+    def reassert_released(self) -> list[str]:
+        """A resumed rollout's released reservations as the journal has them: a controller that lost
+        power comes back with state saved before a release, and its reservation would hold the batch's
+        nodes in maintenance for the rest of its window. Deleted again; returns their names."""
+        again = []
+        for r in self._records("reservation", phase="released"):
+            if self.rollout.slurm.reservation(r["name"]) is not None:
+                self.rollout.slurm.delete_reservation(r["name"])
+                again.append(r["name"])
+        return again
+
     # --- signal, grace, requeue ---
     def notify(self, index: int, batch: list[str]) -> None:
         """Signal the jobs on ``batch``'s (drained) nodes, give them the grace, requeue those allowed.

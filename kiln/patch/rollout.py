@@ -204,6 +204,9 @@ class Rollout(ServiceNodes):
         """A resumed rollout's finished nodes as the journal has them: a controller that lost power can
         come back with node state saved before it, a node kiln already resumed drained again with this
         rollout's reason (and a reboot still pending). Put back into service; nothing else is redone."""
+        for name in self.maintenance.reassert_released():
+            self.say(f"{name}: released, but Slurm has it again (its controller lost newer state): deleted")
+            self.record("reasserted", reservation=name)
         patched = [n for n, r in outcome.results.items() if r["result"] == "patched"]
         if not patched:
             return

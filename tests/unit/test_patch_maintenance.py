@@ -151,3 +151,22 @@ def test_the_dry_run_shows_each_batchs_maintenance_window_and_what_happens_to_jo
     assert lines[4] == "    maintenance reservation 1h after batch 1 is back, for 2h (jobs that end before it may start there)"
     assert lines[-1] == "  jobs on drained nodes: SIGUSR1, 5m to checkpoint, then requeued if Slurm may requeue them, " \
                         "else waited for"
+
+
+def test_a_released_reservation_that_a_controller_brings_back_is_deleted_again_on_resume(cluster, tmp_path):
+    """The controller loses power after batch 1's reservation was released and comes back with state saved
+    before it: the reservation would hold batch 1's nodes in maintenance for the rest of its window."""
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    rollout, journal = make(cluster, tmp_path, Recorder(crash_after=1), slurm)
+    plan = rollout.start(names)
+    with pytest.raises(KeyboardInterrupt):
+        rollout.run(plan)
+    journal.close()
+    first = f"kiln_patch_{rollout.rollout_id}_1"
+    assert first not in slurm.reservations
+    slurm.reservations[first] = [names[0]]  # back with the controller's older state
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, records=journals.read(tmp_path / "rollout.jsonl"))
+    outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
+    assert outcome.stopped is None and slurm.reservations == {}
+    assert any(r["event"] == "reasserted" and r.get("reservation") == first for r in journal.records)
