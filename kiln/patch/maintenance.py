@@ -128,10 +128,11 @@ class Maintenance:
             self.rollout.record("job", job=job, action="signal", phase="begin", nodes=nodes, batch=index)
             try:
                 self.rollout.slurm.signal(job, self.options.notify)
-            except SlurmError as e:
-                if job in self._still_on(batch, [job]):
+            except SlurmError as e:  # refused for a job that is ending (COMPLETING) or gone: not an error
+                now = self.rollout.slurm.job_details([job]).get(job)
+                if now is not None and now.state == "RUNNING":
                     raise
-                self.rollout.say(f"job {job} ended before its signal ({e})")
+                self.rollout.say(f"job {job} was ending when its signal went out ({e})")
             self.rollout.record("job", job=job, action="signal", phase="done", nodes=nodes, batch=index,
                                 path=f"signalled {self.options.notify}")
             self.rollout.say(f"job {job} on {', '.join(nodes)}: sent {self.options.notify}, "
@@ -158,10 +159,11 @@ class Maintenance:
             d = details.get(job)
             if d is None:
                 continue  # ended between the two looks
-            if self.options.requeue and d.requeueable and d.batch:
+            if self.options.requeue and d.requeueable and d.batch and d.state == "RUNNING":
                 self._requeue(index, job, d, signalled[job]["nodes"])
             elif not self._records("job", job=job, phase="note", batch=index):
-                why = "not requeueable" if self.options.requeue else "no --requeue"
+                why = ("no --requeue" if not self.options.requeue else "ending" if d.state != "RUNNING" else
+                       "not requeueable")
                 self.rollout.record("job", job=job, phase="note", nodes=signalled[job]["nodes"], batch=index,
                                     path=f"waited for ({why})")
                 self.rollout.say(f"job {job}: {why}; waiting for it to end, as for any job")

@@ -170,3 +170,21 @@ def test_a_released_reservation_that_a_controller_brings_back_is_deleted_again_o
     outcome = rollout.run(Plan.from_dict(journal.start["plan"]))
     assert outcome.stopped is None and slurm.reservations == {}
     assert any(r["event"] == "reasserted" and r.get("reservation") == first for r in journal.records)
+
+
+def test_a_job_ending_as_its_signal_goes_out_is_no_error(cluster, tmp_path):
+    """scancel refuses to signal a job that is completing: the rollout goes on (it waits for the job to
+    leave, as for any job) instead of stopping as if the controller were lost."""
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    slurm.running = {"9": (names[0], Job("9", "COMPLETING", True, True, 0))}
+
+    def refuses(job, signal):
+        slurm.calls.append(("signal", job, signal))
+        threading.Timer(0.2, lambda: slurm.running.pop(job, None)).start()
+        raise SlurmError("scancel: error: Kill job error on job id 9: Job/step already completing or completed")
+    slurm.signal = refuses
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="USR1", grace=0.05, requeue=True)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None and all(r["result"] == "patched" for r in outcome.results.values())
+    assert [c[0] for c in slurm.calls if c[0] in ("signal", "requeue")] == ["signal"]
