@@ -27,18 +27,28 @@ ORIGINAL = TESTBED_VERSIONS["nvidia_driver"]
 IN_SERVICE = {"idle", "mix", "alloc", "comp"}
 
 
-def inventory_with_driver(tb, tmp_path: Path, pin: str) -> Path:
+def inventory_with_pins(tb, tmp_path: Path, **pins: str) -> Path:
+    """A copy of the testbed inventory with these kiln_versions pins changed."""
     inventory = copy_inventory(tb.inventory, tmp_path / "inventory")
     path = inventory / "group_vars" / "all" / "versions.yml"
     data = yaml.safe_load(path.read_text())
-    data["kiln_versions"]["nvidia_driver"] = pin
+    data["kiln_versions"].update(pins)
     path.write_text(yaml.safe_dump(data))
     return inventory
+
+
+def inventory_with_driver(tb, tmp_path: Path, pin: str) -> Path:
+    return inventory_with_pins(tb, tmp_path, nvidia_driver=pin)
 
 
 def journal(inventory: Path) -> list[dict]:
     (path,) = sorted((inventory.parent / ".kiln" / "rollouts").glob("*/*.jsonl"))
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def journal_so_far(inventory: Path) -> list[dict]:
+    """The rollout's journal so far ([] before it is written)."""
+    return journal(inventory) if list((inventory.parent / ".kiln" / "rollouts").glob("*/*.jsonl")) else []
 
 
 def assert_no_step_twice(records: list[dict]) -> None:

@@ -14,20 +14,13 @@ import time
 from kiln.testbed.inventory import DRIVER_UPGRADE, TESTBED_VERSIONS
 from tests.testbed.conftest import NODES
 from tests.testbed.slurm_helpers import kiln, on, submit, wait_for
-from tests.testbed.test_patch import accounting, inventory_with_driver, journal, versions
+from tests.testbed.test_patch import accounting, inventory_with_driver, journal, journal_so_far, versions
 
 ORIGINAL = TESTBED_VERSIONS["nvidia_driver"]
 
 
-def _records(inventory):
-    try:
-        return journal(inventory)
-    except ValueError:
-        return []
-
-
 def _step(inventory, node: str, step: str) -> bool:
-    return any(r["event"] == "step" and r["node"] == node and r["step"] == step for r in _records(inventory))
+    return any(r["event"] == "step" and r["node"] == node and r["step"] == step for r in journal_so_far(inventory))
 
 
 def _in_service(tb, node: str) -> bool:

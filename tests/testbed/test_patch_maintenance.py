@@ -29,7 +29,7 @@ from kiln.hostlist import expand
 from kiln.testbed.inventory import TESTBED_VERSIONS
 from tests.conftest import REPO
 from tests.testbed.slurm_helpers import kiln, ok, on, submit, wait_for
-from tests.testbed.test_patch import boot_times, drained, inventory_with_driver, journal
+from tests.testbed.test_patch import boot_times, drained, inventory_with_driver, inventory_with_pins, journal, journal_so_far
 
 pytestmark = pytest.mark.testbed
 LEAD = 70   # the reservation begins this long after it is made: a one-minute job fits before it
@@ -39,12 +39,6 @@ STEPS = LEAD + GRACE + 25  # seconds of work: the checkpointing job outlives the
 
 def _state(tb, job: str) -> str:
     return ok(tb, tb.controller, f"squeue -h -j {job} -o %T").strip()
-
-
-def _records(inventory) -> list[dict]:
-    """The rollout's journal so far ([] before it is written)."""
-    paths = list((inventory.parent / ".kiln" / "rollouts").glob("*/*.jsonl"))
-    return journal(inventory) if paths else []
 
 
 def _runs(tb, job: str) -> list[str]:
@@ -79,7 +73,7 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
                                 "--window", "30m", "--notify", "USR1", "--grace", f"{GRACE}s", "--requeue"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: any(r["event"] == "reservation" and r["phase"] == "done" for r in _records(inventory)),
+        wait_for(lambda: any(r["event"] == "reservation" and r["phase"] == "done" for r in journal_so_far(inventory)),
                  timeout=60, interval=0.5, what="the batch's reservation made")
         shown = ok(tb, tb.controller, "scontrol show reservation -o")
         assert sorted(expand(shown.split("Nodes=")[1].split()[0])) == sorted([node, other]), shown
@@ -92,7 +86,7 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
 
         # killed during the grace, after the signals went out
         def signalled() -> bool:
-            return sum(1 for r in _records(inventory) if r["event"] == "job" and r.get("action") == "signal"
+            return sum(1 for r in journal_so_far(inventory) if r["event"] == "job" and r.get("action") == "signal"
                        and r["phase"] == "done") >= 2
         wait_for(signalled, timeout=LEAD + 60, interval=0.2, what="both jobs signalled")
         rollout.send_signal(signal.SIGKILL)
@@ -142,26 +136,16 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def _with_slurm_pin(tb, path, pin):
-    import yaml
-    inventory = inventory_with_driver(tb, path, TESTBED_VERSIONS["nvidia_driver"])
-    versions = inventory / "group_vars" / "all" / "versions.yml"
-    data = yaml.safe_load(versions.read_text())
-    data["kiln_versions"]["slurm"] = pin
-    versions.write_text(yaml.safe_dump(data))
-    return inventory
-
-
 def test_a_slurm_pin_past_the_window_is_refused_and_one_within_it_planned_in_schedmds_order(slurm, tmp_path):
     """Against the testbed's real Slurm (Debian 12's 22.05): the running versions are read from Slurm
     itself; 24.11 is refused before anything is touched, 23.02 is planned in SchedMD's order. (Debian 12
     carries one Slurm, so the upgrade itself is not run here: see the Slurm upgrade plan tests.)"""
-    far = _with_slurm_pin(slurm, tmp_path / "far", "24.11.5-1")
+    far = inventory_with_pins(slurm, tmp_path / "far", slurm="24.11.5-1")
     out = kiln("patch", "-i", str(far), "--roles", "slurm", "--dry-run")
     assert out.returncode == 2, out.stdout + out.stderr
     assert ("Slurm 22.05 -> 24.11 skips 3 major release(s): 24.11 upgrades from 23.02, 23.11, 24.05 only; go through "
             "23.11 first (slurmctld runs 22.05.8)") in out.stderr, out.stderr
-    near = _with_slurm_pin(slurm, tmp_path / "near", "23.02.7-1")
+    near = inventory_with_pins(slurm, tmp_path / "near", slurm="23.02.7-1")
     out = kiln("patch", "-i", str(near), "--roles", "slurm", "--dry-run")
     assert out.returncode == 3, out.stdout + out.stderr
     steps = [line.strip() for line in out.stdout.splitlines() if line.strip()[:2] in {f"{i}." for i in range(1, 10)}]
