@@ -10,7 +10,7 @@ from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat, parse_ibv
 from checks.parsers.kernel_log import NOW_MARK, count_link_flaps, log_command, parse_xids, recent
 from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
 from checks.parsers.nccl import parse_nccl_tests
-from checks.parsers.nvidia_smi import explain_exit, number, parse_nvlink_status, parse_query_csv
+from checks.parsers.nvidia_smi import FAULTS, explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError
 from tests.conftest import REPO
 
@@ -288,6 +288,16 @@ def test_fstab_df_and_options():
     ("kiln-made-fallen-off-the-bus-no-xid.log", [(79, "fail"), (79, "fail")], ("GPU_XID_79", "fail")),
     ("kiln-made-unknown-xid-171.log", [(171, "warn")], ("GPU_XID", "warn")),
     ("kiln-made-xid-13-burst.log", [(13, "ok")], ("GPU_XID", "ok")),
+    # real lines from other sites (SOURCES.md): Blackwell NVLink Xids with the driver's own Fatal/Nonfatal
+    # word (the two unstamped 149 lines of one GPU are one burst: nothing tells them apart in time) ...
+    ("gpud-pr1160-1174-blackwell-nvlink-xid.log", [(144, "warn"), (149, "fail"), (149, "fail"), (145, "warn")],
+     ("GPU_XID_149", "fail")),
+    # ... an application's Xid 45 that names the NVLink Xid behind it: judged by its own code (the 149/145
+    # lines decide where they are in the log; a dead link also fails GPU_NVLINK_INACTIVE)
+    ("ogkm-1150-xid-45-after-149-145.log", [(45, "ok")] * 7, ("GPU_XID", "ok")),
+    # ... and four NVSwitches' SXids interleaved, each switch's Severity/Data lines twice, the second round
+    # with no event line of its own: one non-fatal event per switch
+    ("hgx-shared-nvswitch-sxid-11004-interleaved.log", [(11004, "ok")] * 4, ("GPU_XID", "ok")),
 ])
 def test_xid_and_sxid_events_as_the_driver_prints_them(capture, events, verdict):
     from checks.gpu import check_xids
@@ -446,6 +456,27 @@ def test_a_gpu_state_placeholder_is_a_verdict_not_a_pass_or_a_crash(placeholder,
     found = [v for v in verdicts if v.id == check_id]
     assert len(found) == 1 and found[0].severity == severity, verdicts
     assert found[0].message.startswith(f"gpu1 (00000000:19:00.0): nvidia-smi printed {placeholder}")
+
+
+def test_a_real_requires_reset_row_from_a_slurm_node_is_a_lost_gpu_beside_a_healthy_one():
+    """`srun --jobid=J nvidia-smi --query-gpu=... --format=csv` on two H100 nodes of another site
+    (SOURCES.md): the header with units, the sick GPU's fields in brackets, values with their units."""
+    from checks.gpu import check_table
+    sick = parse_query_csv(read("nvidia-smi-query-gpu-csv/slurm-h100-requires-reset.csv"))
+    well = parse_query_csv(read("nvidia-smi-query-gpu-csv/slurm-h100-healthy-neighbour.csv"))
+    assert sick[0]["temperature.gpu"] is None and sick[0]["utilization.gpu"] is None
+    assert number(sick[0]["memory.used"]) == 0 and number(well[0]["memory.used"]) == 80620
+    assert [f[:2] for f in sick[0][FAULTS]] == [("temperature.gpu", "[GPU requires reset]"),
+                                                ("utilization.gpu", "[GPU requires reset]")]
+    assert well[0][FAULTS] == [] and number(well[0]["utilization.gpu"]) == 100
+    blank = dict.fromkeys(("name", "pci.bus_id", "driver_version", "persistence_mode", "ecc.mode.current",
+                           "ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
+                           "pcie.link.width.current", "pcie.link.width.max", "pcie.link.gen.current",
+                           "pcie.link.gen.max", "throttle"))
+    lost = [v for v in check_table([{**blank, **sick[0], "persistence_mode": "Enabled"}], {"count": 1})
+            if v.severity != "ok"]
+    assert [(v.id, v.severity) for v in lost] == [("GPU_LOST", "fail")], lost
+    assert "nvidia-smi printed [GPU requires reset] for temperature.gpu, utilization.gpu" in lost[0].message
 
 
 def test_not_available_placeholders_are_no_value_and_no_fault():
