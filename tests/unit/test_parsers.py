@@ -373,6 +373,9 @@ def test_ib_write_bw_bidirectional_is_read_per_direction():
 
 def test_ib_write_bw_older_four_columns():
     assert parse_ib_write_bw(read("ib_write_bw/kiln-made-old-four-columns.txt")) == {65536: 5871.90 * 8 / 1000}
+    # real: an older perftest on an InfiniBand pair (MTU 2048, no MsgRate column), its address lines
+    # wrapped where the notes it was pasted in wrapped them
+    assert parse_ib_write_bw(read("ib_write_bw/notes-old-perftest-ib-four-columns.txt")) == {65536: 939.37 * 8 / 1000}
 
 
 def test_ib_write_bw_with_a_unit_kiln_does_not_read_is_refused_with_that_reason():
@@ -489,6 +492,26 @@ def test_not_available_placeholders_are_no_value_and_no_fault():
 def test_a_placeholder_kiln_does_not_know_is_refused():
     with pytest.raises(CheckError, match=r"printed '\[Driver Reloading\]' in place of a value"):
         parse_query_csv(_table("0", "[Driver Reloading]"), ["f"] * 13)
+
+
+def test_real_bridged_pairs_of_pcie_cards_pass_and_a_card_left_without_its_bridge_fails():
+    """Two real `nvlink -s` of RTX A6000 nodes joined in pairs by NVLink bridges (SOURCES.md): a Slurm
+    node of 8 cards in four bridged pairs (4 links each, space-indented as pasted in a forum), and a
+    3-card machine whose third card has no bridge ("all links are inActive")."""
+    from checks.gpu import check_nvlink
+    from checks.node import Node, Result
+
+    def node(name):
+        text = read(f"nvidia-smi-nvlink-status/{name}")
+        return Node("gpu01", lambda command: Result(0, text, ""))
+
+    eight = "unige-baobab-gpu048-8x-a6000-bridged-pairs.txt"
+    gpus = parse_nvlink_status(read(f"nvidia-smi-nvlink-status/{eight}"))
+    assert sorted(gpus) == list(range(8)) and all(g["links"] == {n: 14.062 for n in range(4)} for g in gpus.values())
+    (v,) = check_nvlink(node(eight), 4, bridged=True)
+    assert (v.id, v.severity) == ("GPU_NVLINK_INACTIVE", "ok"), v
+    (v,) = check_nvlink(node("notes-3x-a6000-one-pair-bridged.txt"), 4, bridged=True)
+    assert (v.id, v.severity) == ("GPU_NVLINK_INACTIVE", "fail") and "gpu2" in v.message and "gpu0" not in v.message, v
 
 
 def test_bridged_nvlink_counts_active_links_and_leaves_unbridged_slots_alone():
