@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--kinds", default="nspawn", help="nspawn, vm or both (comma-separated)")
     ap.add_argument("--first-job", action="store_true", help="boot from cached images and time the first Slurm job")
     args = ap.parse_args()
-    base.ensure_base(lambda m: None)
+    base.base_tree("debian12", lambda m: None)
     rows = []
     for kind in args.kinds.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
@@ -110,7 +110,7 @@ def main() -> None:
                 images = images_for(tb, size, inventory) if args.first_job else ()
                 if kind == "vm":  # the bare VM disk is made once, not timed
                     tb.proxy.start()
-                    base.ensure_vm_disk(lambda m: None, tb.proxy.url)
+                    base.ensure_vm_disk("debian12", lambda m: None, tb.proxy.url)
                 start = time.perf_counter()
                 tb.up(size, inventory_dir=inventory, images=images)
                 up_s = time.perf_counter() - start

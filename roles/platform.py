@@ -1,7 +1,7 @@
 """What differs between the node operating systems kiln supports: package names, paths, services.
 
-Roles never test the OS themselves; they ask the node's ``Platform``. Debian 12 runs live on the
-testbed; Ubuntu 22.04/24.04 and Rocky 9 are shown by op-list tests from recorded facts
+Roles never test the OS themselves; they ask the node's ``Platform``. Debian 12 and Debian 13 run
+live on the testbed; Ubuntu 22.04/24.04 and Rocky 9 are shown by op-list tests from recorded facts
 (tests/plan/). An OS not listed here stops the run before any change (see ``platform_for``).
 
 Rocky 9 takes Slurm from OpenHPC 3 (``*-ohpc`` packages, repository from the ``ohpc-release``
@@ -62,6 +62,8 @@ _DEB_SLURM = SlurmPackages(
 
 PLATFORMS: dict[str, Platform] = {
     "debian12": Platform("debian12", "debian", "debian", 12, _DEB_SLURM),
+    # Debian 13: systemd 257 on the unified cgroup hierarchy only, Slurm 24.11, kernel 6.12
+    "debian13": Platform("debian13", "debian", "debian", 13, _DEB_SLURM),
     "ubuntu2204": Platform("ubuntu2204", "debian", "ubuntu", 22, _DEB_SLURM),
     "ubuntu2404": Platform("ubuntu2404", "debian", "ubuntu", 24, _DEB_SLURM),
     "rocky9": Platform(

@@ -57,6 +57,13 @@ MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge
 # slurmd exits when slurmctld cannot be reached to fetch the files (nodes booting before the
 # controller, a deploy starting both at once): systemd starts it again every 5 s, without limit.
 CONFIGLESS_UNIT = "/etc/systemd/system/slurmd.service.d/configless.conf"
+# Debian 12's slurmd unit waits for slurm.conf; Slurm 24.11's (Debian 13) does not, so the start its
+# package's script makes before kiln has written slurm.conf looks for a configless server in DNS and
+# hangs until systemd's start timeout (90 s of every first deploy). Written before the packages; named to
+# sort before configless.conf, whose empty ConditionPathExists= clears it on configless nodes.
+CONF_WAIT_UNIT = "/etc/systemd/system/slurmd.service.d/00-kiln-slurm-conf.conf"
+CONF_WAIT_DROPIN = ("# Written by kiln: slurmd starts once slurm.conf is there (not before kiln wrote it)\n"
+                    "[Unit]\nConditionPathExists=/etc/slurm/slurm.conf\n")
 STORAGE_UNIT = "/etc/systemd/system/slurmd.service.d/kiln-storage.conf"
 STORAGE_DROPIN = ("# Written by kiln: slurmd (and so every job) only with the network filesystems mounted\n"
                   "[Unit]\nRequiresMountsFor={paths}\n")
@@ -109,6 +116,11 @@ def install(ctx: NodeContext) -> None:
         packages |= {p: version for p in platform.slurm.dbd}
     if "compute" in which:
         packages |= {p: version for p in platform.slurm.compute + platform.slurm.pam_adopt}
+        _directory(ctx, "slurm: slurmd drop-in directory", "/etc/systemd/system/slurmd.service.d", "root", "755")
+        dropin = ctx.put(CONF_WAIT_UNIT, CONF_WAIT_DROPIN, mode="644",
+                         name="slurm: slurmd waits for slurm.conf (the package's own start)")
+        server.shell(commands=[DAEMON_RELOAD], name="slurm: reload systemd (if the slurm.conf wait changed)",
+                     _if=when_changed(dropin))
     # The packages' scripts chown the directories they ship (slurmd's spool to slurm:slurm): when they
     # ran, kiln's directories are set again instead of compared with the snapshot taken before.
     ctx.mark("slurm_packages", pinned_packages(name=f"slurm: packages at {version}, held", ctx=ctx, packages=packages))
@@ -135,7 +147,6 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
                      _if=when_changed(dropin))
     if "compute" in which:
         _directory(ctx, "slurm: slurmd spool", "/var/lib/slurm/slurmd", "root", "755")
-        _directory(ctx, "slurm: slurmd drop-in directory", "/etc/systemd/system/slurmd.service.d", "root", "755")
         ctx.mark("slurmd_unit", ctx.put("/etc/systemd/system/slurmd.service.d/kiln.conf",
                                         render("slurm/slurmd-kiln.conf.j2"), mode="644",
                                         name="slurm: slurmd after nvidia-persistenced"))

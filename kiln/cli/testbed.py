@@ -12,14 +12,17 @@ from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, json_option, testbed_in
 from kiln.testbed.simulate import FAULTS
 
 name_option = click.option("--name", default="kiln", show_default=True, help="testbed name (up to 8 letters/digits)")
+os_option = click.option("--os", "node_os", type=click.Choice(["debian12", "debian13"]), default=None,
+                         help="the nodes' OS (default for a new testbed: debian12; an existing one keeps its own; "
+                         "another OS makes every node again)")
 
 
-def _testbed(name: str, kind: str | None = None):
+def _testbed(name: str, kind: str | None = None, node_os: str | None = None):
     from kiln.testbed.host import TestbedError
     from kiln.testbed.testbed import Testbed
 
     try:
-        return Testbed(name=name, progress=lambda m: click.echo(m, err=True), node_kind=kind)
+        return Testbed(name=name, progress=lambda m: click.echo(m, err=True), node_kind=kind, node_os=node_os)
     except TestbedError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -47,15 +50,17 @@ def testbed() -> None:
 @click.option("--kind", type=click.Choice(["nspawn", "vm"]), default=None,
               help="nspawn: containers sharing this host's kernel (default for a new testbed); vm: QEMU virtual "
               "machines with their own kernel (cgroup v2, modules, real reboots; KVM where it works, else emulation)")
+@os_option
 @name_option
 @json_option
-def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | None, as_json: bool) -> None:
+def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | None, node_os: str | None,
+       as_json: bool) -> None:
     """Build the testbed, or boot the nodes that are down from their own disks, and write inventory/testbed/."""
     from kiln.testbed.host import TestbedError
 
     from kiln.cli.progress import Progress
 
-    tb = _testbed(name, kind)
+    tb = _testbed(name, kind, node_os)
     # what each node is doing, live on a terminal (on standard error: --json keeps standard output)
     try:
         with Progress.for_command(f"testbed {name} up", [n.name for n in tb.node_list(nodes)], as_json,
@@ -70,12 +75,13 @@ def up(nodes: int, name: str, images: tuple[str, ...], fresh: bool, kind: str | 
 @testbed.command("inventory")
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 200))
 @click.option("--kind", type=click.Choice(["nspawn", "vm"]), default=None, help="as for up")
+@os_option
 @name_option
-def inventory_cmd(nodes: int, kind: str | None, name: str) -> None:
+def inventory_cmd(nodes: int, kind: str | None, node_os: str | None, name: str) -> None:
     """Write the inventory `up` with these options will have, before any node exists (to build its images first)."""
     from kiln.testbed.host import TestbedError
 
-    tb = _testbed(name, kind)
+    tb = _testbed(name, kind, node_os)
     try:
         tb.write_inventory(nodes, testbed_inventory(name))
     except TestbedError as exc:

@@ -1,14 +1,24 @@
 """The base root filesystem an image starts from, per OS: what is bootstrapped before any role runs.
 
 Debian and Ubuntu: ``debootstrap`` (minbase plus what a node needs to boot and be reached: systemd,
-openssh-server, python3 for kiln's checks). Rocky 9: ``dnf --installroot`` with the same set. Only
-Debian 12 is built live on these machines (the testbed's base: kiln/testbed/base.py builds it, keyed
-by its recipe); the others are plans (``bootstrap_commands``), reviewed in tests/plan.
+openssh-server, python3 for kiln's checks). Rocky 9: ``dnf --installroot`` with the same set. Debian 12
+and Debian 13 are built live on these machines (``ensure_base``: cached, keyed by the recipe); the
+others are plans (``bootstrap_commands``), reviewed in tests/plan.
+
+A base is an image like any other: the image build copies it and runs roles' install stages into the
+copy (kiln/image/build.py), and the testbed boots it, bare or as an image built from it
+(kiln/testbed). Neither of those is imported here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 from kiln.shell import command
 
@@ -23,22 +33,30 @@ RPM_PACKAGES = ("systemd", "dbus", "openssh-server", "iproute", "iputils", "pyth
 class BaseRecipe:
     os: str
     tool: str          # debootstrap | dnf
-    release: str       # suite (bookworm, jammy, noble) or releasever (9)
+    release: str       # suite (bookworm, trixie, jammy, noble) or releasever (9)
     mirror: str
+    name: str = ""     # as people say it: "Debian 12"
+    # Debian: the suites a node's apt reads beside the release (updates, backports; security apart)
+    suites: tuple[str, ...] = ()
 
     @property
     def packages(self) -> tuple[str, ...]:
         return DEB_PACKAGES if self.tool == "debootstrap" else RPM_PACKAGES
 
 
+DEBIAN = "http://deb.debian.org/debian"
 BASES = {
-    "debian12": BaseRecipe("debian12", "debootstrap", "bookworm", "http://deb.debian.org/debian"),
-    "ubuntu2204": BaseRecipe("ubuntu2204", "debootstrap", "jammy", "http://archive.ubuntu.com/ubuntu"),
-    "ubuntu2404": BaseRecipe("ubuntu2404", "debootstrap", "noble", "http://archive.ubuntu.com/ubuntu"),
-    "rocky9": BaseRecipe("rocky9", "dnf", "9", "https://dl.rockylinux.org/pub/rocky/9"),
+    "debian12": BaseRecipe("debian12", "debootstrap", "bookworm", DEBIAN, "Debian 12", ("bookworm-updates",)),
+    # Debian 13: backports too, where Debian publishes its newer NVIDIA driver builds (NotAutomatic:
+    # nothing comes from there unless a pin asks for its version)
+    "debian13": BaseRecipe("debian13", "debootstrap", "trixie", DEBIAN, "Debian 13",
+                           ("trixie-updates", "trixie-backports")),
+    "ubuntu2204": BaseRecipe("ubuntu2204", "debootstrap", "jammy", "http://archive.ubuntu.com/ubuntu", "Ubuntu 22.04"),
+    "ubuntu2404": BaseRecipe("ubuntu2404", "debootstrap", "noble", "http://archive.ubuntu.com/ubuntu", "Ubuntu 24.04"),
+    "rocky9": BaseRecipe("rocky9", "dnf", "9", "https://dl.rockylinux.org/pub/rocky/9", "Rocky Linux 9"),
 }
 
-LIVE = ("debian12",)  # bases kiln builds on these machines; the others are planned
+LIVE = ("debian12", "debian13")  # bases kiln builds on these machines; the others are planned
 
 
 def bootstrap_commands(os: str, root: str) -> list[str]:
@@ -53,3 +71,111 @@ def bootstrap_commands(os: str, root: str) -> list[str]:
     return [command("dnf", "-y", "--installroot", root, "--releasever", base.release, "--setopt=install_weak_deps=False",
                     "--nogpgcheck", *repos, "install", *base.packages),
             command("dnf", "-y", "--installroot", root, "clean", "all")]
+
+
+# --- the live bases (Debian) ---
+
+CACHE = Path("/var/cache/kiln/bases")
+RECIPE_VERSION = "4"
+
+# Container nodes on a host with the hybrid cgroup layout (Debian 12's): the node's own v1 freezer and
+# devices cgroups remounted writable early in boot, before Slurm's proctrack/cgroup and
+# ConstrainDevices need them. On a unified hierarchy (Debian 13 nodes, VMs) there is nothing to remount
+# and the unit does nothing.
+CGROUP_RW_UNIT = """[Unit]
+Description=kiln: make this node's freezer and devices cgroups writable (container nodes, hybrid cgroups)
+DefaultDependencies=no
+After=sys-fs-cgroup.mount
+Before=sysinit.target
+ConditionPathIsDirectory=/sys/fs/cgroup/freezer
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=-/bin/mount -o remount,bind,rw /sys/fs/cgroup/freezer
+ExecStart=-/bin/mount -o remount,bind,rw /sys/fs/cgroup/devices
+
+[Install]
+WantedBy=sysinit.target
+"""
+APT_RETRIES = 'Acquire::Retries "5";\nAcquire::http::Timeout "30";\nAPT::Install-Recommends "false";\n'
+
+
+def apt_sources(os: str) -> str:
+    """deb822 sources of a Debian base: the release and its suites, and security. contrib and non-free
+    too: Debian's NVIDIA driver packages depend on glx-alternative-nvidia, which lives in contrib."""
+    base = BASES[os]
+    parts = "Components: main contrib non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    return (f"Types: deb\nURIs: {base.mirror}\nSuites: {' '.join((base.release, *base.suites))}\n{parts}\n"
+            f"Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: {base.release}-security\n{parts}")
+
+
+def recipe_hash(os: str) -> str:
+    base = BASES[os]
+    text = "\n".join([RECIPE_VERSION, os, base.release, base.mirror, *base.packages, CGROUP_RW_UNIT,
+                      apt_sources(os), APT_RETRIES])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def base_dir(os: str) -> Path:
+    return CACHE / f"{os}-{recipe_hash(os)}"
+
+
+def ensure_base(os: str, progress: Callable[[str], None]) -> Path:
+    """The base rootfs of ``os``, built with debootstrap if missing. Returns its path. The build goes
+    to a temporary directory renamed into place only when complete, so a killed build never leaves a
+    half base behind; a base of an older recipe of the same OS is removed."""
+    if os not in LIVE:
+        raise ValueError(f"kiln builds the {os} base as a plan only; live bases: {', '.join(LIVE)}")
+    final = base_dir(os)
+    rootfs = final / "rootfs"
+    if (final / "complete").exists():
+        return rootfs
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for stale in CACHE.glob(f"{os}-*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)  # a build killed half-way
+    tmp = CACHE / f"{final.name}.tmp"
+    started = time.monotonic()
+    progress(f"building the {BASES[os].name} base with debootstrap (once; cached in {final})")
+    _run(["sh", "-c", bootstrap_commands(os, str(tmp / "rootfs"))[0]], timeout=900)
+    _customize(os, tmp / "rootfs")
+    (tmp / "complete").write_text(f"{recipe_hash(os)}\n")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    for old in CACHE.glob(f"{os}-*"):
+        if old != final and not old.name.endswith(".tmp"):
+            shutil.rmtree(old, ignore_errors=True)  # an older recipe
+    progress(f"{BASES[os].name} base built in {time.monotonic() - started:.0f} s")
+    return rootfs
+
+
+class BaseBuildError(Exception):
+    """A base could not be built (debootstrap or the chroot's systemctl failed); nothing is left half-made."""
+
+
+def _run(cmd: list[str], timeout: float = 120) -> None:
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise BaseBuildError(f"{' '.join(cmd[:3])} timed out after {timeout:.0f} s") from exc
+    if result.returncode != 0:
+        raise BaseBuildError(f"{' '.join(cmd[:3])} exited {result.returncode}: "
+                             f"{(result.stderr or result.stdout).strip()[-2000:]}")
+
+
+def _customize(os: str, root: Path) -> None:
+    for key in (root / "etc" / "ssh").glob("ssh_host_*"):
+        key.unlink()  # each machine gets its own host keys
+    (root / "etc" / "machine-id").write_text("")
+    unit = root / "etc" / "systemd" / "system" / "kiln-cgroup-rw.service"
+    unit.write_text(CGROUP_RW_UNIT)
+    wants = root / "etc" / "systemd" / "system" / "sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "kiln-cgroup-rw.service").symlink_to("/etc/systemd/system/kiln-cgroup-rw.service")
+    _run(["chroot", str(root), "systemctl", "enable", "systemd-networkd"])
+    # No DNS in nodes and no NIC to wait for beyond the first: do not hold boot for it.
+    _run(["chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service"])
+    (root / "etc" / "apt" / "sources.list").write_text("")
+    (root / "etc" / "apt" / "sources.list.d" / "debian.sources").write_text(apt_sources(os))
+    (root / "etc" / "apt" / "apt.conf.d" / "80kiln-retries").write_text(APT_RETRIES)

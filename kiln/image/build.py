@@ -2,7 +2,7 @@
 
 1. The recipe (kiln/image/recipe.py) names the image; an image of that name in the store is reused
    as it is (only outputs it lacks are made), so an unchanged recipe costs a plan, not a build.
-2. The base root filesystem for the OS (Debian 12: the testbed's debootstrap base) is copied to
+2. The base root filesystem for the OS (Debian 12 or 13: kiln/image/base.py, debootstrapped once) is copied to
    ``NAME.tmp/rootfs``.
 3. Every role's install stage for the target's hosts runs into it through pyinfra's chroot
    connector, in a private mount namespace (kiln/image/chroot.py), with services kept from starting.
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from kiln import __version__
+from kiln.image import base as image_base
 from kiln.image import manifest as manifest_mod
 from kiln.image import store as image_store
 from kiln.image.chroot import BUILD_PROXY, POLICY_RC, STEP
@@ -110,17 +111,20 @@ def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: C
 
 def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, proxy: str | None,
                 root_store: Path, step: Callable[[str], None]) -> None:
-    if recipe.os != "debian12":
+    if recipe.os not in image_base.LIVE:
         raise ImageBuildError(f"{recipe.target}: kiln builds {recipe.os} images as a plan only "
-                              "(kiln image build --plan); live builds are Debian 12")
+                              f"(kiln image build --plan); live builds: {', '.join(image_base.LIVE)}")
     for stale in image_store.stale_builds(root_store):
         progress(f"removing {stale.name}, left by a build that did not finish")
         shutil.rmtree(stale)
-    from kiln.testbed import base as testbed_base
-    base = testbed_base.ensure_base(progress)
+    try:
+        base = image_base.ensure_base(recipe.os, progress)
+    except image_base.BaseBuildError as exc:
+        raise ImageBuildError(f"{recipe.target}: {exc}") from exc
     tmp = root_store / f"{recipe.name}.tmp"
-    progress(f"{recipe.name}: copying the Debian 12 base")
-    step("copying the Debian 12 base")
+    name = image_base.BASES[recipe.os].name
+    progress(f"{recipe.name}: copying the {name} base")
+    step(f"copying the {name} base")
     tmp.mkdir()
     _run(["cp", "-a", "--reflink=auto", str(base), str(tmp / "rootfs")], "copy the base", 600)
     root = tmp / "rootfs"

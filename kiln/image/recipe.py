@@ -84,9 +84,8 @@ def select(cluster: Cluster, node_type: str | None = None, group: str | None = N
 
 
 def base_hash(os: str) -> str:
-    if os == "debian12":
-        from kiln.testbed import base as testbed_base
-        return testbed_base.recipe_hash()
+    if os in image_base.LIVE:
+        return image_base.recipe_hash(os)
     return hashlib.sha256("\n".join(image_base.bootstrap_commands(os, "ROOT")).encode()).hexdigest()[:12]
 
 

@@ -352,6 +352,31 @@ def check_versions(raw: RawInventory, hosts: dict[str, model.Host], values: dict
     return resolved
 
 
+def check_one_slurm_os(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
+    """The hosts that run Slurm run one OS release. A cluster has one Slurm pin, and a package version
+    names one release's package (``22.05.8-4+deb12u3`` is Debian 12's; Debian 13 carries 24.11): a
+    Debian 12 controller beside Debian 13 compute nodes would be asked to install a package that is
+    not there, or to run a slurmd newer than its slurmctld, which Slurm never allows (and 22.05 to
+    24.11 is four majors apart, past SchedMD's window). Hosts outside Slurm (a storage server) may run
+    another OS. Each host of an OS other than the most common one is named, with its kiln_os line."""
+    by_os: dict[str, list[str]] = defaultdict(list)
+    for host in hosts.values():
+        if "slurm" in host.roles and host.os:
+            by_os[host.os].append(host.name)
+    if len(by_os) < 2:
+        return
+    counts = sorted(by_os.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    main_os, main_hosts = counts[0]
+    for other_os, names in counts[1:]:
+        for name in names[:5]:
+            file, line = raw.origin("kiln_os", host=name)
+            add(file, "kiln_os", f"{name} runs {other_os} but {len(main_hosts)} other Slurm host(s) "
+                f"({', '.join(main_hosts[:3])}) run {main_os}: the hosts that run Slurm share one Slurm pin and "
+                f"must run one OS release (a package version names one release's package, and slurmd may never "
+                f"be newer than slurmctld); move a cluster to a new release by reinstalling it, or keep the "
+                f"other release in a cluster of its own", line)
+
+
 def check_secrets_dir(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     """The secrets directory stays in a place the operator owns: a relative kiln_secrets_dir may not
     climb out of the directory that holds the inventory (``../../other-team/secrets`` would hand

@@ -9,7 +9,7 @@ from kiln.inventory import model
 from kiln.inventory.loader import RawInventory
 
 # Operating systems whose own repositories carry Prometheus, Alertmanager and node_exporter
-MONITORING_OS = ("debian12", "ubuntu2204", "ubuntu2404")
+MONITORING_OS = ("debian12", "debian13", "ubuntu2204", "ubuntu2404")
 
 
 def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any], add: Any) -> None:

@@ -20,8 +20,9 @@ UNAVAILABLE = {
     "ubuntu": ("dcgm", "dcgm_exporter"),
     "cuda": (),
 }
-# The OS each source serves.
-SOURCE_OS = {"debian": ("debian12",), "ubuntu": ("ubuntu2204", "ubuntu2404"),
+# The OS each source serves. NVIDIA's CUDA repository has no Debian 13 tree (repos/ lists debian10 to
+# debian12): Debian 13's GPU nodes take Debian's own non-free driver.
+SOURCE_OS = {"debian": ("debian12", "debian13"), "ubuntu": ("ubuntu2204", "ubuntu2404"),
              "cuda": ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")}
 
 
@@ -36,8 +37,11 @@ def check(raw, hosts: dict[str, model.Host], values: dict[str, Any], pins: dict[
     add_pin = lambda key, message: out.add(pins_file, key, message, pins_line)  # noqa: E731
     wrong_os = sorted({h.os for h in gpu_hosts if h.os not in SOURCE_OS[source]})
     if wrong_os:
+        serving = [name for name, oses in SOURCE_OS.items() if all(os in oses for os in wrong_os)]
         add_setting("kiln_nvidia_source", f"source {source!r} has no packages for {', '.join(wrong_os)} "
-                f"(GPU nodes run it): use cuda (NVIDIA's repository), which serves every supported OS")
+                f"(GPU nodes run it): use " + (" or ".join(serving) if serving else "one source per OS in "
+                "clusters of their own") + f" (sources by OS: " + "; ".join(
+                    f"{name}: {', '.join(oses)}" for name, oses in SOURCE_OS.items()) + ")")
     for pin in UNAVAILABLE[source]:
         if pins.get(pin):
             add_pin(f"kiln_versions.{pin}", f"{pin} {pins[pin]!r} is not packaged in the {source} "

@@ -30,7 +30,7 @@ from kiln.inventory.strict import Strict as _Strict
 
 PREFIX = "kiln_"
 
-SUPPORTED_OS = ("debian12", "ubuntu2204", "ubuntu2404", "rocky9")
+SUPPORTED_OS = ("debian12", "debian13", "ubuntu2204", "ubuntu2404", "rocky9")
 SERVICE_ACCOUNTS = ("slurm", "munge")
 FABRIC_TYPES = ("infiniband", "roce", "rxe", "ethernet", "none")
 

@@ -84,6 +84,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
         hosts = {n: dataclasses.replace(h, monitored=True) for n, h in hosts.items()}
     cluster_checks.check_groups(raw, cluster_values, out.add)
     cluster_checks.check_compute(raw, hosts, out.add)
+    cluster_checks.check_one_slurm_os(raw, hosts, out.add)
     cluster_checks.check_addresses(raw, hosts, cluster_values, out.add)
     cluster_checks.check_storage_servers(raw, hosts, out.add)
     cluster_checks.check_filesystem_clients(raw, hosts, cluster_values, out.add)

@@ -13,22 +13,20 @@ if TYPE_CHECKING:
     from kiln.testbed.nspawn import Node
     from kiln.testbed.testbed import Testbed
 
-# What Debian 12 carries; the testbed's nodes install exactly these. The NVIDIA driver comes from
-# Debian's non-free archive (bookworm has 535.261.03-1, bookworm-security 535.309.01-0+deb12u1: a real
-# upgrade to roll out). Debian packages no NCCL, DCGM or fabric manager, and the CUDA toolkit (2 GB a
-# node) is left out: those pins are "" (the fabric manager unit on compute nodes is the simulator's).
-TESTBED_VERSIONS = {
-    "slurm": "22.05.8-4+deb12u3",
-    "nvidia_driver": "535.261.03-1",
-    "cuda": "",
-    "nccl": "",
-    "dcgm": "",
-    "fabricmanager": "",
-    "prometheus": "2.42.0+ds-5+deb12u1",
-    "alertmanager": "0.25.0-1+b4",
-    "node_exporter": "1.5.0-1+b6",
+# What each Debian release carries; the testbed's nodes install exactly these. The NVIDIA driver comes
+# from Debian's non-free archive, with a real upgrade to roll out: bookworm has 535.261.03-1 and
+# bookworm-security 535.309.01-0+deb12u1; trixie has 550.163.01-2 and trixie-backports 550.163.01-4~bpo13+1.
+# Debian packages no NCCL, DCGM or fabric manager, and the CUDA toolkit (2 GB a node) is left out: those
+# pins are "" (the fabric manager unit on compute nodes is the simulator's).
+_NOT_PACKAGED = {"cuda": "", "nccl": "", "dcgm": "", "fabricmanager": ""}
+VERSIONS_BY_OS = {
+    "debian12": {"slurm": "22.05.8-4+deb12u3", "nvidia_driver": "535.261.03-1", **_NOT_PACKAGED,
+                 "prometheus": "2.42.0+ds-5+deb12u1", "alertmanager": "0.25.0-1+b4", "node_exporter": "1.5.0-1+b6"},
+    "debian13": {"slurm": "24.11.5-4+deb13u1", "nvidia_driver": "550.163.01-2", **_NOT_PACKAGED,
+                 "prometheus": "2.53.3+ds1-2", "alertmanager": "0.28.1+ds-1", "node_exporter": "1.9.0-1+b4"},
 }
-DRIVER_UPGRADE = "535.309.01-0+deb12u1"
+DRIVER_UPGRADES = {"debian12": "535.309.01-0+deb12u1", "debian13": "550.163.01-4~bpo13+1"}
+TESTBED_VERSIONS, DRIVER_UPGRADE = VERSIONS_BY_OS["debian12"], DRIVER_UPGRADES["debian12"]
 
 # Compute nodes get this many stand-in GPU device files (see Testbed._node_files): enough for Slurm's
 # GPU GRES to be exercised for real; there is no GPU behind them.
@@ -67,6 +65,7 @@ REMEDIATION = {"enabled": True, "interval_seconds": 10, "settle_seconds": 20}
 # hierarchies read-only, so Slurm constrains devices (GPUs) there, not cores or memory.
 NSPAWN_SETTINGS = {"kiln_remediation": REMEDIATION, "kiln_slurm_cgroup_plugin": "cgroup/v1", "kiln_slurm_constrain_cores_memory": False,
                    "kiln_health_check_interval": HEALTH_CHECK_INTERVAL}
+
 # VMs have their own kernel: what a real node runs (cgroup v2; cores, memory and devices constrained;
 # jobacct_gather/cgroup follows from the constraints; reboots through RebootProgram are real).
 VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_cores_memory": True,
@@ -160,7 +159,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
     cpus = os.cpu_count() or 2
     (tmp / "group_vars" / "all" / "testbed.yml").write_text(header + yaml.safe_dump({
         "kiln_cluster_name": testbed.name,
-        "kiln_os": "debian12",
+        "kiln_os": testbed.node_os,
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(testbed.key),
         "kiln_ssh_known_hosts_file": str(testbed.known_hosts),
@@ -205,7 +204,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"}, *shared_mounts],
     }, sort_keys=False))
     (tmp / "group_vars" / "all" / "versions.yml").write_text(header + yaml.safe_dump(
-        {"kiln_versions": TESTBED_VERSIONS}, sort_keys=False))
+        {"kiln_versions": VERSIONS_BY_OS[testbed.node_os]}, sort_keys=False))
     (tmp / ".kiln-testbed").write_text(testbed.name + "\n")
     if path.exists():
         if not (path / ".kiln-testbed").exists():

@@ -25,7 +25,7 @@ from kiln.testbed.host import (TestbedError, TestbedUnavailable, kill_and_wait, 
                                require_tools, run)
 from kiln.testbed import simulate
 from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_NVLINKS, SIM_RATE,
-                                    TESTBED_VERSIONS, write_inventory)
+                                    VERSIONS_BY_OS, write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
 from kiln.testbed.vm import VmNodes, stray_processes
 from kiln.versions import upstream
@@ -49,6 +49,7 @@ class Testbed:
     name: str = "kiln"
     progress: Callable[[str], None] = print
     node_kind: str | None = None  # nspawn | vm; None: what the testbed was made with (nspawn if new)
+    node_os: str | None = None    # debian12 | debian13; None: what the testbed was made with (debian12 if new)
     # what each node is doing during ``up`` (step(node, what) / finish(node, outcome, detail)):
     # kiln.cli.progress.Progress, or None
     events: Any = None
@@ -61,6 +62,10 @@ class Testbed:
         self.state = STATE_ROOT / self.name
         self.recorded_kind = self._recorded().get("kind", "nspawn" if (self.state / "testbed.json").exists() else None)
         self.node_kind = self.node_kind or self.recorded_kind or "nspawn"
+        if self.node_os not in (None, *base_image.OSES):
+            raise TestbedError(f"--os {self.node_os}: use one of {', '.join(base_image.OSES)}")
+        self.recorded_os = self._recorded().get("os", "debian12") if self.recorded_kind else None
+        self.node_os = self.node_os or self.recorded_os or "debian12"
         index = 1 + int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 250 if self.name != "kiln" else 0
         self.subnet = f"10.213.{index}"
         self.bridge = f"kb-{self.name}"
@@ -121,9 +126,9 @@ class Testbed:
         started = time.monotonic()
         nodes = self.node_list(count)
         lowers = self._image_lowers(nodes, images)
-        if self.recorded_kind not in (None, self.node_kind):
-            self.progress(f"testbed {self.name} was made of {self.recorded_kind} nodes; making it again of "
-                          f"{self.node_kind} nodes")
+        if self.recorded_kind not in (None, self.node_kind) or self.recorded_os not in (None, self.node_os):
+            self.progress(f"testbed {self.name} was made of {self.recorded_kind} nodes running {self.recorded_os}; "
+                          f"making it again of {self.node_kind} nodes running {self.node_os}")
             self.teardown(remove_state=False, kind=self.recorded_kind)
             fresh = True
         if not fresh and self._healthy(nodes, lowers):
@@ -141,7 +146,7 @@ class Testbed:
         if not recorded:
             self.progress(f"clearing what an earlier run of testbed {self.name} left behind")
             self.teardown(remove_state=False)
-        base = base_image.ensure_base(self.progress)
+        base = base_image.base_tree(self.node_os, self.progress)
         self.state.mkdir(parents=True, exist_ok=True)
         self.shared.mkdir(parents=True, exist_ok=True)
         if self.node_kind == "nspawn":
@@ -150,7 +155,7 @@ class Testbed:
         self.proxy.start()
         self._keys()
         if self.node_kind == "vm":
-            kind = self.kind(base_image.ensure_vm_disk(self.progress, self.proxy.url))
+            kind = self.kind(base_image.ensure_vm_disk(self.node_os, self.progress, self.proxy.url))
             kind.lower = {name: self._image_disk(image) for name, image in lowers.items()}
         else:
             kind = self.kind(base)
@@ -220,9 +225,9 @@ class Testbed:
         return image.path / "image.qcow2"
 
     def _record(self, nodes: list[Node], lowers: dict, kind) -> None:
-        self.recorded_kind = self.node_kind
+        self.recorded_kind, self.recorded_os = self.node_kind, self.node_os
         (self.state / "testbed.json").write_text(json.dumps({
-            "name": self.name, "kind": self.node_kind, "bridge": self.bridge, "subnet": self.subnet,
+            "name": self.name, "kind": self.node_kind, "os": self.node_os, "bridge": self.bridge, "subnet": self.subnet,
             "nodes": [{"name": n.name, "address": n.address, "role": n.role, "dir": str(n.dir),
                        "image": lowers[n.name].name if n.name in lowers else None, "lower": kind.lower_of(n)}
                       for n in nodes],
@@ -395,7 +400,7 @@ class Testbed:
         if not simulate.available():
             self.progress("tool simulators not found (kiln/testbed/simulators): GPU checks will see no nvidia-smi")
             return
-        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, upstream(TESTBED_VERSIONS["nvidia_driver"]), SIM_NVLINKS,
+        command = simulate.init_command(GPUS_PER_NODE, SIM_GPU_MODEL, upstream(VERSIONS_BY_OS[self.node_os]["nvidia_driver"]), SIM_NVLINKS,
                                         SIM_HCAS, SIM_RATE)
         for node in nodes:
             self.ssh(node.name, command)
@@ -453,7 +458,7 @@ class Testbed:
                 result = kind.exec(node, ["systemctl", "is-system-running"], timeout=10)
                 state = result.stdout.strip() or "unknown"
             out.append({"name": node.name, "address": node.address, "role": node.role, "state": state})
-        return {"name": self.name, "state_dir": str(self.state), "bridge": self.bridge,
+        return {"name": self.name, "os": self.node_os, "state_dir": str(self.state), "bridge": self.bridge,
                 "bridge_up": link_exists(self.bridge), "apt_proxy": self.proxy.url if self.proxy.running() else None,
                 "ssh_config": str(self.ssh_config), "shared_dir": SHARED_DIR, "nodes": out}
 
@@ -497,3 +502,4 @@ class Testbed:
         if wipe:
             shutil.rmtree(APT_CACHE / self.name, ignore_errors=True)
             shutil.rmtree(base_image.CACHE, ignore_errors=True)
+            shutil.rmtree(base_image.BASES_CACHE, ignore_errors=True)

@@ -104,6 +104,11 @@ CASES = [
          "group_vars/cpu_b.yml", "kiln_memory_mb", "no memory"),
     Case("unsupported_os", {"group_vars/cpu_b.yml": "kiln_cpus: 16\nkiln_memory_mb: 64000\nkiln_os: centos7\n"},
          "group_vars/cpu_b.yml", "kiln_os", "unsupported OS 'centos7'", line=3),
+    # one Slurm pin for the cluster: a release's package version names that release's package, and a
+    # Debian 13 slurmd (24.11) beside a Debian 12 slurmctld (22.05) is one Slurm never runs
+    Case("debian13_compute_beside_debian12_controller",
+         {"group_vars/cpu_b.yml": "kiln_cpus: 16\nkiln_memory_mb: 64000\nkiln_os: debian13\n"},
+         "group_vars/cpu_b.yml", "kiln_os", "runs debian13 but", line=3),
     Case("storage_mount_without_type", {"group_vars/all/cluster.yml": _mount('  - {path: /home, source: "nfs1:/home"}')},
          "group_vars/all/cluster.yml", "kiln_storage_mounts[0].type", "required"),
     Case("storage_mount_relative_path", {"group_vars/all/cluster.yml": _mount('  - {path: home, type: nfs, source: "nfs1:/home"}')},

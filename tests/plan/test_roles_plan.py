@@ -21,12 +21,16 @@ from tests.plan.harness import SECRETS, plan_host
 
 EXPECTED = REPO / "tests" / "plan" / "expected"
 # The Slurm each OS carries (Debian/Ubuntu archives, OpenHPC 3 for Rocky 9).
-SLURM = {"debian12": "22.05.8-4+deb12u3", "ubuntu2204": "21.08.5-2ubuntu1", "ubuntu2404": "23.11.4-1.2ubuntu5",
+SLURM = {"debian12": "22.05.8-4+deb12u3", "debian13": "24.11.5-4+deb13u1", "ubuntu2204": "21.08.5-2ubuntu1", "ubuntu2404": "23.11.4-1.2ubuntu5",
          "rocky9": "23.11.10-320.ohpc.3.2"}
 
 
-# The same NVIDIA driver as each OS's package source spells it (NVIDIA's CUDA repository).
-DRIVER = {"debian12": "550.163.01-1", "ubuntu2204": "550.163.01-0ubuntu1", "ubuntu2404": "550.163.01-0ubuntu1",
+# The same NVIDIA driver as each OS's package source spells it (NVIDIA's CUDA repository; Debian 13,
+# which that repository does not serve: Debian's non-free archive, with its CUDA toolkit and without
+# NCCL, DCGM or fabric manager, as validation requires there).
+DEBIAN13_NVIDIA = {"nvidia_source": "debian"}
+DEBIAN13_PINS = {"cuda": "12.4.131~12.4.1-2", "nccl": "", "dcgm": "", "dcgm_exporter": "", "fabricmanager": ""}
+DRIVER = {"debian12": "550.163.01-1", "debian13": "550.163.01-2", "ubuntu2204": "550.163.01-0ubuntu1", "ubuntu2404": "550.163.01-0ubuntu1",
           "rocky9": "550.163.01-1.el9"}
 
 
@@ -34,6 +38,7 @@ DRIVER = {"debian12": "550.163.01-1", "ubuntu2204": "550.163.01-0ubuntu1", "ubun
 # series); Rocky 9's repositories carry none, so its cluster is planned without the monitoring group
 # (validation refuses one there: kiln/inventory/monitoring_checks.py).
 MONITORING = {"debian12": ("2.42.0+ds-5+deb12u1", "0.25.0-1+b4", "1.5.0-1+b6"),
+              "debian13": ("2.53.3+ds1-2", "0.28.1+ds-1", "1.9.0-1+b4"),
               "ubuntu2204": ("2.31.2+ds1-1ubuntu1.22.04.3", "0.23.0-4ubuntu0.2", "1.3.1-1ubuntu0.22.04.3"),
               "ubuntu2404": ("2.45.3+ds-2ubuntu0.3", "0.26.0+ds-1ubuntu0.3", "1.7.0-1ubuntu0.3")}
 
@@ -45,8 +50,12 @@ def cluster_for(os: str, slurm: str | None = None, driver: str | None = None, **
     if os not in MONITORING:
         cluster = replace(cluster, hosts={n: replace(h, monitored=False) for n, h in cluster.hosts.items()},
                           groups={g: m for g, m in cluster.groups.items() if g != "monitoring"})
-    return replace(cluster, versions=dict(cluster.versions, slurm=slurm or SLURM[os], nvidia_driver=driver,
-                                          fabricmanager=driver, **monitoring),
+    extra_pins = DEBIAN13_PINS if os == "debian13" else {}
+    if os == "debian13":
+        settings = {**DEBIAN13_NVIDIA, **settings}
+    versions = dict(cluster.versions, slurm=slurm or SLURM[os], nvidia_driver=driver, fabricmanager=driver,
+                    **monitoring)
+    return replace(cluster, versions={**versions, **extra_pins},
                    settings=dict(cluster.settings, **{"kiln_" + k: v for k, v in settings.items()}))
 
 

@@ -22,7 +22,7 @@ from tests.plan.facts import fresh
 from tests.plan.harness import assert_reviewed, plan_host
 from tests.plan.test_roles_plan import SLURM, cluster_for
 
-TARGET = {"debian12": "23.11.10-1~bpo12+1", "ubuntu2204": "22.05.11-1ubuntu0.1", "ubuntu2404": "24.05.5-1ubuntu1",
+TARGET = {"debian12": "23.11.10-1~bpo12+1", "debian13": "25.05.3-1~bpo13+1", "ubuntu2204": "22.05.11-1ubuntu0.1", "ubuntu2404": "24.05.5-1ubuntu1",
           "rocky9": "24.11.5-330.ohpc.3.3"}
 
 

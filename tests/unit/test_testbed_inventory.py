@@ -47,13 +47,17 @@ def test_testbed_names_get_distinct_subnets():
     assert len({Testbed(n).subnet for n in names}) == len(names)
 
 
-def test_base_recipe_hash_changes_with_the_recipe(monkeypatch):
-    from kiln.testbed import base
+def test_base_recipe_hash_changes_with_the_recipe_and_differs_per_os(monkeypatch):
+    from kiln.image import base
 
-    before = base.recipe_hash()
-    monkeypatch.setattr(base, "PACKAGES", base.PACKAGES + ("curl",))
-    assert base.recipe_hash() != before
-    assert Path(base.base_dir()).name == f"base-{base.recipe_hash()}"
+    before = {os: base.recipe_hash(os) for os in base.LIVE}
+    assert len(set(before.values())) == len(base.LIVE)
+    monkeypatch.setattr(base, "DEB_PACKAGES", base.DEB_PACKAGES + ("curl",))
+    assert all(base.recipe_hash(os) != before[os] for os in base.LIVE)
+    assert Path(base.base_dir("debian13")).name == f"debian13-{base.recipe_hash('debian13')}"
+    assert "Suites: trixie trixie-updates trixie-backports" in base.apt_sources("debian13")
+    assert "Suites: trixie-security" in base.apt_sources("debian13")
+    assert "bookworm-backports" not in base.apt_sources("debian12")
 
 
 def test_containers_check_their_bind_share_and_vms_their_network_filesystems(tmp_path):
