@@ -1,5 +1,5 @@
-"""Fresh-node facts per OS, as ``NodeSnapshot``s. Debian 12's is recorded from a testbed node
-(tests/recorded/); the others list what a minimal install of that OS has, for the parts kiln reads."""
+"""Fresh-node facts per OS, as ``NodeSnapshot``s. Debian 12's and Debian 13's are recorded from testbed
+nodes (tests/recorded/); the others list what a minimal install of that OS has, for the parts kiln reads."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def _minimal(packages: dict[str, str]) -> NodeSnapshot:
 
 
 def fresh(os: str) -> NodeSnapshot:
-    if os == "debian12":
-        rec = json.loads((REPO / "tests" / "recorded" / "snapshot-fresh-compute-debian12.json").read_text())
+    if os in ("debian12", "debian13"):
+        rec = json.loads((REPO / "tests" / "recorded" / f"snapshot-fresh-compute-{os}.json").read_text())
         return parse_snapshot(rec["output"].splitlines())
     if os.startswith("ubuntu"):
         return _minimal({"openssh-server": "1:8.9p1-3ubuntu0.10", "systemd": "249.11-0ubuntu3.12",

@@ -66,10 +66,18 @@ def test_slurm_upgrade_plan_matches_the_reviewed_one(os, monkeypatch, tmp_path):
     assert_reviewed(f"slurm-upgrade-{os}", actual)
 
 
+# (pin, what the refusal says) per OS: 25.11 is past the window of every OS's own Slurm but Debian 13's
+# (24.11, which 25.11 reads); there, going back to 23.11 is refused as a downgrade
+OUTSIDE = {os: ("25.11.1-1", r"-> 25.11 skips \d major release\(s\): 25.11 upgrades from 24.05, 24.11, 25.05 only; "
+                "go through ") for os in PLATFORMS}
+OUTSIDE["debian13"] = ("23.11.10-1~bpo12+1", r"Slurm 24.11 -> 23.11 is a downgrade")
+
+
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
 def test_a_pin_outside_the_window_is_refused_before_anything_is_touched(os, tmp_path):
     from kiln.patch.plan import PlanError
-    cluster = cluster_for(os, slurm="25.11.1-1")
+    pin, refusal = OUTSIDE[os]
+    cluster = cluster_for(os, slurm=pin)
     compute = [h.name for h in cluster.compute]
     controller = Controller(SLURM[os].split("-")[0], compute)
     touched = []
@@ -78,6 +86,6 @@ def test_a_pin_outside_the_window_is_refused_before_anything_is_touched(os, tmp_
     checker = SimpleNamespace(node=lambda host: controller, close=lambda: None)
     rollout = Rollout(cluster, Secrets(b"k" * 32, "p"), journals.Journal(tmp_path / "j.jsonl"),
                       Options(roles=["slurm"]), progress=lambda line: None, slurm=slurm, checker=checker)
-    with pytest.raises(PlanError, match=r"-> 25.11 skips \d major release\(s\): 25.11 upgrades from 24.05, 24.11, 25.05 only; go through "):
+    with pytest.raises(PlanError, match=refusal):
         rollout.new_plan(list(cluster.hosts))
     assert touched == [] and not (tmp_path / "j.jsonl").read_text()

@@ -13,23 +13,30 @@ def distro(os_id: str, version: str, pretty: str) -> dict:
             "release_meta": {"ID": os_id, "VERSION_ID": version, "PRETTY_NAME": pretty}}
 
 
-def recorded_debian() -> dict:
+def recorded_debian(major: int = 12) -> dict:
     meta = {}
-    for line in (REPO / "tests" / "recorded" / "os-release-debian12.txt").read_text().splitlines():
+    for line in (REPO / "tests" / "recorded" / f"os-release-debian{major}.txt").read_text().splitlines():
         key, _, value = line.partition("=")
         if value:
             meta[key] = value.strip('"')
-    return {"name": "Debian", "major": 12, "minor": None, "release_meta": meta}
+    return {"name": "Debian", "major": major, "minor": None, "release_meta": meta}
 
 
 @pytest.mark.parametrize("os, d", [
     ("debian12", recorded_debian()),
+    ("debian13", recorded_debian(13)),
     ("ubuntu2204", distro("ubuntu", "22.04", "Ubuntu 22.04.5 LTS")),
     ("ubuntu2404", distro("ubuntu", "24.04", "Ubuntu 24.04.1 LTS")),
     ("rocky9", distro("rocky", "9.4", "Rocky Linux 9.4 (Blue Onyx)")),
 ])
 def test_supported(os, d):
     assert platform_for(os, d) is PLATFORMS[os]
+
+
+def test_a_debian13_node_in_a_debian12_inventory_is_named_and_the_right_value_given():
+    with pytest.raises(UnsupportedPlatform) as e:
+        platform_for("debian12", recorded_debian(13))
+    assert "Debian GNU/Linux 13 (trixie)" in str(e.value) and "set kiln_os: debian13 for this host" in str(e.value)
 
 
 def test_inventory_and_node_disagree():
