@@ -70,6 +70,7 @@ def render_files(inventory: Path, dest: Path) -> None:
     write(dest / "cgroup.conf", slurm_config.cgroup_conf(cluster))
     write(dest / "slurmdbd.conf", slurm_config.slurmdbd_conf(cluster, secrets.dbd_password), 0o600)
     write(dest / "slurmd-kiln.conf", render("slurm/slurmd-kiln.conf.j2"))
+    write(dest / "slurmd-conf-wait.conf", slurm_role.CONF_WAIT_DROPIN)
     write(dest / "munge-kiln.conf", slurm_role.MUNGE_DROPIN)
     write(dest / "slurmctld-kiln.conf", slurm_role.SLURMCTLD_DROPIN)
     groups, users = account_specs(cluster, platform, next(iter(cluster.hosts.values())))

@@ -2,7 +2,7 @@
 (none down), and kiln's alert rules are loaded and evaluate without error.
 
 Expectations (``expect["monitoring"]``): prometheus (ADDRESS:PORT it listens on), rules (how many alert
-rules kiln ships). Prometheus' HTTP API is read on the node itself with the password kiln wrote there
+rules kiln ships), scrape_seconds (the scrape interval: how long a target not scraped yet is waited for). Prometheus' HTTP API is read on the node itself with the password kiln wrote there
 (/etc/prometheus/kiln-password, root's to read); Python's standard library asks it, so nothing else is
 needed on the node.
 """
@@ -23,15 +23,37 @@ _ASK = ("import base64,sys,urllib.request;"
         "print(urllib.request.urlopen(r,timeout=10).read().decode())")
 
 
+# The targets, asked again (every 2 s, for at most one scrape interval and 5 s) while one of them has not
+# been scraped yet (health "unknown": new since Prometheus last scraped, as right after a deploy added it):
+# a target Prometheus has not asked yet is neither up nor down.
+_ASK_TARGETS = ("import base64,json,sys,time,urllib.request;"
+                "p=open(sys.argv[3]).read().strip();end=time.time()+float(sys.argv[4])\n"
+                "while True:\n"
+                " r=urllib.request.Request('http://'+sys.argv[1]+sys.argv[2],headers={'Authorization':'Basic '+"
+                "base64.b64encode(('kiln:'+p).encode()).decode()})\n"
+                " t=urllib.request.urlopen(r,timeout=10).read().decode()\n"
+                " try: new=any(x.get('health')=='unknown' for x in json.loads(t)['data']['activeTargets'])\n"
+                " except Exception: new=False\n"
+                " if not new or time.time()>end: break\n"
+                " time.sleep(2)\n"
+                "print(t)")
+
+
 def ask(address: str, path: str) -> str:
     return f"python3 -c {shlex.quote(_ASK)} {shlex.quote(address)} {shlex.quote(path)} {PASSWORD}"
+
+
+def ask_targets(address: str, wait_seconds: int) -> str:
+    return (f"python3 -c {shlex.quote(_ASK_TARGETS)} {shlex.quote(address)} /api/v1/targets?state=active {PASSWORD} "
+            f"{int(wait_seconds)}")
 
 
 def commands(expect: dict) -> list[str]:
     mon = expect.get("monitoring") or {}
     if not mon:
         return []
-    return [ask(mon["prometheus"], "/api/v1/targets?state=active"), ask(mon["prometheus"], "/api/v1/rules?type=alert")]
+    return [ask_targets(mon["prometheus"], int(mon.get("scrape_seconds") or 30) + 5),
+            ask(mon["prometheus"], "/api/v1/rules?type=alert")]
 
 
 def _json(text: str) -> dict | None:

@@ -71,6 +71,7 @@ if is_compute:
     files.directory(name="spool", path="/var/lib/slurm/slurmd", mode="755", user="root", group="root")
     files.directory(name="dropin dir", path="/etc/systemd/system/slurmd.service.d", mode="755", user="root", group="root")
     node_conf.append(put("slurmd-kiln.conf", "/etc/systemd/system/slurmd.service.d/kiln.conf"))
+    node_conf.append(put("slurmd-conf-wait.conf", "/etc/systemd/system/slurmd.service.d/00-kiln-slurm-conf.conf"))
     files.line(name="pam", path="/etc/pam.d/sshd", line=r"^account\s+required\s+pam_slurm_adopt\.so",
                replace="account    required     pam_slurm_adopt.so")
 systemd.service(name="munge", service="munge", running=True, enabled=True)

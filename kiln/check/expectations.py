@@ -14,12 +14,13 @@ from kiln.shell import command
 from kiln.versions import upstream
 
 
-def _monitoring(host: Host) -> dict:
+def _monitoring(cluster: Cluster, host: Host) -> dict:
     """A monitoring host's Prometheus, for the monitoring suite; {} elsewhere."""
     if not host.in_group(MONITORING):
         return {}
     address = f"[{host.address}]" if ":" in host.address else host.address
-    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(ALERTS)}
+    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(ALERTS),
+            "scrape_seconds": cluster.setting("monitoring_scrape_seconds")}
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:
@@ -42,7 +43,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "storage_timeout": cluster.setting("check_storage_timeout"),
         "storage_throughput_mib": cluster.setting("check_storage_throughput_mib"),
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
-        "monitoring": _monitoring(host),
+        "monitoring": _monitoring(cluster, host),
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync")},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),

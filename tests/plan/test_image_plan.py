@@ -30,6 +30,7 @@ def on(os: str, cluster):
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
 @pytest.mark.parametrize("target", ["gpu", "slurm_controller"])
+@pytest.mark.proves("images", tier="plan")
 def test_image_plan_matches_the_reviewed_one(os, target):
     r = recipe(on(os, cluster_for(os)), target)
     actual = {"name": r.name, "roles": list(r.roles), "bootstrap": bootstrap_commands(os, "ROOT"),

@@ -36,6 +36,7 @@ def rdma_ops(plan) -> list:
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
+@pytest.mark.proves(tier="plan", plan="rdma-{os}.json")
 def test_rdma_op_list_matches_the_reviewed_one(os, monkeypatch):
     cluster = cluster_for(os)
     actual = {name: rdma_ops(plan_host(cluster, name, os, fresh(os), monkeypatch)) for name in HOSTS}

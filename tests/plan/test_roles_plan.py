@@ -66,6 +66,7 @@ def full_plan(os: str, monkeypatch) -> dict:
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
+@pytest.mark.proves("slurm accounting", "gpu gres", tier="plan", plan="{os}.json")
 def test_op_list_matches_the_reviewed_one(os, monkeypatch):
     actual = full_plan(os, monkeypatch)
     path = EXPECTED / f"{os}.json"

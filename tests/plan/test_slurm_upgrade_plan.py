@@ -40,6 +40,7 @@ class Controller:
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
+@pytest.mark.proves("slurm upgrade", tier="plan")
 def test_slurm_upgrade_plan_matches_the_reviewed_one(os, monkeypatch, tmp_path):
     cluster = cluster_for(os, slurm=TARGET[os])
     running = SLURM[os].split("-")[0]

@@ -42,6 +42,7 @@ def commands(plan) -> str:
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
+@pytest.mark.proves(tier="plan", plan="storage-{os}.json")
 def test_storage_op_list_matches_the_reviewed_one(os, monkeypatch):
     cluster = cluster_for(os)
     actual = {name: storage_ops(plan_host(cluster, name, os, fresh(os), monkeypatch)) for name in HOSTS}

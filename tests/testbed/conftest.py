@@ -91,10 +91,13 @@ def slurm(testbed):
 def pytest_collection_modifyitems(items):
     """Rolling patches (test_patch.py, test_patch_maintenance.py) move the driver back and forth on every
     node and reboot them: they run after the others; the image tests (test_image.py) boot every node afresh from an image: they run after those;
+    the Debian 13 tests (test_debian13.py) take the shared testbed down for a testbed of their own: after those;
     the VM tier (tests/vm) runs last, after the nspawn tests, and its lifecycle tests (which take the VM
     cluster down) last of all."""
     order = {"tests/testbed/test_patch.py": 1, "tests/testbed/test_patch_maintenance.py": 1,
-             "tests/testbed/test_patch_lost_nodes.py": 2, "tests/testbed/test_image.py": 3}
+             "tests/testbed/test_patch_lost_nodes.py": 2, "tests/testbed/test_image.py": 3,
+             # Debian 13 on a testbed of its own, once the shared Debian 12 one is done with (it takes that down)
+             "tests/testbed/test_debian13.py": 3.5}
     # the VM lifecycle tests end with the shared VM cluster down: they run after every other VM test
     order["tests/vm/test_vm_lifecycle.py"] = 5
     items.sort(key=lambda item: order.get(item.nodeid.split("::")[0], 4 if item.nodeid.startswith("tests/vm/") else 0))

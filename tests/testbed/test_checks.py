@@ -65,6 +65,7 @@ def with_bandwidth_check(tb, tmp_path):
     return copy_inventory(tb.inventory, tmp_path / "inv", {"kiln_check_ib_bandwidth_gbps": 350})
 
 
+@pytest.mark.proves("kiln check", "storage", tier="nspawn")
 def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path):
     out, data = check_json(nodes, tmp_path, "--junit", str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html"),
                            inventory=with_bandwidth_check(nodes, tmp_path))
@@ -123,6 +124,7 @@ def node_fields(tb, node):
     return state, reason
 
 
+@pytest.mark.proves("health", tier="nspawn")
 def test_health_check_drains_a_failing_node_and_resumes_it(nodes):
     node = nodes.computes[1]
     ok(nodes, node, "kiln-sim inject ecc-uncorrected --gpu 2")

@@ -67,6 +67,7 @@ def booted(slurm, image):
     return slurm
 
 
+@pytest.mark.proves("images", tier="nspawn")
 def test_nodes_from_the_image_need_configure_stage_changes_only_and_run_jobs(booted, image):
     computes = [h for h in booted.image_deploy["hosts"] if h["host"] in booted.computes]
     for h in computes:
@@ -92,6 +93,7 @@ def _drift(inventory) -> tuple[int, dict]:
     return out.returncode, {h["host"]: h for h in json.loads(out.stdout)["hosts"]}
 
 
+@pytest.mark.proves("drift", tier="nspawn")
 def test_drift_finds_a_hand_installed_package_a_lost_hold_and_an_edited_file_on_one_node_only(booted):
     rc, hosts = _drift(booted.inventory)
     assert rc == 0 and {h["status"] for h in hosts.values()} == {"no drift"}, hosts

@@ -11,6 +11,8 @@ Bounds on the testbed (kiln/testbed/inventory.py MONITORING_SETTINGS): scrape an
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import time
 
@@ -63,6 +65,7 @@ def test_prometheus_scrapes_every_node_after_deploy(slurm):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.proves("monitoring", tier="nspawn")
 def test_each_fault_fires_its_alert_and_resolves_when_cleared(slurm):
     tb = slurm
     xid_node, ecc_node, slurmd_node, power_node = tb.computes[:4]

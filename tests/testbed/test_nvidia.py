@@ -18,6 +18,7 @@ PIN = TESTBED_VERSIONS["nvidia_driver"]
 REPO = "/srv/kiln-guard-repo"
 
 
+@pytest.mark.proves("nvidia_driver", tier="nspawn")
 def test_the_pinned_driver_is_installed_held_and_survives_apt_get_upgrade(slurm):
     for node in slurm.computes:
         assert ok(slurm, node, "dpkg-query -W -f='${Version}' nvidia-smi") == PIN

@@ -111,6 +111,7 @@ def test_dry_run_prints_the_batches_and_changes_nothing(slurm, tmp_path):
     assert out.returncode == 3 and json.loads(out.stdout)["compute_batches"][0] == [c[0]], out.stdout  # JSON alone
 
 
+@pytest.mark.proves("kiln patch", tier="nspawn")
 def test_rollout_upgrades_every_node_while_jobs_run_and_none_is_killed(slurm, tmp_path):
     history = accounting(slurm)
     jobs = [submit(slurm, slurm.controller, f"-w {n} -o /dev/null --wrap 'sleep 12'") for n in slurm.computes[:3]]

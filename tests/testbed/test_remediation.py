@@ -133,6 +133,7 @@ def test_at_once_a_stopped_slurmd_is_restarted_a_persistent_fault_escalated_and_
         wait_for(lambda n=n: _in_service(tb, n), timeout=60, what=f"{n} back")
 
 
+@pytest.mark.proves("remediation", tier="nspawn")
 def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
     tb, node = fleet, fleet.computes[1]
     boot = _boot(tb, node)

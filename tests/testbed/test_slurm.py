@@ -25,6 +25,7 @@ from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state,
 pytestmark = pytest.mark.testbed
 
 
+@pytest.mark.proves("base", "slurm", tier="nspawn")
 def test_first_deploy_changes_every_host(slurm):
     hosts = {h["host"]: h for h in slurm.first_deploy["hosts"]}
     assert set(hosts) == {slurm.controller, *slurm.computes}
@@ -54,6 +55,7 @@ def test_srun_runs_on_every_compute_node(slurm):
     assert sorted(out.split()) == sorted(slurm.computes)
 
 
+@pytest.mark.proves("slurm accounting", tier="nspawn")
 def test_batch_job_completes_and_is_accounted(slurm):
     job = submit(slurm, slurm.controller, "-N1 -o /srv/kiln-shared/job-%j.out --wrap 'hostname; sleep 1'")
     wait_for(lambda: job_state(slurm, slurm.controller, job) == "COMPLETED", timeout=90, what=f"job {job} COMPLETED")
@@ -64,6 +66,7 @@ def test_batch_job_completes_and_is_accounted(slurm):
     assert acct.strip().split("|")[:3] == [job, "COMPLETED", "kilntest"]
 
 
+@pytest.mark.proves("gpu gres", tier="nspawn")
 def test_gpu_gres_gives_exactly_the_devices_asked_for(slurm):
     out = ok(slurm, slurm.controller, "timeout 60 srun -N1 --gres=gpu:2 sh -c 'echo $CUDA_VISIBLE_DEVICES; "
                                       "ls /dev/nvidia*; cat /dev/nvidia3 >/dev/null 2>&1 && echo open3 || echo denied3'")

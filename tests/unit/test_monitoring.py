@@ -466,3 +466,53 @@ def test_job_summary_query_is_valid_promql(tmp_path):
     (tmp_path / "r.yml").write_text(yaml.safe_dump(rules))
     out = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "r.yml")], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_target_not_scraped_yet_is_waited_for_not_called_down(tmp_path):
+    """Right after a deploy adds a target, Prometheus lists it with health "unknown" until its first scrape:
+    the real command (Python on the node) asks again until it is scraped, within one scrape interval."""
+    import http.server
+    import subprocess
+    import threading
+
+    from checks import monitoring
+    from checks.node import Result
+
+    up = json.loads(_recorded("api-targets-up.json"))
+    fresh = json.loads(_recorded("api-targets-up.json"))
+    fresh["data"]["activeTargets"][0].update(health="unknown", lastError="")
+    answers = [json.dumps(fresh), json.dumps(fresh), json.dumps(up)]
+    asked = []
+
+    class Prometheus(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            asked.append(self.headers.get("Authorization"))
+            body = (answers.pop(0) if len(answers) > 1 else answers[0]).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    password = tmp_path / "pw"
+    password.write_text("s3cret\n")
+    try:
+        command = monitoring.ask_targets(f"127.0.0.1:{server.server_port}", 10).replace(monitoring.PASSWORD, str(password))
+        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert len(asked) == 3 and asked[0] == "Basic " + __import__("base64").b64encode(b"kiln:s3cret").decode()
+        assert monitoring.targets_down(json.loads(out.stdout)) == []
+        # never scraped within the bound: it is reported, with what Prometheus says of it
+        answers[:] = [json.dumps(fresh)]
+        command = monitoring.ask_targets(f"127.0.0.1:{server.server_port}", 3).replace(monitoring.PASSWORD, str(password))
+        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+        expect = {"monitoring": {"prometheus": "x", "rules": 0}}
+        found = {v.id: v for v in monitoring.run(
+            monitoring.Node("kiln01", lambda c: Result(0, out.stdout if "targets" in c else '{"status": "success", "data": {"groups": []}}', "")),
+            expect)}
+        assert found["MONITORING_TARGETS"].failed and "unknown" in found["MONITORING_TARGETS"].message
+    finally:
+        server.shutdown()

@@ -17,7 +17,7 @@ import pytest
 
 from kiln.testbed.testbed import VM_TOOLS, Testbed
 from tests.testbed.conftest import quiet, require_testbed, take_down_shared_testbed
-from tests.vm.cluster import VM_NAME, VM_NODES, build_images, first_deploy
+from tests.vm.cluster import VM_NAME, VM_NODES, VM_OS, build_images, first_deploy
 
 
 def require_vms() -> None:
@@ -41,7 +41,7 @@ def pytest_runtest_setup(item):  # noqa: ARG001 - every item here is a VM-tier t
 def vms(tmp_path_factory):
     """Three VMs (controller + 2 compute) from the cluster's own images, Slurm configured, a first job run."""
     require_vms()
-    tb = Testbed(VM_NAME, progress=quiet, node_kind="vm")
+    tb = Testbed(VM_NAME, progress=quiet, node_kind="vm", node_os=VM_OS)
     inventory = tmp_path_factory.mktemp("vm-inventory") / "testbed"
     started = time.monotonic()
     images = build_images(tb, inventory)

@@ -32,6 +32,7 @@ def _virsh(*args: str) -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
+@pytest.mark.proves("slurm", "kiln check", tier="vm")
 def test_vagrant_up_deploy_check_and_destroy_leaves_nothing():
     require_vms()
     missing = [t for t in TOOLS if shutil.which(t) is None and not Path(t).exists()]

@@ -5,6 +5,8 @@ job that breaks it is stopped, and one within it is not (so a check that cannot 
 
 from __future__ import annotations
 
+import pytest
+
 import re
 import time
 
@@ -33,6 +35,7 @@ def _finished(tb, job: str, timeout: float = 240) -> str:
                     what=f"job {job} in accounting")
 
 
+@pytest.mark.proves("base", "slurm", tier="vm")
 def test_vms_run_cgroup_v2_and_their_own_kernel(vms):
     for node in [vms.controller, *vms.computes]:
         assert ok(vms, node, "stat -fc %T /sys/fs/cgroup").strip() == "cgroup2fs"
@@ -60,6 +63,7 @@ def test_a_one_cpu_job_is_confined_to_one_cpu(vms):
     assert two[1] == "2", two
 
 
+@pytest.mark.proves("gpu gres", tier="vm")
 def test_a_gpu_job_sees_only_its_stand_in_devices(vms):
     # The stand-in /dev/nvidiaN have no driver: a device the job may use fails to open with ENXIO (6),
     # one the cgroup's device filter denies with EPERM (1).
@@ -75,6 +79,7 @@ def test_a_gpu_job_sees_only_its_stand_in_devices(vms):
     assert sorted(dict(line.split() for line in two.splitlines()).values()) == ["1", "1", "6", "6"], two
 
 
+@pytest.mark.proves("nvidia_driver", tier="vm")
 def test_nouveau_is_blacklisted_in_the_initramfs_and_absent_after_a_slurm_reboot(vms):
     node = vms.computes[-1]
     initramfs = ok(vms, node, "lsinitramfs /boot/initrd.img-$(uname -r)")

@@ -8,6 +8,8 @@ deleted, exactly that VM fails its FABRIC_* checks; a redeploy brings it back.""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 
@@ -35,6 +37,7 @@ def test_every_compute_vm_has_an_active_soft_roce_device_from_real_tools(vms):
         print(f"{node}: ibstat\n" + ok(vms, node, "ibstat rxe0"))
 
 
+@pytest.mark.proves("rdma", "kiln check", tier="vm")
 def test_fabric_suite_passes_and_the_bandwidth_ring_runs_each_pair(vms, tmp_path):
     """The fabric suite passes on real rxe output. The ring's ib_write_bw runs for real between the VMs
     (connection, QP exchange, 200 messages of 64 KiB each way) and its result row is read per pair; the

@@ -11,6 +11,8 @@ under a floor no testbed reaches."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import time
 import uuid
@@ -69,6 +71,7 @@ def test_nfs_written_on_one_compute_vm_is_read_on_the_other(vms):
     assert job.split() == [token] * len(vms.computes)
 
 
+@pytest.mark.proves("storage", "storage_server", tier="vm")
 def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_vms(vms, tmp_path):
     a, b = vms.computes
     info = ok(vms, vms.controller, f"gluster --mode=script volume info {GLUSTER_VOLUME}")
