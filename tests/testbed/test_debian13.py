@@ -17,15 +17,14 @@ import json
 
 import pytest
 
-from kiln.testbed.inventory import DRIVER_UPGRADES, VERSIONS_BY_OS
+from kiln.testbed.inventory import DRIVER_UPGRADES
 from kiln.testbed.testbed import Testbed
 from tests.testbed.conftest import quiet, require_testbed, take_down_shared_testbed, without_remediation
 from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, submit, wait_for
-from tests.testbed.test_patch import (Sampler, accounting, assert_no_step_twice, boot_times, drained,
-                                      inventory_with_driver, journal)
+from tests.testbed.test_patch import rollout_under_jobs
 
 NAME = "kilnd13"
-ORIGINAL, UPGRADE = VERSIONS_BY_OS["debian13"]["nvidia_driver"], DRIVER_UPGRADES["debian13"]
+UPGRADE = DRIVER_UPGRADES["debian13"]
 
 
 @pytest.fixture(scope="module")
@@ -86,34 +85,5 @@ def test_debian13_deploys_runs_jobs_with_gpus_and_accounting_and_every_check_pas
 
 @pytest.mark.proves("kiln patch", tier="nspawn", os="debian13")
 def test_debian13_rolling_patch_under_running_jobs_kills_none(debian13, tmp_path):
-    tb = debian13
-    history = accounting(tb)
-    jobs = [submit(tb, tb.controller, f"-w {n} -o /dev/null --wrap 'sleep 15'") for n in tb.computes]
-    wait_for(lambda: all(ok(tb, tb.controller, f"squeue -h -j {j} -o %T").strip() == "RUNNING" for j in jobs),
-             timeout=60, what="a job running on each Debian 13 compute node")
-    booted = boot_times(tb)
-    inventory = inventory_with_driver(tb, tmp_path, UPGRADE)
-    sampler = Sampler(tb)
-    out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--max-unavailable", "1",
-               "--reboot", "always", "--json")
-    counts = sampler.stop()
-    assert out.returncode == 0, out.stdout + out.stderr
-    print(out.stderr)
-    summary = json.loads(out.stdout)
-    assert {n: r["result"] for n, r in summary["nodes"].items()} == {n: "patched" for n in tb.computes}
-    for node in tb.computes:
-        assert ok(tb, node, "dpkg-query -W -f='${Version}' nvidia-smi") == UPGRADE
-    assert counts and min(counts) >= len(tb.computes) - 1, counts  # never more than one node out
-    for job in jobs:
-        wait_for(lambda: ok(tb, tb.controller, f"sacct -n -X -P -j {job} -o State").strip() not in
-                 ("RUNNING", "PENDING", ""), timeout=60, what=f"job {job} finished")
-        assert ok(tb, tb.controller, f"sacct -n -X -P -j {job} -o State,ExitCode").strip() == "COMPLETED|0:0"
-    after = boot_times(tb)
-    assert all(after[n] != booted[n] for n in tb.computes)
-    records = journal(inventory)
-    assert_no_step_twice(records)
-    for node in tb.computes:
-        order = [r["step"] for r in records if r["event"] == "step" and r.get("node") == node and r["phase"] == "done"]
-        assert order == ["drain", "jobs_done", "apply", "reboot", "check", "resume"], (node, order)
-    assert not drained(tb)
-    assert all(accounting(tb).get(job) == state for job, state in history.items())
+    summary = rollout_under_jobs(debian13, tmp_path, UPGRADE, debian13.computes, seconds=15)
+    assert summary["nodes"] and all(r["result"] == "patched" for r in summary["nodes"].values())

@@ -111,45 +111,54 @@ def test_dry_run_prints_the_batches_and_changes_nothing(slurm, tmp_path):
     assert out.returncode == 3 and json.loads(out.stdout)["compute_batches"][0] == [c[0]], out.stdout  # JSON alone
 
 
-@pytest.mark.proves("kiln patch", tier="nspawn")
-def test_rollout_upgrades_every_node_while_jobs_run_and_none_is_killed(slurm, tmp_path):
-    history = accounting(slurm)
-    jobs = [submit(slurm, slurm.controller, f"-w {n} -o /dev/null --wrap 'sleep 12'") for n in slurm.computes[:3]]
-    wait_for(lambda: all(ok(slurm, slurm.controller, f"squeue -h -j {j} -o %T").strip() == "RUNNING" for j in jobs),
+def rollout_under_jobs(tb, tmp_path: Path, upgrade: str, job_nodes: list[str], seconds: int = 12) -> dict:
+    """A rolling driver upgrade to ``upgrade`` while a job runs on each of ``job_nodes``, shown to
+    kill none: every compute node patched, never more than one out of service (sampled by this test),
+    every job COMPLETED, each node rebooted through Slurm and resumed only after its checks passed, no
+    step done twice, the accounting of earlier jobs intact. Returns kiln patch's JSON summary."""
+    history = accounting(tb)
+    jobs = [submit(tb, tb.controller, f"-w {n} -o /dev/null --wrap 'sleep {seconds}'") for n in job_nodes]
+    wait_for(lambda: all(ok(tb, tb.controller, f"squeue -h -j {j} -o %T").strip() == "RUNNING" for j in jobs),
              timeout=60, what="the jobs running")
-    booted = boot_times(slurm)
-    inventory = inventory_with_driver(slurm, tmp_path, DRIVER_UPGRADE)
-    sampler = Sampler(slurm)
+    booted = boot_times(tb)
+    inventory = inventory_with_driver(tb, tmp_path, upgrade)
+    sampler = Sampler(tb)
     out = kiln("patch", "-i", str(inventory), "--roles", "nvidia_driver", "--max-unavailable", "1",
                "--reboot", "always", "--json")
     counts = sampler.stop()
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads(out.stdout)
     print(out.stderr)
-    assert {n: r["result"] for n, r in summary["nodes"].items()} == {n: "patched" for n in slurm.computes}
-    assert set(versions(slurm).values()) == {DRIVER_UPGRADE}
+    assert {n: r["result"] for n, r in summary["nodes"].items()} == {n: "patched" for n in tb.computes}
+    assert set(versions(tb).values()) == {upgrade}
     # never fewer than N - 1 compute nodes in service, in samples taken by this test
-    assert counts and min(counts) >= len(slurm.computes) - 1, counts
+    assert counts and min(counts) >= len(tb.computes) - 1, counts
     # every job ran to its end: none killed or requeued
     for job in jobs:
-        wait_for(lambda: ok(slurm, slurm.controller, f"sacct -n -X -P -j {job} -o State").strip() not in
+        wait_for(lambda: ok(tb, tb.controller, f"sacct -n -X -P -j {job} -o State").strip() not in
                  ("RUNNING", "PENDING", ""), timeout=60, what=f"job {job} finished")
-        assert ok(slurm, slurm.controller, f"sacct -n -P -j {job} -o State,ExitCode").split()[0] == "COMPLETED|0:0"
+        assert ok(tb, tb.controller, f"sacct -n -P -j {job} -o State,ExitCode").split()[0] == "COMPLETED|0:0"
     # each node rebooted through Slurm, and resumed only after its checks passed
-    after = boot_times(slurm)
-    assert all(after[n] != booted[n] for n in slurm.computes)
+    after = boot_times(tb)
+    assert all(after[n] != booted[n] for n in tb.computes)
     records = journal(inventory)
     assert_no_step_twice(records)
-    for node in slurm.computes:
+    for node in tb.computes:
         order = [r["step"] for r in records if r["event"] == "step" and r.get("node") == node and r["phase"] == "done"]
         assert order == ["drain", "jobs_done", "apply", "reboot", "check", "resume"], (node, order)
         check = next(r for r in records if r["event"] == "step" and r.get("node") == node and r["step"] == "check"
                      and r["phase"] == "done")
         assert check["failed"] == []
-    assert not drained(slurm)
+    assert not drained(tb)
     # the accounting history of jobs before the rollout is intact
-    now = accounting(slurm)
+    now = accounting(tb)
     assert all(now.get(job) == state for job, state in history.items()), (history, now)
+    return summary
+
+
+@pytest.mark.proves("kiln patch", tier="nspawn")
+def test_rollout_upgrades_every_node_while_jobs_run_and_none_is_killed(slurm, tmp_path):
+    summary = rollout_under_jobs(slurm, tmp_path, DRIVER_UPGRADE, slurm.computes[:3])
     page = Path(summary["report"]).read_text()
     assert "<svg" in page and "fewest seen" in page
 
