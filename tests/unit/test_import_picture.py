@@ -76,3 +76,11 @@ def test_no_import_circle_in_the_cli():
 
 def imports_modules() -> set[str]:
     return set(imports())
+
+
+def test_images_never_import_the_testbed():
+    """The base of each OS is an image (kiln/image/base.py); the testbed boots images and bases, never the
+    other way round: no circle between the two for a second OS to widen."""
+    for name, targets in imports().items():
+        if name.startswith("kiln.image"):
+            assert not any(t.startswith("kiln.testbed") for t in targets), (name, targets)
