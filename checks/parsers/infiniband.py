@@ -137,18 +137,23 @@ def parse_ibv_devinfo(text: str) -> dict[str, Adapter]:
     return adapters
 
 
+MIB_PER_SECOND_IN_GBITS = 1048576 * 8 / 1e9  # perftest's "MB/sec" and "MiB/sec": 2^20 bytes a second
+
+
 def parse_ib_write_bw(text: str) -> dict[int, float]:
-    """``ib_write_bw`` result rows: message size (bytes) -> average bandwidth in Gb/s, one direction
-    (MB/sec converted when the run did not use --report_gbits). A size printed more than once (one row
-    per port of a two-port run) keeps its lowest figure: the slow port is the one to report. A
-    bidirectional run (``-b``: "Bidirectional BW Test") reports both directions added up: halved, so
-    the figure compares with a link's rate. Older perftest prints four columns (no MsgRate)."""
+    """``ib_write_bw`` result rows: message size (bytes) -> average bandwidth in Gb/s, one direction.
+    Without --report_gbits perftest reports 2^20 bytes a second (its format factor 0x100000), labelled
+    ``MB/sec`` by older releases and ``MiB/sec`` by newer ones (Debian 13's 25.01): both are read as
+    MiB; ``Gb/sec`` is 10^9 bits. A size printed more than once (one row per port of a two-port run)
+    keeps its lowest figure: the slow port is the one to report. A bidirectional run (``-b``:
+    "Bidirectional BW Test") reports both directions added up: halved, so the figure compares with a
+    link's rate. Older perftest prints four columns (no MsgRate)."""
     unit = None
     both_ways = "Bidirectional BW Test" in text
     results: dict[int, float] = {}
     figureless: list[str] = []
     for line in text.splitlines():
-        header = re.search(r"BW average\[(Gb/sec|MB/sec)\]", line)
+        header = re.search(r"BW average\[(Gb/sec|MB/sec|MiB/sec)\]", line)
         if header:
             unit = header.group(1)
             continue
@@ -158,7 +163,7 @@ def parse_ib_write_bw(text: str) -> dict[int, float]:
             figureless.append(line.strip()[:80])  # "65536 200 inf -nan": a run whose clock failed it
         if row and unit:
             average = float(row.group(4))
-            gbits = average if unit == "Gb/sec" else average * 8 / 1000
+            gbits = average if unit == "Gb/sec" else average * MIB_PER_SECOND_IN_GBITS
             if both_ways:
                 gbits /= 2
             size = int(row.group(1))

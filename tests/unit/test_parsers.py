@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from checks.parsers.dcgm import parse_dcgm_diag
-from checks.parsers.infiniband import parse_ib_write_bw, parse_ibstat, parse_ibv_devinfo
+from checks.parsers.infiniband import MIB_PER_SECOND_IN_GBITS, parse_ib_write_bw, parse_ibstat, parse_ibv_devinfo
 from checks.parsers.kernel_log import NOW_MARK, count_link_flaps, log_command, parse_xids, recent
 from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
 from checks.parsers.nccl import parse_nccl_tests
@@ -194,7 +194,7 @@ def test_ibv_devinfo():
 
 def test_ib_write_bw():
     results = parse_ib_write_bw(read("ib_write_bw/sbench-ib_loopback_8M_size.log"))
-    assert round(results[8388608]) == 192  # 24056.72 MB/s
+    assert round(results[8388608]) == 202  # 24056.72 MB/s: perftest's "MB" is 2^20 bytes
     gbits = parse_ib_write_bw(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
                               " 8388608    5000             391.22             390.87\t\t     0.005824\n")
     assert gbits == {8388608: 390.87}
@@ -368,18 +368,28 @@ def test_ib_write_bw_bidirectional_is_read_per_direction():
     assert parse_ib_write_bw(read("ib_write_bw/kiln-made-bidirectional.txt")) == {1048576: 785.42 / 2}
     # real: perftest over soft-RoCE between two VMs, with -b, and the same pair one way in MB/sec
     assert parse_ib_write_bw(read("ib_write_bw/kiln-vm-bidirectional-rxe.txt")) == {65536: 0.091633 / 2}
-    assert parse_ib_write_bw(read("ib_write_bw/kiln-vm-mb-per-sec-rxe.txt")) == {65536: 11.73 * 8 / 1000}
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-vm-mb-per-sec-rxe.txt")) == {65536: 11.73 * MIB_PER_SECOND_IN_GBITS}
 
 
 def test_ib_write_bw_older_four_columns():
-    assert parse_ib_write_bw(read("ib_write_bw/kiln-made-old-four-columns.txt")) == {65536: 5871.90 * 8 / 1000}
+    assert parse_ib_write_bw(read("ib_write_bw/kiln-made-old-four-columns.txt")) == {65536: 5871.90 * MIB_PER_SECOND_IN_GBITS}
     # real: an older perftest on an InfiniBand pair (MTU 2048, no MsgRate column), its address lines
     # wrapped where the notes it was pasted in wrapped them
-    assert parse_ib_write_bw(read("ib_write_bw/notes-old-perftest-ib-four-columns.txt")) == {65536: 939.37 * 8 / 1000}
+    assert parse_ib_write_bw(read("ib_write_bw/notes-old-perftest-ib-four-columns.txt")) == {65536: 939.37 * MIB_PER_SECOND_IN_GBITS}
+
+
+def test_perftest_mib_per_second_is_read_as_2_to_the_20_bytes_whatever_its_label():
+    """perftest divides by 0x100000 for its MB/MiB figure (125000000 for Gb): one NDR400 pair of another
+    site measured both ways agrees only when "MiB/sec" is read as MiB (a "Conflicting CPU frequency"
+    line stands between the header and the row)."""
+    mib = parse_ib_write_bw(read("ib_write_bw/notes-ndr400-send-bw-mib-per-sec.txt"))[65536]
+    gbits = parse_ib_write_bw(read("ib_write_bw/notes-ndr400-write-bw-gbits.txt"))[65536]
+    assert gbits == 392.34 and round(mib, 2) == 390.55
+    assert abs(mib - gbits) / gbits < 0.01  # read as 10^6 bytes it would be 372.5, 5 % short of the same link
 
 
 def test_ib_write_bw_with_a_unit_kiln_does_not_read_is_refused_with_that_reason():
-    text = read("ib_write_bw/kiln-made-old-four-columns.txt").replace("BW average[MB/sec]", "BW average[MiB/sec]")
+    text = read("ib_write_bw/kiln-made-old-four-columns.txt").replace("BW average[MB/sec]", "BW average[KB/sec]")
     with pytest.raises(CheckError, match="names no BW average unit"):
         parse_ib_write_bw(text)
 
