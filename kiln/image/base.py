@@ -12,6 +12,7 @@ copy (kiln/image/build.py), and the testbed boots it, bare or as an image built 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -132,6 +133,20 @@ def ensure_base(os: str, progress: Callable[[str], None]) -> Path:
     if (final / "complete").exists():
         return rootfs
     CACHE.mkdir(parents=True, exist_ok=True)
+    # One build of an OS's base at a time (two testbeds, or a testbed and an image build, coming up at
+    # once): the second waits for the first's lock and then finds the base complete.
+    with open(CACHE / f"{os}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another build of the {BASES[os].name} base to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "complete").exists():
+            return rootfs
+        return _build(os, final, progress)
+
+
+def _build(os: str, final: Path, progress: Callable[[str], None]) -> Path:
     for stale in CACHE.glob(f"{os}-*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)  # a build killed half-way
     tmp = CACHE / f"{final.name}.tmp"
@@ -147,7 +162,7 @@ def ensure_base(os: str, progress: Callable[[str], None]) -> Path:
         if old != final and not old.name.endswith(".tmp"):
             shutil.rmtree(old, ignore_errors=True)  # an older recipe
     progress(f"{BASES[os].name} base built in {time.monotonic() - started:.0f} s")
-    return rootfs
+    return final / "rootfs"
 
 
 class BaseBuildError(Exception):

@@ -105,3 +105,32 @@ def test_remediation_is_on_for_containers_off_for_vms_and_a_choice_to_turn_it_of
     write_inventory(path, tb, tb.node_list(4))
     assert load_cluster(path).setting("remediation").enabled is False
     assert sorted(load_cluster(path).hosts) == ["unit01", "unit02", "unit03", "unit04"]
+
+
+def test_two_callers_at_once_build_an_os_base_once(tmp_path, monkeypatch):
+    """CI builds the bases beside the unit tests while a testbed may come up: the second caller waits for
+    the first's lock and finds the base complete (a second build would remove the first's half-built tree)."""
+    import threading
+    import time as clock
+
+    from kiln.image import base
+
+    monkeypatch.setattr(base, "CACHE", tmp_path)
+    builds = []
+
+    def build(os, final, progress):  # noqa: ARG001
+        builds.append(os)
+        clock.sleep(0.3)
+        (final / "rootfs").mkdir(parents=True)
+        (final / "complete").write_text("x\n")
+        return final / "rootfs"
+
+    monkeypatch.setattr(base, "_build", build)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(base.ensure_base("debian13", lambda m: None)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert builds == ["debian13"] and got == [base.base_dir("debian13") / "rootfs"] * 2
