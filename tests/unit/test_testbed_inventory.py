@@ -34,6 +34,26 @@ def test_written_inventory_validates_and_describes_the_nodes(tmp_path):
         write_inventory(foreign, tb, nodes)
 
 
+def test_a_debian13_testbed_writes_a_valid_inventory_with_its_own_pins(tmp_path):
+    from kiln.testbed.inventory import DRIVER_UPGRADES, VERSIONS_BY_OS
+
+    tb = Testbed("unit13", progress=lambda m: None, node_os="debian13")
+    path = tmp_path / "testbed"
+    write_inventory(path, tb, tb.node_list(3))
+    cluster = load_cluster(path)
+    assert {h.os for h in cluster.hosts.values()} == {"debian13"}
+    assert cluster.versions["slurm"] == VERSIONS_BY_OS["debian13"]["slurm"] == "24.11.5-4+deb13u1"
+    assert cluster.versions["nvidia_driver"] == "550.163.01-2" and DRIVER_UPGRADES["debian13"] == "550.163.01-4~bpo13+1"
+    assert cluster.setting("slurm_cgroup_plugin") == "cgroup/v1"  # containers here: see kiln/testbed/base.py
+
+
+def test_an_os_the_testbed_cannot_build_is_refused():
+    from kiln.testbed.host import TestbedError
+
+    with pytest.raises(TestbedError, match="--os ubuntu2404: use one of debian12, debian13"):
+        Testbed("unit", node_os="ubuntu2404")
+
+
 @pytest.mark.parametrize("name", ["Kiln", "kiln-1", "toolongname", ""])
 def test_bad_testbed_names_are_refused(name):
     from kiln.testbed.host import TestbedError
