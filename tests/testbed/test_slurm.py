@@ -230,11 +230,18 @@ def test_a_failing_operation_is_reported_for_its_host_only(slurm):
 
 def test_a_node_with_another_os_stops_the_run_before_any_change(slurm, tmp_path):
     node = slurm.computes[0]
+    before = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf") for n in [slurm.controller, *slurm.computes]}
+    # one Slurm host said to run another release than the others: refused before any connection (the
+    # hosts that run Slurm run one OS release: kiln/inventory/cluster_checks.py)
+    mixed = copy_inventory(slurm.inventory, tmp_path / "mixed", {"kiln_nvidia_source": "cuda"},
+                           {node: {"kiln_os": "ubuntu2204"}})
+    out = kiln("deploy", "-i", str(mixed))
+    assert out.returncode == 2 and f"{node} runs ubuntu2204 but" in out.stdout + out.stderr, out.stdout + out.stderr
+    # every host said to run Ubuntu while they run Debian 12: each node's own os-release stops the run
     # (NVIDIA's repository serves Ubuntu; Debian's non-free archive would be refused before any connection)
     changed = copy_inventory(slurm.inventory, tmp_path / "inv", {"kiln_slurm_partitions": [
-        {"name": "other", "groups": ["testbed_compute"], "default": True}], "kiln_nvidia_source": "cuda"},
-        {node: {"kiln_os": "ubuntu2204"}})
-    before = {n: ok(slurm, n, "sha256sum /etc/slurm/slurm.conf") for n in [slurm.controller, *slurm.computes]}
+        {"name": "other", "groups": ["testbed_compute"], "default": True}], "kiln_nvidia_source": "cuda",
+        "kiln_os": "ubuntu2204"})
     rc, data, text = deploy_json(changed)
     slurm.outputs.append(text)
     assert rc == 1, text
