@@ -80,9 +80,14 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
         # the same jobs in Prometheus: kiln-job-summary's counters, exported by the Slurm collector
         cluster = load_cluster(tb.inventory)
         password = monitoring_password(cluster)
-        gpu_seconds = wait_for(lambda: {r["metric"]["account"]: float(r["value"][1]) for r in query(
-            cluster, password, "kiln_usage_gpu_seconds_total")} or None, timeout=90, interval=3,
-            what="kiln_usage_gpu_seconds_total in Prometheus")
+        def scraped() -> dict | None:
+            """The counters once Prometheus has scraped this test's jobs in them (an earlier scrape holds only
+            the run's earlier jobs: the collector counts at each job's end, Prometheus reads every 10 s)."""
+            got = {r["metric"]["account"]: float(r["value"][1])
+                   for r in query(cluster, password, "kiln_usage_gpu_seconds_total")}
+            return got if all(got.get(team, 0) >= counted[team] for team in counted) else None
+        gpu_seconds = wait_for(scraped, timeout=90, interval=3,
+                               what="this test's jobs in kiln_usage_gpu_seconds_total in Prometheus")
         for team in ("vision", "language"):  # at least this test's jobs (the counters count the run's every job)
             assert gpu_seconds.get(team, 0) >= counted[team], (team, gpu_seconds, counted)
             # what the epilog counts (its own start to end) is sacct's length within a few seconds
