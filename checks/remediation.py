@@ -7,7 +7,9 @@ Each look: Slurm's view of the compute nodes (one ``sinfo``, one ``scontrol show
 replayed into each node's history, a decision per node (checks/remediation_policy.py), then the actions:
 a step of the node's ladder (checks/repairs.py) through the node's forced-command SSH key
 (checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot``; kiln's
-node checks run on the node after each repair, and the node is resumed when they pass. The journal
+node checks run on the node after each repair, and the node is resumed when they pass; a step is judged
+by the check it was for (a node that passes it but fails another has a new fault, with its own ladder:
+``judge``). The journal
 (JOURNAL, one JSON line per decision and action, written before the action) is the audit trail and the
 state: a service killed mid-repair starts again where the journal ends and never repeats a step. One
 look at a time (LOCK). Metrics for node_exporter's textfile collector (kiln-remediation.prom).
@@ -31,7 +33,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
 
 from checks import repairs  # noqa: E402
 from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
-                                       breaker, decide, replay)
+                                       breaker, decide, judge, replay)
 
 CONFIG = "/etc/kiln/remediation.json"
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
@@ -212,9 +214,13 @@ class Remediator:
             if passed:
                 break
             time.sleep(10 if attempt < 2 and not self.config.get("fast") else 0)
-        self.log("result", name, step=d.step, result="ok" if passed else "failed", before=before, after=after)
+        result, other = judge(d.check, passed, after)
+        self.log("result", name, step=d.step, result=result, before=before, after=after)
         if passed:
             self.resume(name)
+        elif other:
+            self.log("closed", name, why=f"{d.check} passes after {d.step}; the node fails {other} now")
+            self.log("fault", name, check=other, reason="; ".join(after)[:200], drained_at=None)
 
     def resume(self, name: str) -> None:
         """Back into service, unless Slurm has done it already (a node that was down returns by itself
@@ -239,7 +245,7 @@ def metrics(events: list[dict], now: float) -> str:
     for e in events:
         node, kind = e.get("node", ""), e.get("event")
         if kind == "fault":
-            opened[node] = e.get("t", now)
+            opened.setdefault(node, e.get("t", now))  # a fault that follows a closed one: still out of service
             if isinstance(e.get("drained_at"), (int, float)):
                 detected += 1
                 detect += max(0.0, e.get("t", now) - e["drained_at"])
@@ -250,6 +256,8 @@ def metrics(events: list[dict], now: float) -> str:
             results[key] = results.get(key, 0) + 1
         elif kind == "escalated":
             escalations += 1
+        elif kind == "released":
+            opened.pop(node, None)
         elif kind == "returned" and node in opened:
             returns += 1
             seconds += e.get("t", now) - opened.pop(node)

@@ -24,6 +24,7 @@ node); a repeat offender (``repeat_offender_faults`` episodes repaired and retur
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from checks import repairs
@@ -102,6 +103,8 @@ def replay(events: list[dict]) -> History:
             n.episode.steps[-1]["result"] = e.get("result")
         elif kind == "escalated":
             n.escalated = True
+        elif kind == "closed":  # the episode's own fault cleared; a new one follows at once
+            n.episode, n.escalated = None, False
         elif kind in ("returned", "released"):
             if kind == "returned" and n.episode is not None and n.episode.steps:
                 n.returned.append(t)
@@ -131,6 +134,24 @@ class Decision:
     why: str = ""
     step: str = ""
     check: str = ""
+
+
+_CHECK_ID = re.compile(r"[A-Z][A-Z0-9_]{1,63}")
+
+
+def judge(check: str, passed: bool, failing: list[str]) -> tuple[str, str]:
+    """A step's result, judged by the check it was for: ``("ok", "")`` when the node passes,
+    ``("failed", "")`` while it still fails that check (or its checks could not be read, or the fault
+    was Slurm's own, which no node check names), ``("ok", OTHER)`` when that check passes now and the
+    node fails OTHER instead: a new fault (the node came back and failed again between two looks, or
+    the repair showed another fault), which gets its own episode and ladder instead of the next rung of
+    the old one."""
+    if passed:
+        return "ok", ""
+    ids = [line.split(" ", 1)[0] for line in failing]
+    if check.startswith("SLURM_") or not ids or check in ids or not all(_CHECK_ID.fullmatch(i) for i in ids):
+        return "failed", ""
+    return "ok", ids[0]
 
 
 def owner(view: NodeView) -> str:

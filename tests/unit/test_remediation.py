@@ -14,7 +14,7 @@ import pytest
 from checks import node_repair, repairs
 from checks.reference import CHECKS
 from checks.remediation import Remediator, metrics, parse_views, read_journal
-from checks.remediation_policy import NodeHistory, NodeView, Settings, breaker, decide, replay
+from checks.remediation_policy import NodeHistory, NodeView, Settings, breaker, decide, judge, replay
 from kiln.known_hosts import known_hosts_lines
 
 S = Settings(settle_seconds=0)
@@ -241,3 +241,40 @@ def test_a_new_fault_settles_before_its_first_repair():
     settle = Settings(settle_seconds=60)
     assert decide(view, _hist(fault), settle, T0 + 30, False).why.startswith("settling")
     assert decide(view, _hist(fault), settle, T0 + 61, False).step == repairs.REBOOT
+
+
+def test_a_step_is_judged_by_the_check_it_was_for():
+    assert judge("GPU_XID_79", True, []) == ("ok", "")
+    assert judge("GPU_XID_79", False, ["GPU_XID_79 Xid 79 on GPU 0"]) == ("failed", "")
+    # the Xid is gone after the reboot, the node fails something else: a new fault, not the next rung
+    assert judge("GPU_XID_79", False, ["GPU_ECC_UNCORRECTED GPU 2: 3 uncorrected"]) == ("ok", "GPU_ECC_UNCORRECTED")
+    # checks that could not be read, or Slurm's own reason (no node check names it): not judged cleared
+    assert judge("GPU_XID_79", False, ["no check result (rc 255)"]) == ("failed", "")
+    assert judge("SLURM_NOT_RESPONDING", False, ["SLURM_SLURMD slurmd is inactive"]) == ("failed", "")
+
+
+def test_a_node_back_and_failing_anew_before_the_next_look_gets_a_new_episode(tmp_path):
+    """Rebooted for Xid 79, resumed by its own checks, and failing uncorrected ECC before kiln-remediate
+    looked again: the reboot worked, and the ECC fault climbs its own ladder (a reset), not Xid 79's
+    (whose next rung is escalation)."""
+    fake = _FakeCluster(tmp_path, [("n1", "drained", "kiln: GPU_XID_79 GPU 0 fell off the bus")])
+    fake.remediator(lambda: T0).look()
+    assert [c for c in fake.calls if c[:2] == ["scontrol", "reboot"]]
+    fake.views[0] = ("n1", "drained", "kiln: GPU_ECC_UNCORRECTED GPU 2")
+    r = fake.remediator(lambda: T0 + 200)
+    r.views = lambda: [NodeView("n1", "drained", "kiln: GPU_ECC_UNCORRECTED GPU 2", boot_time=T0 + 100)]
+    r.check = lambda node: (False, ["GPU_ECC_UNCORRECTED GPU 2: 3 uncorrected"])
+    r.look()
+    events = [e for e in read_journal(fake.config["journal"]) if e["event"] != "held"]
+    assert [e["event"] for e in events] == ["fault", "step", "result", "closed", "fault"], events
+    assert events[2]["result"] == "ok" and events[4]["check"] == "GPU_ECC_UNCORRECTED"
+    assert ["scontrol", "update", "nodename=n1", "state=resume"] not in fake.calls  # still failing
+    r = fake.remediator(lambda: T0 + 210)
+    r.views = lambda: [NodeView("n1", "drained", "kiln: GPU_ECC_UNCORRECTED GPU 2", boot_time=T0 + 100)]
+    r.check = lambda node: (False, ["GPU_ECC_UNCORRECTED GPU 2: 3 uncorrected"])
+    r.look()
+    steps = [e["step"] for e in read_journal(fake.config["journal"]) if e["event"] == "step"]
+    assert steps == ["reboot", "reset"], steps
+    assert "escalated" not in [e["event"] for e in read_journal(fake.config["journal"])]
+    text = metrics(read_journal(fake.config["journal"]), T0 + 300)
+    assert 'kiln_remediation_repairs_total{kind="reboot",result="ok"} 1' in text
