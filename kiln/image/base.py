@@ -15,12 +15,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kiln.image.commands import run_step
 from kiln.shell import command
 
 # What every base has, by the names each family's package manager uses.
@@ -152,7 +152,8 @@ def _build(os: str, final: Path, progress: Callable[[str], None]) -> Path:
     tmp = CACHE / f"{final.name}.tmp"
     started = time.monotonic()
     progress(f"building the {BASES[os].name} base with debootstrap (once; cached in {final})")
-    _run(["sh", "-c", bootstrap_commands(os, str(tmp / "rootfs"))[0]], timeout=900)
+    run_step(["sh", "-c", bootstrap_commands(os, str(tmp / "rootfs"))[0]], f"debootstrap {os}", 900,
+             BaseBuildError)
     _customize(os, tmp / "rootfs")
     (tmp / "complete").write_text(f"{recipe_hash(os)}\n")
     if final.exists():
@@ -169,16 +170,6 @@ class BaseBuildError(Exception):
     """A base could not be built (debootstrap or the chroot's systemctl failed); nothing is left half-made."""
 
 
-def _run(cmd: list[str], timeout: float = 120) -> None:
-    try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise BaseBuildError(f"{' '.join(cmd[:3])} timed out after {timeout:.0f} s") from exc
-    if result.returncode != 0:
-        raise BaseBuildError(f"{' '.join(cmd[:3])} exited {result.returncode}: "
-                             f"{(result.stderr or result.stdout).strip()[-2000:]}")
-
-
 def _customize(os: str, root: Path) -> None:
     for key in (root / "etc" / "ssh").glob("ssh_host_*"):
         key.unlink()  # each machine gets its own host keys
@@ -188,9 +179,11 @@ def _customize(os: str, root: Path) -> None:
     wants = root / "etc" / "systemd" / "system" / "sysinit.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     (wants / "kiln-cgroup-rw.service").symlink_to("/etc/systemd/system/kiln-cgroup-rw.service")
-    _run(["chroot", str(root), "systemctl", "enable", "systemd-networkd"])
+    run_step(["chroot", str(root), "systemctl", "enable", "systemd-networkd"], "enable systemd-networkd", 120,
+             BaseBuildError)
     # No DNS in nodes and no NIC to wait for beyond the first: do not hold boot for it.
-    _run(["chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service"])
+    run_step(["chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service"],
+             "mask systemd-networkd-wait-online", 120, BaseBuildError)
     (root / "etc" / "apt" / "sources.list").write_text("")
     (root / "etc" / "apt" / "sources.list.d" / "debian.sources").write_text(apt_sources(os))
     (root / "etc" / "apt" / "apt.conf.d" / "80kiln-retries").write_text(APT_RETRIES)

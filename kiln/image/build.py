@@ -31,6 +31,7 @@ from kiln.image import base as image_base
 from kiln.image import manifest as manifest_mod
 from kiln.image import store as image_store
 from kiln.image.chroot import BUILD_PROXY, POLICY_RC, STEP
+from kiln.image.commands import run_step
 from kiln.image.recipe import ImageRecipe
 from kiln.inventory.model import Cluster
 
@@ -126,7 +127,7 @@ def _build_tree(cluster: Cluster, recipe: ImageRecipe, final: Path, progress, pr
     progress(f"{recipe.name}: copying the {name} base")
     step(f"copying the {name} base")
     tmp.mkdir()
-    _run(["cp", "-a", "--reflink=auto", str(base), str(tmp / "rootfs")], "copy the base", 600)
+    run_step(["cp", "-a", "--reflink=auto", str(base), str(tmp / "rootfs")], "copy the base", 600, ImageBuildError)
     root = tmp / "rootfs"
     progress(f"{recipe.name}: install stage of {', '.join(recipe.roles)} (as {recipe.host}) into the image")
     command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "kiln.image.chroot",
@@ -213,7 +214,3 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
-def _run(cmd: list[str], what: str, timeout: float) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        raise ImageBuildError(f"could not {what}: {result.stderr.strip()[-400:]}")

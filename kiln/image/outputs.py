@@ -11,6 +11,7 @@ import subprocess
 
 from pathlib import Path
 
+from kiln.image.commands import run_step
 from kiln.image.store import BOX_VERSION, OUTPUTS, QCOW2_VERSION, StoredImage
 
 
@@ -135,7 +136,7 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
         if shutil.which(tool) is None:
             raise OutputError(f"{name}: the qcow2 output needs {tool}: apt-get install {package}")
     root = work / "root"
-    _run(["cp", "-a", "--reflink=auto", str(tree), str(root)], "copy the tree", 600)
+    run_step(["cp", "-a", "--reflink=auto", str(tree), str(root)], "copy the tree", 600, OutputError)
     if not list((root / "boot").glob("vmlinuz-*")):
         _in_chroot(root, "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                    f"--no-install-recommends {' '.join(KERNEL_PACKAGES)} && apt-get clean", proxy,
@@ -176,9 +177,11 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
     used = int(subprocess.run(["du", "-sb", str(root)], capture_output=True, text=True).stdout.split()[0])
     size_mb = used * 13 // 10 // 2**20 + 1024  # room for the first boot's journal and a deploy's changes
     raw = work / "disk.raw"
-    _run(["truncate", "-s", f"{size_mb}M", str(raw)], "make the disk", 60)
-    _run(["mkfs.ext4", "-q", "-L", "kilnroot", "-d", str(root), str(raw)], "fill the disk (mkfs.ext4 -d)", 1800)
-    _run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "image.qcow2")], "convert to qcow2", 1800)
+    run_step(["truncate", "-s", f"{size_mb}M", str(raw)], "make the disk", 60, OutputError)
+    run_step(["mkfs.ext4", "-q", "-L", "kilnroot", "-d", str(root), str(raw)], "fill the disk (mkfs.ext4 -d)", 1800,
+             OutputError)
+    run_step(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "image.qcow2")], "convert to qcow2", 1800,
+             OutputError)
     raw.unlink()
     shutil.rmtree(root)
     (work / "qcow2.json").write_text(json.dumps({"kernel": kernel.name.removeprefix("vmlinuz-"), "root": "LABEL=kilnroot",
@@ -264,7 +267,3 @@ def _install_unit(root: Path, name: str, text: str, wants: str) -> None:
     link.symlink_to(f"/etc/systemd/system/{name}")
 
 
-def _run(cmd: list[str], what: str, timeout: float) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        raise OutputError(f"could not {what}: {(result.stderr or result.stdout).strip()[-400:]}")
