@@ -157,3 +157,39 @@ def rm_cmd(names: tuple[str, ...]) -> None:
             continue
         echo(f"removed {name}")
     sys.exit(EXIT_BAD_INPUT if missing else EXIT_OK)
+
+
+@image.command("prune")
+@click.option("--keep", type=click.IntRange(1, 100), default=2, show_default=True,
+              help="images to keep of each cluster, target and OS (the newest)")
+@click.option("--dry-run", is_flag=True, help="say what would be removed, remove nothing")
+def prune_cmd(keep: int, dry_run: bool) -> None:
+    """Remove older images: all but the --keep newest of each cluster, target and OS. An image a
+    testbed's nodes boot from (up or stopped) is kept, whatever its age."""
+    from kiln.image.store import STORE, ImageInUse, images, prunable, remove
+    from kiln.testbed.testbed import images_in_use
+    used = images_in_use()
+    found = images()
+    doomed = prunable(found, keep, set(used))
+    freed = failed = 0
+    for image in doomed:
+        size = image.size("dir") + sum(image.size(f) for f in image.formats if f != "dir")
+        if dry_run:
+            echo(f"would remove {image.name} ({size / 2**20:.0f} MiB)")
+            freed += size
+            continue
+        try:
+            remove(image)
+        except ImageInUse as e:
+            echo(str(e), err=True)
+            failed += 1
+            continue
+        echo(f"removed {image.name} ({size / 2**20:.0f} MiB)")
+        freed += size
+    for name, testbeds in sorted(used.items()):
+        if any(i.name == name for i in found):
+            echo(f"kept {name}: testbed {', '.join(testbeds)} boots from it")
+    verb = "would free" if dry_run else "freed"
+    echo(f"{verb} {freed / 2**20:.0f} MiB in {STORE}: {len(doomed) - failed} of {len(found)} image(s), "
+         f"keeping the {keep} newest of each cluster, target and OS")
+    sys.exit(EXIT_BAD_INPUT if failed else EXIT_OK)

@@ -110,6 +110,18 @@ def remove(image: StoredImage) -> None:
     shutil.rmtree(image.path)
 
 
+def prunable(found: list[StoredImage], keep: int, kept: set[str]) -> list[StoredImage]:
+    """The images ``kiln image prune`` removes: all but the ``keep`` newest of each cluster, target and
+    OS, never one named in ``kept`` (a testbed's recorded nodes boot from it). ``found`` oldest first,
+    as ``images`` gives it."""
+    groups: dict[tuple, list[StoredImage]] = {}
+    for image in found:
+        m = image.manifest
+        groups.setdefault((m.get("cluster"), m.get("target"), m.get("os")), []).append(image)
+    old = [i for group in groups.values() for i in group[:max(0, len(group) - keep)]]
+    return [i for i in found if i in old and i.name not in kept]
+
+
 def stale_builds(store: Path | None = None) -> list[Path]:
     root = store or STORE
     return sorted(root.glob("*.tmp")) if root.is_dir() else []

@@ -41,6 +41,20 @@ KINDS = ("nspawn", "vm")
 VM_TOOLS = ("qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debugfs")
 
 
+def images_in_use(root: Path | None = None) -> dict[str, list[str]]:
+    """Image name -> the testbeds whose recorded nodes boot from it (up or stopped: a stopped node's disk
+    is still a layer over its image)."""
+    used: dict[str, list[str]] = {}
+    for record in sorted((root or STATE_ROOT).glob("*/testbed.json")):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        for node in data.get("nodes", []):
+            if node.get("image") and record.parent.name not in used.get(node["image"], []):
+                used.setdefault(node["image"], []).append(record.parent.name)
+    return used
+
 
 @dataclass
 class Testbed:
@@ -271,11 +285,7 @@ class Testbed:
         return out
 
     def _recorded_images(self) -> dict[str, str | None]:
-        try:
-            data = json.loads((self.state / "testbed.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {n["name"]: n.get("image") for n in data["nodes"]}
+        return {n["name"]: n.get("image") for n in self._recorded().get("nodes", [])}
 
     def _healthy(self, nodes: list[Node], lowers: dict | None = None) -> bool:
         if [n.name for n in self.recorded_nodes()] != [n.name for n in nodes]:

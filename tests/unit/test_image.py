@@ -114,3 +114,39 @@ def test_a_group_name_that_is_a_path_never_names_an_image():
         with pytest.raises(RecipeError, match="must be a plain name"):
             recipe(bad, target)
     assert recipe(cluster, "gpu").name.startswith("plan-gpu-")
+
+
+def _built(root, name: str, built: str, target: str = "compute", os: str = "debian12", cluster: str = "c"):
+    image = _image(root, name, built, target)
+    manifest = {**image.manifest, "os": os, "cluster": cluster}
+    (image.path / "manifest.json").write_text(json.dumps(manifest))
+    return image
+
+
+def test_prune_keeps_the_newest_of_each_cluster_target_and_os_and_what_a_testbed_boots(tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    for hour, name in enumerate(["c-compute-a1", "c-compute-a2", "c-compute-a3", "c-compute-a4"]):
+        _built(root, name, f"2026-11-30T1{hour}:00:00+00:00")
+    _built(root, "c-compute-d13", "2026-11-30T09:00:00+00:00", os="debian13")       # another OS: its own newest
+    _built(root, "c-controller-b1", "2026-11-30T09:00:00+00:00", target="controller")
+    _built(root, "other-compute-x1", "2026-11-30T08:00:00+00:00", cluster="other")  # another cluster
+    found = store.images(root)
+    assert [i.name for i in store.prunable(found, 2, set())] == ["c-compute-a1", "c-compute-a2"]
+    assert [i.name for i in store.prunable(found, 1, {"c-compute-a1"})] == ["c-compute-a2", "c-compute-a3"]
+    # the command: a stopped testbed's record keeps its image; the rest goes, the newest two stay
+    state = tmp_path / "testbeds"
+    (state / "tb1").mkdir(parents=True)
+    (state / "tb1" / "testbed.json").write_text(json.dumps({"nodes": [{"name": "tb101", "image": "c-compute-a1"},
+                                                                        {"name": "tb102", "image": None}]}))
+    monkeypatch.setattr(store, "STORE", root)
+    from kiln.testbed import testbed
+    monkeypatch.setattr(testbed, "STATE_ROOT", state)
+    dry = CliRunner().invoke(main, ["image", "prune", "--dry-run"])
+    assert dry.exit_code == 0 and "would remove c-compute-a2" in dry.output, dry.output
+    assert len(store.images(root)) == 7
+    result = CliRunner().invoke(main, ["image", "prune"])
+    assert result.exit_code == 0, result.output
+    assert "kept c-compute-a1: testbed tb1 boots from it" in result.output
+    assert sorted(i.name for i in store.images(root)) == ["c-compute-a1", "c-compute-a3", "c-compute-a4",
+                                                         "c-compute-d13", "c-controller-b1", "other-compute-x1"]
+    assert CliRunner().invoke(main, ["image", "prune", "--keep", "0"]).exit_code == 2
