@@ -10,7 +10,7 @@ from __future__ import annotations
 from checks import gpu_load
 from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
-from checks.parsers.kernel_log import DEFAULT_COMMAND, parse_xids, recent
+from checks.parsers.kernel_log import DEFAULT_COMMAND, after_gpu_reset, parse_xids, recent
 from checks.parsers.nvidia_smi import FAULTS, GPU_GONE, explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
@@ -198,7 +198,10 @@ def _bridged(gpus: dict[int, dict], expected: int) -> Verdict:
 
 def check_xids(node: Node, command: str, hours: float = XID_HOURS) -> list[Verdict]:
     out = node.run(command)
-    xids = parse_xids(recent(out.stdout, hours))
+    text, before_reset = after_gpu_reset(recent(out.stdout, hours))
+    xids = parse_xids(text)
+    repaired = f"; {before_reset} GPU driver line(s) from before the last GPU reset not counted" \
+        if before_reset else ""
     fatal = [x for x in xids if x.fatal]
     if fatal:
         last = fatal[-1]
@@ -211,7 +214,8 @@ def check_xids(node: Node, command: str, hours: float = XID_HOURS) -> list[Verdi
         return [warn("GPU_XID", f"{'SXid' if last.nvswitch else 'Xid'} {last.code} on {last.pci} in {hours:g} h: "
                      f"{last.action if not last.nvswitch else 'its event line is missing: read the kernel log'}")]
     app = sorted({x.code for x in xids})
-    return [ok("GPU_XID", f"no fatal Xid in {hours:g} h" + (f" (application Xids {app})" if app else ""))]
+    return [ok("GPU_XID", f"no fatal Xid in {hours:g} h" + (f" (application Xids {app})" if app else "")
+               + repaired)]
 
 
 def check_service(node: Node, check_id: str, unit: str, what: str) -> Verdict:

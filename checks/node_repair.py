@@ -4,7 +4,8 @@ The key's line in root's authorized_keys forces this program (``restrict,command
 what the controller asked for arrives in ``SSH_ORIGINAL_COMMAND`` and must be one of:
 
     restart UNIT     restart one of the units in UNITS and wait until it is active (30 s)
-    reset            reset the node's GPUs (nvidia-smi -r), only when no process uses them; then restart
+    reset            reset the node's GPUs (nvidia-smi -r), only when no process uses them; record when
+                     (RESET_FILE: the Xid check counts no GPU driver line from before it); then restart
                      the fabric manager where it runs (NVSwitch GPUs are reset together)
     check            kiln's node checks, report only (kiln-node-check --no-drain --json)
 
@@ -17,6 +18,11 @@ import os
 import subprocess
 import sys
 import time
+
+if __package__ in (None, ""):  # run as a file: the checks package is beside it
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from checks.parsers.kernel_log import RESET_FILE  # noqa: E402
 
 UNITS = ("slurmd", "munge", "nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")
 CHECK = ["/usr/local/sbin/kiln-node-check", "--mode", "prolog", "--no-drain", "--json"]
@@ -48,6 +54,18 @@ def restart(unit: str) -> int:
     return 1
 
 
+def mark_reset(path: str, when: float) -> None:
+    """When the GPUs were reset: the kernel log check leaves out the GPU driver's lines from before it
+    (checks/parsers/kernel_log.after_gpu_reset), so a repaired Xid stops failing the node."""
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as out:
+        out.write(f"{when:.3f}\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
 def reset() -> int:
     busy = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
     if busy.returncode == 0 and busy.stdout.strip():
@@ -57,6 +75,7 @@ def reset() -> int:
     print((out.stdout + out.stderr).strip()[:500])
     if out.returncode != 0:
         return 1
+    mark_reset(RESET_FILE, time.time())
     if _run(["systemctl", "is-active", "--quiet", "nvidia-fabricmanager.service"]).returncode == 0:
         return restart("nvidia-fabricmanager")
     return 0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from checks.parsers.xid_catalog import classify
 
 NOW_MARK = "@@kiln-now "
+RESET_MARK = "@@kiln-gpu-reset "  # when kiln-node-repair last reset the node's GPUs (epoch), or nothing
+RESET_FILE = "/var/lib/kiln/gpu-reset"  # written by kiln-node-repair after a reset that succeeded
 # {since} is filled in by the inventory (a custom kiln_check_kernel_log command takes it too)
 COMMAND = "journalctl -k --since={since} --no-pager -o short-iso 2>/dev/null || dmesg --time-format iso"
 WINDOW = "-24h"
@@ -24,7 +26,8 @@ WINDOW = "-24h"
 
 def log_command(template: str = COMMAND) -> str:
     """The kernel log command the suites share: the node's clock, then the last 24 h of the log."""
-    return f"echo {NOW_MARK}$(date +%s); " + template.replace("{since}", WINDOW)
+    return (f"echo {NOW_MARK}$(date +%s); echo {RESET_MARK}$(head -c 32 {RESET_FILE} 2>/dev/null | tr -cd 0-9.); "
+            + template.replace("{since}", WINDOW))
 
 
 DEFAULT_COMMAND = log_command()  # the gpu and fabric suites' command when the expectations name none
@@ -62,6 +65,27 @@ def recent(text: str, hours: float) -> str:
         if when is None or when >= now - hours * 3600:
             keep.append(line)
     return "\n".join(keep) + "\n" if keep else ""
+
+
+def after_gpu_reset(text: str) -> tuple[str, int]:
+    """``text`` without the GPU driver's lines (``NVRM:``) from before the node's last GPU reset (the
+    reset mark), and how many were left out: a reset clears what those lines reported, so an Xid a reset
+    repaired stops failing the check at once instead of for ``hours``. NVSwitch (SXid) lines stay (a GPU
+    reset does not clear the switches), and so does every line whose time kiln cannot read."""
+    lines = text.splitlines()
+    mark = next((l[len(RESET_MARK):].strip() for l in lines if l.startswith(RESET_MARK)), "")
+    if not re.fullmatch(r"\d{9,11}(\.\d{1,9})?", mark, re.ASCII):
+        return text, 0
+    reset = float(mark)
+    keep, dropped = [], 0
+    for line in lines:
+        when = _epoch(line)
+        if "NVRM:" in line and when is not None and when < reset:
+            dropped += 1
+            continue
+        keep.append(line)
+    return ("\n".join(keep) + "\n" if keep else ""), dropped
+
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]+)\): (?P<code>\d+),\s*(?P<rest>.*)$")
 _SXID = re.compile(r"nvidia-nvswitch\d*: SXid \((?P<pci>[^)]+)\): (?P<code>\d+), (?P<rest>.*)$")

@@ -13,8 +13,8 @@ TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ibv_devinfo", "ib_write_bw", "all_red
 UNITS = ("nvidia-fabricmanager.service", "kiln-sim-boot.service", "kiln-sim-dcgm-exporter.service")
 # kiln's dcgm-exporter counters: the stand-in serves exactly these fields, as the real exporter would
 COUNTERS = Path(str(files("templates") / "monitoring" / "dcgm-counters.csv"))
-FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-13", "nvlink-down", "ib-port-down",
-          "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch", "nccl-slow", "slurmd-stopped")
+FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-48", "xid-13", "nvlink-down",
+          "ib-port-down", "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch", "nccl-slow", "slurmd-stopped")
 
 
 def available() -> bool:

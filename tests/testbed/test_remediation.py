@@ -190,6 +190,36 @@ def test_uncorrected_ecc_errors_are_cleared_by_a_gpu_reset_without_a_reboot(flee
     print(f"uncorrected ECC: GPUs reset and the node back in service {seconds:.0f} s after the fault, no reboot")
 
 
+def test_a_double_bit_ecc_xid_is_repaired_by_a_gpu_reset_without_a_reboot(fleet):
+    """Xid 48 asks for a GPU reset: kiln-node-repair resets the GPUs and records when, and the Xid check
+    leaves out the driver's lines from before it, so the node is back in seconds instead of failing the
+    Xid check for its 2 h window and climbing to a reboot."""
+    tb, node = fleet, fleet.computes[1]
+    _wait_settled(tb, node)
+    boot = _boot(tb, node)
+    t0 = time.monotonic()
+    _break(tb, node, "xid-48", 1)
+
+    def episode():
+        events = _journal(tb, node)
+        last = max((i for i, e in enumerate(events) if e["event"] == "fault"), default=None)
+        if last is None or events[last]["check"] != "GPU_XID_48":
+            return None
+        ep = [e for e in events[last:] if e["event"] != "held"]
+        return ep if ep[-1]["event"] == "returned" else None
+    ep = wait_for(episode, timeout=90, interval=1, what=f"{node} reset for Xid 48 and back in service")
+    seconds = time.monotonic() - t0
+    assert [e["event"] for e in ep] == ["fault", "step", "result", "resumed", "returned"], ep
+    assert ep[1]["step"] == "reset" and ep[2]["result"] == "ok" and ep[2]["after"] == [], ep
+    assert any(b.startswith("GPU_XID_48") for b in ep[2]["before"]), ep[2]
+    assert not _rebooted(tb, node, boot)
+    report = json.loads(ok(tb, node, "kiln-node-check --mode prolog --no-drain --json"))
+    (xid,) = [v for v in report["verdicts"] if v["id"] == "GPU_XID"]
+    assert xid["severity"] == "ok" and "from before the last GPU reset not counted" in xid["message"], xid
+    print(f"Xid 48: GPUs reset and the node back in service {seconds:.0f} s after the fault, no reboot "
+          f"({xid['message']})")
+
+
 def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothing(fleet):
     """The reboot waits for the job; the service killed right after it issued the reboot comes back and
     issues no second one."""

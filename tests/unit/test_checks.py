@@ -106,6 +106,7 @@ def test_healthy_node_passes_every_check(node):
     ("ecc-uncorrected", ["GPU_ECC_UNCORRECTED"]),
     ("remap-pending", ["GPU_REMAP_PENDING"]),
     ("xid-79", ["GPU_XID_79"]),
+    ("xid-48", ["GPU_XID_48"]),
     ("nvlink-down", ["GPU_NVLINK_INACTIVE"]),
     ("ib-port-down", ["FABRIC_PORT_DOWN"]),
     ("ib-rate-low", ["FABRIC_RATE"]),

@@ -7,7 +7,8 @@ import pytest
 
 from checks.parsers.dcgm import parse_dcgm_diag
 from checks.parsers.infiniband import MIB_PER_SECOND_IN_GBITS, parse_ib_write_bw, parse_ibstat, parse_ibv_devinfo
-from checks.parsers.kernel_log import NOW_MARK, count_link_flaps, log_command, parse_xids, recent
+from checks.parsers.kernel_log import (NOW_MARK, RESET_FILE, RESET_MARK, after_gpu_reset, count_link_flaps, log_command,
+                                       parse_xids, recent)
 from checks.parsers.mounts import options_match, parse_df_percent, parse_findmnt_json, parse_fstab
 from checks.parsers.nccl import parse_nccl_tests
 from checks.parsers.nvidia_smi import FAULTS, explain_exit, number, parse_nvlink_status, parse_query_csv
@@ -133,7 +134,45 @@ def test_recent_keeps_the_last_hours_by_the_nodes_clock():
     # 95 has no date kiln can read and stays
     assert [x.code for x in parse_xids(recent(lines, 2))] == [79, 74, 95]
     assert log_command("kiln-sim kernel-log --since={since}") == \
-        f"echo {NOW_MARK}$(date +%s); kiln-sim kernel-log --since=-24h"
+        f"echo {NOW_MARK}$(date +%s); echo {RESET_MARK}$(head -c 32 {RESET_FILE} 2>/dev/null | tr -cd 0-9.); " \
+        "kiln-sim kernel-log --since=-24h"
+
+
+def test_gpu_driver_lines_from_before_the_last_gpu_reset_are_not_counted():
+    """The real ECC burst (Xid 48, 63, 94 at 12:02:03 on 2024-11-15): a reset at 12:05 leaves none of
+    it; a reset before it leaves all of it; SXid lines and lines kiln cannot date stay whatever the
+    reset; a mark that is not a plain epoch is ignored."""
+    from checks.gpu import check_xids
+    from checks.node import Node, Result
+    log = read("kernel-xid/gpud-dmesg-time-format-iso.log")
+    burst = 1731672123  # 2024-11-15T12:02:03Z
+    assert check_xids(Node("gpu01", lambda c: Result(0, log, "")), "cat log")[0].id == "GPU_XID_94"  # the last
+    text, dropped = after_gpu_reset(f"{RESET_MARK}{burst + 120}.250\n" + log)
+    assert dropped == 11 and parse_xids(text) == []
+    (v,) = check_xids(Node("gpu01", lambda c: Result(0, f"{RESET_MARK}{burst + 120}\n" + log, "")), "cat log")
+    assert v.severity == "ok" and "11 GPU driver line(s) from before the last GPU reset not counted" in v.message
+    text, dropped = after_gpu_reset(f"{RESET_MARK}{burst - 60}\n" + log)
+    assert dropped == 0 and [x.code for x in parse_xids(text)][:2] == [48, 63]
+    kept = ("2024-11-15T12:01:00+0000 n1 kernel: nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 20034, Fatal, Link 30\n"
+            "[2397166.983093] NVRM: Xid (PCI:0000:0f:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off\n")
+    text, dropped = after_gpu_reset(f"{RESET_MARK}{burst + 120}\n" + kept)
+    assert dropped == 0 and [(x.code, x.nvswitch) for x in parse_xids(text)] == [(20034, True), (79, False)]
+    for mark in ("", "1731672243; rm -rf /", "0x67370000", "１７３１６７２２４３", "17316722431234"):
+        assert after_gpu_reset(f"{RESET_MARK}{mark}\n" + log)[1] == 0, mark
+
+
+def test_the_reset_mark_the_node_prints_is_digits_whatever_its_file_holds(tmp_path, monkeypatch):
+    import subprocess
+
+    from checks.parsers import kernel_log
+    mark = tmp_path / "gpu-reset"
+    monkeypatch.setattr(kernel_log, "RESET_FILE", str(mark))
+    command = kernel_log.log_command("true {since}")
+    assert subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout.splitlines()[1] == \
+        RESET_MARK.strip()  # no file yet: an empty mark
+    mark.write_text("1731672243.250\n* $(touch x) `id`\n")
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path).stdout
+    assert out.splitlines()[1] == f"{RESET_MARK}1731672243.250" and not (tmp_path / "x").exists()
 
 
 def test_link_flaps():

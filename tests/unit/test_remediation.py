@@ -221,6 +221,26 @@ def test_the_node_program_runs_only_what_it_allows(command, words):
     assert node_repair.parse(command) == words
 
 
+def test_a_gpu_reset_is_recorded_for_the_xid_check_only_when_it_succeeded(tmp_path, monkeypatch):
+    import subprocess
+    mark = tmp_path / "lib" / "gpu-reset"
+    monkeypatch.setattr(node_repair, "RESET_FILE", str(mark))
+    answers = {"--query-compute-apps=pid": "", "-r": ("Unable to reset GPU 00000000:18:00.0", 255)}
+
+    def run(args, timeout=120):
+        out = answers.get(args[1], ("", 3)) if args[0] == "nvidia-smi" else ("", 3)
+        text, rc = (out, 0) if isinstance(out, str) else out
+        return subprocess.CompletedProcess(args, rc, text, "")
+    monkeypatch.setattr(node_repair, "_run", run)
+    assert node_repair.reset() == 1 and not mark.exists()  # the reset failed: nothing recorded
+    answers["-r"] = ("GPU 00000000:18:00.0 was successfully reset.\nAll done.", 0)
+    monkeypatch.setattr(node_repair.time, "time", lambda: 1_800_000_123.5)
+    assert node_repair.reset() == 0 and mark.read_text() == "1800000123.500\n"
+    answers["--query-compute-apps=pid"] = "4242\n"  # a process on a GPU: not reset, the old mark stays
+    monkeypatch.setattr(node_repair.time, "time", lambda: 1_800_000_999.0)
+    assert node_repair.reset() == 1 and mark.read_text() == "1800000123.500\n"
+
+
 def test_the_controller_trusts_only_the_compute_nodes_keys_from_the_inventory():
     salt = b"0123456789abcdefghij"
     hashed = "|1|" + base64.b64encode(salt).decode() + "|" + base64.b64encode(

@@ -67,9 +67,23 @@ def kernel_stamp() -> str:
 GPU_FAULT_FIELDS = ("lost", "ecc_uncorrected", "remap_pending", "retired_pending", "nvlinks", "throttle")
 
 
+XID_TEXT = {79: "GPU has fallen off the bus.", 13: "Graphics SM Warp Exception on (GPC 0, TPC 0): Out Of Range Address",
+            48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer"}
+
+
+def xid(state: dict, gpu: dict, code: int, app: bool = False) -> None:
+    """One Xid line in the simulated kernel log, as the driver prints it (journalctl -o short-iso)."""
+    bus = gpu["bus"][4:-2].lower()  # 00000000:18:00.0 -> 0000:18:00
+    who = "pid=4242, name=python3" if app else "pid='<unknown>', name=<unknown>"
+    line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {os.uname().nodename} kernel: NVRM: Xid (PCI:{bus}): {code}, "
+            f"{who}, {XID_TEXT[code]}")
+    state["kernel_log"].append({"t": time.time(), "line": line})
+
+
 def reset_gpus(state: dict) -> list[str]:
     """``nvidia-smi -r``: every GPU without a persistent fault gets its healthy fields back (the kernel
-    log keeps its Xid lines, as dmesg does); the bus ids of the GPUs reset."""
+    log keeps its Xid lines, as dmesg does); a persistent Xid fault's GPU logs its Xid again (the fault
+    is still there); the bus ids of the GPUs reset."""
     broken = {gpu for fault, gpu, _ in state.get("persistent", [])}
     healthy = {g["index"]: g for g in state["healthy"]["gpus"]}
     done = []
@@ -78,5 +92,8 @@ def reset_gpus(state: dict) -> list[str]:
             for field in GPU_FAULT_FIELDS:
                 gpu[field] = healthy[gpu["index"]][field]
             done.append(gpu["bus"])
+    for fault, index, _ in state.get("persistent", []):
+        if fault.startswith("xid-") and state["gpus"]:
+            xid(state, state["gpus"][min(index, len(state["gpus"]) - 1)], int(fault[4:]), app=fault == "xid-13")
     state["transient"] = [f for f in state.get("transient", []) if f[1] in broken]
     return done
