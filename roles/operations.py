@@ -14,9 +14,18 @@ from kiln.shell import quote, quote_all
 from roles.snapshot import NodeSnapshotFact, Watched
 
 # A node that lost power during a package install is left with dpkg interrupted (apt then refuses to
-# install anything until ``dpkg --configure -a``): finish that first, keeping the local conffiles.
+# install anything until ``dpkg --configure -a``): finish that first, keeping the local conffiles. Power
+# lost while a package was being unpacked leaves it half-installed with "reinstall required", which
+# ``--configure`` refuses ("package is in a very bad inconsistent state"): those are reinstalled from
+# apt's lists, then the configure runs again and must succeed.
 DPKG_REPAIR = ('if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$(dpkg --audit 2>/dev/null)" ]; then '
-               "DEBIAN_FRONTEND=noninteractive dpkg --configure -a --force-confdef --force-confold; fi")
+               "export DEBIAN_FRONTEND=noninteractive; "
+               "dpkg --configure -a --force-confdef --force-confold >/dev/null 2>&1 || true; "
+               "broken=$(dpkg-query -W -f='${db:Status-Abbrev}|${Package}\\n' 2>/dev/null "
+               "| awk -F'|' 'substr($1,2,1)==\"H\" || substr($1,3,1)==\"R\" {print $2}'); "
+               'if [ -n "$broken" ]; then apt-get install -y -q --reinstall '
+               "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold $broken; fi; "
+               "dpkg --configure -a --force-confdef --force-confold; fi")
 APT_INSTALL = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "
                "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold")
 
