@@ -110,6 +110,24 @@ def test_a_node_lost_during_a_deploy_is_named_unreachable_and_a_rerun_converges_
     _back_in_service(tb, node)
 
 
+def test_a_package_a_power_cut_left_half_unpacked_is_reinstalled_by_the_next_deploy(slurm):
+    """What a power cut while dpkg unpacks a package leaves (CI's random moment hit it: chrony ``iUR``,
+    reinstall required): ``dpkg --configure -a`` refuses it, so a deploy that only configured failed on
+    that node. The next deploy reinstalls it and converges the node."""
+    tb, node = slurm, slurm.computes[1]
+    abbrev = "dpkg-query -W -f='${db:Status-Abbrev}' chrony"
+    ok(tb, node, "sed -i '/^Package: chrony$/,/^$/s/^Status: install ok installed$/Status: install reinstreq unpacked/' "
+                 "/var/lib/dpkg/status")
+    assert ok(tb, node, abbrev).strip() == "iUR"
+    refused = on(tb, node, "dpkg --configure -a")
+    assert refused.returncode != 0 and "reinstall it" in refused.stdout + refused.stderr, refused
+    rc, data, text = deploy_json(tb.inventory, "--limit", node)
+    assert rc == 0, text
+    assert {h["host"]: h["status"] for h in data["hosts"]}[node] == "changed", text
+    assert ok(tb, node, abbrev).strip() == "ii" and not ok(tb, node, "dpkg --audit").strip()
+    print(f"chrony left 'reinstall required' on {node}: the next deploy reinstalled it and converged the node")
+
+
 def test_check_reports_a_dead_node_unreachable_within_bounds(slurm, tmp_path):
     tb, node = slurm, slurm.computes[1]
     tb.power_loss(node)
