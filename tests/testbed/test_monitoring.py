@@ -50,8 +50,10 @@ def test_prometheus_scrapes_every_node_after_deploy(slurm):
     assert {k for k, v in found.items() if v == "1"} >= expected, found
     # kiln's own series arrive too: the Slurm collector, the node checks' kiln.prom, what each node must have
     assert query(cluster, password, 'kiln_slurm_up{daemon="slurmctld"} == 1')
-    gpus = {r["metric"]["node"]: r["value"][1] for r in query(cluster, password, "kiln_node_gpus_expected")}
-    assert {n: gpus.get(n) for n in tb.computes} == {n: "4" for n in tb.computes}
+    series = query(cluster, password, "kiln_node_gpus_expected")
+    assert all("node" in r["metric"] for r in series), f"a series without its node label: {series}"
+    gpus = {r["metric"]["node"]: r["value"][1] for r in series}
+    assert {n: gpus.get(n) for n in tb.computes} == {n: "4" for n in tb.computes}, series
     counts = {r["metric"]["node"]: r["value"][1] for r in query(cluster, password, "count by (node) (DCGM_FI_DEV_GPU_TEMP)")}
     assert counts == {n: "4" for n in tb.computes}, counts
     # every listener on the node's cluster address only, and none answers without the password
