@@ -136,7 +136,7 @@ class Decision:
     check: str = ""
 
 
-_CHECK_ID = re.compile(r"[A-Z][A-Z0-9_]{1,63}")
+_CHECK_ID = re.compile(repairs.CHECK_ID)
 
 
 def judge(check: str, passed: bool, failing: list[str]) -> tuple[str, str]:

@@ -68,7 +68,8 @@ DEFAULT = (ESCALATE,)
 _XID_STEPS = {XID_RESET: (RESET, REBOOT, ESCALATE), XID_REBOOT: (REBOOT, ESCALATE), SERVICE: (ESCALATE,),
               NVLINK: ("restart:nvidia-fabricmanager", RESET, REBOOT, ESCALATE)}
 
-_KILN_REASON = re.compile(r"^kiln: ([A-Z][A-Z0-9_]{1,63})\b")
+CHECK_ID = r"[A-Z][A-Z0-9_]{1,63}"  # a check id as kiln's verdicts and drain reasons write it
+_KILN_REASON = re.compile(rf"^kiln: ({CHECK_ID})\b")
 
 
 def check_of(reason: str) -> str | None:
