@@ -29,15 +29,17 @@ sys.path.insert(0, str(REPO))
 from kiln.inventory import load_cluster  # noqa: E402
 from kiln.usage import html_page, sacct  # noqa: E402
 from kiln.usage.report import report  # noqa: E402
+from tests.slurm_framing import SEP, frame  # noqa: E402
 from tests.unit import usage_month  # noqa: E402
 
-PER_JOB = ("import sys\nfrom kiln.usage import sacct\nline = sys.stdin.read()\njob = sacct.parse(line)[0]\n"
+PER_JOB = ("import sys\nfrom kiln.usage import sacct\nfrom tests.slurm_framing import SEP\nline = sys.stdin.read()\n"
+           "job = sacct.read(line, SEP)[0][0]\n"
            "print(job.job_id, job.gpus * job.elapsed / 3600)\n")
 
 
 def kiln_once(cluster, text: str, reservations: str) -> tuple[dict[str, float], str]:
     t0 = time.perf_counter()
-    jobs = sacct.parse(text)
+    jobs = sacct.read(text, SEP)[0]
     res = sacct.parse_reservations(reservations)
     t1 = time.perf_counter()
     data = report(jobs, cluster, usage_month.START, usage_month.END, cluster.setting("usage_gpu_hour_prices"),
@@ -68,12 +70,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cluster = load_cluster(usage_month.write_inventory(Path(tmp) / "inventory"))
-        text, reservations = usage_month.sacct_month(args.jobs), usage_month.reservations_month()
+        text, reservations = frame(usage_month.sacct_month(args.jobs), 15), usage_month.reservations_month()
         runs = []
         for _ in range(args.runs):
             times, page = kiln_once(cluster, text, reservations)
             runs.append(times)
-        lines = text.splitlines()[: args.sample]
+        lines = [line + "\n" for line in text.split("\n") if line][: args.sample]
         alt = per_job(lines) * args.jobs / len(lines)
         if args.screenshot:
             html = Path(tmp) / "usage.html"

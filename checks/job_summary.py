@@ -30,7 +30,9 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timezone
+
+from checks.parsers.scontrol import SlurmRecordError, expand_hostlist, show_job
 
 CONFIG = "/etc/slurm/kiln-job-summary.json"
 JOBS = "/var/lib/kiln/jobs"  # slurm's: what each running job holds, from its prolog to its epilog
@@ -50,36 +52,31 @@ def _indices(text: str) -> list[int]:
 
 
 def parse_job(text: str) -> dict:
-    """From ``scontrol show job -d ID``: start and end (epoch seconds, the controller's local time) and
-    {node: [GPU indices]} for every node of the job that held GPUs."""
+    """From ``scontrol show job -d ID`` (run with TZ=UTC): start and end (epoch seconds), the account,
+    and {node: [GPU indices]} for every node of the job that held GPUs. Read by the one record reader
+    (checks/parsers/scontrol.py): a job name or comment holding `` Account=other`` or
+    `` StartTime=2000-01-01T00:00:00`` is the name's text, and a record such text makes ambiguous raises
+    SlurmRecordError instead of being guessed."""
+    job = show_job(text)
+    allowed = set(expand_hostlist(str(job.get("NodeList", ""))))
     gpus: dict[str, list[int]] = {}
-    for m in re.finditer(r"^\s*Nodes=(\S+) .*?GRES=(\S+)", text, re.M):
+    for line in job["Nodes"]:
+        m = re.fullmatch(r"Nodes=(\S+) .*?GRES=(\S+)", line)
+        if not m:
+            continue
         idx = [i for g in re.findall(r"gpu(?::[^:(,]+)?:\d+\(IDX:([0-9,-]+)\)", m.group(2)) for i in _indices(g)]
-        if idx:
-            for node in _expand(m.group(1)):
-                gpus[node] = idx
+        for node in expand_hostlist(m.group(1)) if idx else []:
+            if node not in allowed or node in gpus:
+                raise SlurmRecordError(f"GRES line for {node!r}, which is not one of the job's nodes once")
+            gpus[node] = idx
     times = {}
     for key in ("StartTime", "EndTime"):
-        m = re.search(rf"\b{key}=(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)", text)
-        times[key] = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").timestamp() if m else None
-    account = re.search(r"\bAccount=([A-Za-z0-9_.-]{1,64})(?=\s)", text)
+        value = str(job.get(key, ""))
+        times[key] = (datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+                      if re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", value) else None)
+    account = str(job.get("Account", ""))
     return {"start": times["StartTime"], "end": times["EndTime"], "gpus": gpus,
-            "account": account.group(1) if account else ""}
-
-
-def _expand(nodes: str) -> list[str]:
-    """Slurm's folded list for one ``Nodes=`` line (kiln02 or kiln[02-03])."""
-    m = re.fullmatch(r"([^\[\],]+)\[([0-9,-]+)\]", nodes)
-    if not m:
-        return [n for n in nodes.split(",") if n]
-    out = []
-    for part in m.group(2).split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            out += [f"{m.group(1)}{i:0{len(a)}d}" for i in range(int(a), int(b) + 1)]
-        else:
-            out.append(m.group(1) + part)
-    return out
+            "account": account if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", account) else ""}
 
 
 def _label(value: str) -> str:
@@ -146,7 +143,11 @@ def _ask(config: dict, promql: str, at: float) -> float | None:
     token = base64.b64encode(f"kiln:{password}".encode()).decode()
     with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Basic {token}"}),
                                 timeout=10) as r:
-        result = json.loads(r.read()).get("data", {}).get("result", [])
+        answer = json.loads(r.read(1 << 20))
+    result = answer.get("data", {}).get("result") if isinstance(answer, dict) else None
+    if not isinstance(result, list) or (result and not (
+            isinstance(result[0], dict) and isinstance(result[0].get("value"), list) and len(result[0]["value"]) == 2)):
+        raise ValueError(f"Prometheus answered something of another shape: {str(answer)[:120]}")
     return float(result[0]["value"][1]) if result else None
 
 
@@ -172,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     job = os.environ.get("SLURM_JOB_ID", "")
     if not re.fullmatch(r"\d{1,12}", job):
         return 0
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "TZ": "UTC"}  # Slurm's times read as UTC
     kept = os.path.join(JOBS, f"{job}.json")
     try:
         shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30,
                                env=env)
         info = parse_job(shown.stdout)
+        told = os.environ.get("SLURM_JOB_ACCOUNT", "")  # slurmctld's own word, where it gives one
+        if told and info["account"] and told.lower() != info["account"].lower():
+            raise SlurmRecordError(f"scontrol says account {info['account']!r}, slurmctld {told!r}")
         if "--start" in args:
             if info["gpus"]:
                 with open(kept + ".tmp", "w") as f:
@@ -202,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         mem = 100 * used / (used + free) if used is not None and free is not None and used + free > 0 else None
         record(job, summary(util, mem, info["gpus"], seconds), env)
         count(config, info, seconds, util)
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:  # SlurmRecordError among them
         print(f"kiln-job-summary: job {job}: no GPU figures ({e})", file=sys.stderr)
     return 0
 

@@ -26,39 +26,42 @@ import re
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks import repairs  # noqa: E402
+from checks.parsers.delimited import read_sinfo_nodes, separator, sinfo_nodes_command  # noqa: E402
+from checks.parsers.scontrol import SlurmRecordError, show_nodes  # noqa: E402
 from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
                                        breaker, decide, judge, replay)
 
 CONFIG = "/etc/kiln/remediation.json"
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
 LOCK = "/run/kiln-remediate.lock"
-SINFO = ["sinfo", "-h", "-N", "-o", "%N|%T|%H|%E"]
 SCONTROL = ["scontrol", "-o", "show", "node"]
 
 
 def _epoch(text: str) -> float | None:
+    """Slurm's time, asked for with TZ=UTC."""
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
         return None
 
 
-def parse_views(sinfo: str, scontrol: str, nodes: list[str]) -> list[NodeView]:
-    """The compute nodes of the config as Slurm shows them; a node Slurm does not list is left out."""
-    boots = {m.group(1): _epoch(m.group(2)) for m in re.finditer(r"NodeName=(\S+) .*?BootTime=(\S+)", scontrol)}
-    seen = {}
-    for line in sinfo.splitlines():
-        parts = line.split("|", 3)
-        if len(parts) == 4 and parts[0] in nodes and parts[0] not in seen:
-            reason = "" if parts[3] in ("none", "(null)") else parts[3]
-            seen[parts[0]] = NodeView(parts[0], parts[1], reason, boots.get(parts[0]), _epoch(parts[2]))
-    return [seen[n] for n in nodes if n in seen]
+def parse_views(sinfo: str, scontrol: str, nodes: list[str], sep: str) -> list[NodeView]:
+    """The compute nodes of the config as Slurm shows them; a node Slurm does not list is left out. Read
+    whole or not at all: a drain reason holding a newline and another node's line stays its own node's
+    reason, and an answer that does not parse whole raises SlurmRecordError (no look is better than a
+    guess that reboots a node running jobs)."""
+    shown, framed = read_sinfo_nodes(sinfo, sep)
+    if framed.bad:
+        raise SlurmRecordError(framed.problem("sinfo"))
+    boots = {name: _epoch(fields.get("BootTime", "")) for name, fields in show_nodes(scontrol).items()}
+    return [NodeView(n, shown[n].state, shown[n].reason, boots.get(n), _epoch(shown[n].reason_time))
+            for n in nodes if n in shown]
 
 
 def read_journal(path: str) -> list[dict]:
@@ -89,7 +92,7 @@ class Remediator:
     def _run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
         try:
             return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+                                  env={**os.environ, "LC_ALL": "C", "LANG": "C", "TZ": "UTC"})
         except (OSError, subprocess.TimeoutExpired) as e:
             return subprocess.CompletedProcess(args, 255, "", str(e))
 
@@ -114,10 +117,14 @@ class Remediator:
         return self._run(["scontrol", *words])
 
     def views(self) -> list[NodeView]:
-        sinfo, show = self._run(SINFO), self._run(SCONTROL)
+        sep = separator()
+        sinfo, show = self._run(sinfo_nodes_command(sep)), self._run(SCONTROL)
         if sinfo.returncode != 0:
             raise RuntimeError(f"sinfo failed: {(sinfo.stderr or sinfo.stdout).strip()[:200]}")
-        return parse_views(sinfo.stdout, show.stdout, sorted(self.config["nodes"]))
+        try:
+            return parse_views(sinfo.stdout, show.stdout, sorted(self.config["nodes"]), sep)
+        except SlurmRecordError as e:
+            raise RuntimeError(f"Slurm's answer about the nodes is not readable whole: {e}") from None
 
     def check(self, node: str) -> tuple[bool, list[str]]:
         """kiln's node checks on the node: (all passed, the failing ids with their messages)."""

@@ -10,6 +10,7 @@ import re
 import shlex
 
 from checks.node import Node
+from checks.parsers.scontrol import SlurmRecordError, show_nodes
 from checks.verdict import Verdict, fail, ok, warn
 
 KILN_PREFIX = "kiln:"
@@ -19,7 +20,23 @@ ESCALATED_PREFIX = "kiln: escalated"  # kiln-remediate gave up: waits for a pers
 
 
 def node_state(text: str) -> dict[str, str]:
-    """``scontrol show node NAME -o``: key -> value (Reason keeps its spaces)."""
+    """``scontrol show node NAME -o`` (one node): key -> value of its own line, the first (a newline in its
+    reason cannot add fields or a node); Reason keeps its spaces, without Slurm's ``[user@time]``.
+    A line kiln cannot read whole gives {}."""
+    first = text.strip("\n").split("\n", 1)[0]
+    if first.startswith("NodeName="):
+        try:
+            fields = dict(next(iter(show_nodes(first).values())))
+        except SlurmRecordError:
+            return {}
+        if "Reason" in fields:
+            fields["Reason"] = fields["Reason"].strip()
+        return fields
+    return reservation_state(first)
+
+
+def reservation_state(text: str) -> dict[str, str]:
+    """``scontrol show reservation NAME -o``: key -> value."""
     fields: dict[str, str] = {}
     reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", text)
     if reason:

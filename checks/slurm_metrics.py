@@ -28,10 +28,11 @@ import subprocess
 import sys
 import time
 
+from checks.parsers.delimited import lines, read_sinfo_nodes, separator, sinfo_nodes_command
+
 COMMANDS = {
     "ping": ["scontrol", "ping"],
     "dbd": ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
-    "nodes": ["sinfo", "-h", "-N", "-o", "%N|%T|%E"],
     "jobs": ["squeue", "-h", "-a", "-O", "JobID:|,State:|,Account:|,Reason:|,tres-alloc:|"],
     "sdiag": ["sdiag"],
 }
@@ -51,16 +52,14 @@ def parse_ping(text: str) -> int:
     return int(bool(re.search(r"^Slurmctld\([^)]*\) at \S+ is UP", text, re.M)))
 
 
-def parse_nodes(text: str) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
-    """(nodes per base state, [(node, who drained it, reason)]) from ``sinfo -h -N -o '%N|%T|%E'``.
-    A node listed once per partition counts once; ``drained``/``draining``/``drain`` are drained."""
-    seen: dict[str, tuple[str, str]] = {}
-    for line in text.splitlines():
-        parts = line.split("|", 2)
-        if len(parts) != 3 or not parts[0]:
-            continue
-        seen.setdefault(parts[0], (parts[1].strip(), parts[2].strip()))
-    states: dict[str, int] = {}
+def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
+    """(nodes per base state, [(node, who drained it, reason)]) from ``sinfo_nodes_command(sep)``'s
+    output (a drain reason holding a newline and another node's line stays that reason's text). A node
+    listed once per partition counts once; ``drained``/``draining``/``drain`` are drained; records that do
+    not parse whole count as state ``unreadable``."""
+    nodes, framed = read_sinfo_nodes(text, sep)
+    seen = {n.name: (n.state, n.reason.strip()) for n in nodes.values()}
+    states: dict[str, int] = {"unreadable": framed.bad} if framed.bad else {}
     drained = []
     for node, (state, reason) in sorted(seen.items()):
         base = state.rstrip("*~#!%$@^-+").lower() or "unknown"
@@ -79,7 +78,7 @@ def parse_jobs(text: str) -> dict[str, dict]:
     """Per account: jobs per state, pending jobs per reason, GPUs of running jobs; from squeue's
     ``JobID|State|Account|Reason|tres-alloc|`` lines."""
     accounts: dict[str, dict] = {}
-    for line in text.splitlines():
+    for line in lines(text):
         parts = line.split("|")
         if len(parts) < 5 or not parts[0].strip():
             continue
@@ -109,7 +108,9 @@ def parse_sdiag(text: str) -> dict[str, int]:
 
 
 def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")[:200]
+    """A label value of the text format: cut first, then escaped (a cut after an escape would leave a
+    lone backslash and break the whole file node_exporter reads)."""
+    return value[:200].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def usage_lines(counters: dict, config: dict) -> list[str]:
@@ -190,10 +191,11 @@ def _run(args: list[str]) -> tuple[int, str]:
 def collect() -> str:
     ping_rc, ping = _run(COMMANDS["ping"])
     dbd_rc, _ = _run(COMMANDS["dbd"])
-    _, nodes = _run(COMMANDS["nodes"])
+    sep = separator()
+    _, nodes = _run(sinfo_nodes_command(sep))
     _, jobs = _run(COMMANDS["jobs"])
     _, sdiag = _run(COMMANDS["sdiag"])
-    return exposition(parse_ping(ping), int(dbd_rc == 0), parse_nodes(nodes), parse_jobs(jobs), parse_sdiag(sdiag),
+    return exposition(parse_ping(ping), int(dbd_rc == 0), parse_nodes(nodes, sep), parse_jobs(jobs), parse_sdiag(sdiag),
                       time.time(), usage_lines(_json(COUNTERS), _json(SUMMARY_CONFIG)))
 
 

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from checks.parsers.scontrol import HOSTLIST_LIMIT, SlurmRecordError, hostlist_size
+
 
 class HostListError(ValueError):
     pass
@@ -27,11 +29,19 @@ def fold(names: Iterable[str]) -> str:
         raise HostListError(f"cannot fold host names {names[:3]}...: {e}") from None
 
 
-def expand(expression: str) -> list[str]:
-    """``gpu[001-002,004],ctl`` -> its host names, as Slurm lists them (sorted)."""
+def expand(expression: str, limit: int = HOSTLIST_LIMIT) -> list[str]:
+    """``gpu[001-002,004],ctl`` -> its host names, as Slurm lists them (sorted). A list of more than
+    ``limit`` names is refused before anything is expanded (a range of a hundred million names would take
+    minutes and gigabytes to reach its first)."""
     expression = expression.strip()
     if not expression or expression in ("(null)", "n/a"):
         return []
+    try:
+        size = hostlist_size(expression)
+    except SlurmRecordError as e:
+        raise HostListError(f"not a host list: {expression[:80]!r}: {e}") from None
+    if size > limit:
+        raise HostListError(f"host list {expression[:80]!r} stands for {size} names, over {limit}")
     try:
         return list(NodeSet(expression))
     except NodeSetParseError as e:

@@ -60,6 +60,19 @@ def install(ctx: NodeContext) -> None:
                 name=f"health: kiln-node-check-{mode}")
 
 
+def install_package(ctx: NodeContext) -> None:
+    """The checks package under /usr/local/lib/kiln, once per node: every host program kiln runs (the node
+    checks, kiln-remediate, the Slurm collector, the job summary) imports its shared readers from it."""
+    if not any(f.path == f"{LIB}/checks/__init__.py" for f in ctx.files):
+        install(ctx)
+
+
+def launcher(module: str, what: str) -> str:
+    """A program in /usr/local/sbin that runs ``checks.<module>``'s main from the installed package."""
+    return (f"#!/usr/bin/python3\n# {what} (kiln); see {LIB}/checks/{module}.py\nimport sys\n"
+            f"sys.path.insert(0, {LIB!r})\nfrom checks.{module} import main\nsys.exit(main())\n")
+
+
 def configure(ctx: NodeContext) -> None:
     """The node's own expectations (never in an image); nothing to start: slurmd runs the program
     (slurm.conf HealthCheckProgram)."""

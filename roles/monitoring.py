@@ -44,6 +44,7 @@ from pyinfra.operations import server
 
 from kiln.inventory.model import CONTROLLER, MONITORING
 from kiln.shell import quote
+from roles import health
 from roles import monitoring_config as conf
 from roles.slurm_config import job_summary
 from roles.context import NodeContext, changed_any, when_changed
@@ -52,9 +53,7 @@ from roles.operations import (DAEMON_RELOAD, answers, logs_of, managed_directory
 
 COLLECTOR = "/usr/local/sbin/kiln-slurm-metrics"
 TEMPLATES = Path(str(files("templates"))) / "monitoring"
-COLLECTOR_SOURCE = Path(str(files("checks"))) / "slurm_metrics.py"
 JOB_SUMMARY = "/usr/local/sbin/kiln-job-summary"
-JOB_SUMMARY_SOURCE = Path(str(files("checks"))) / "job_summary.py"
 COLLECTOR_UNIT = """# Written by kiln (monitoring role): Slurm's state for node_exporter's textfile collector
 [Unit]
 Description=kiln: Slurm metrics for Prometheus (kiln-slurm.prom)
@@ -94,9 +93,10 @@ def install(ctx: NodeContext) -> None:
         packages |= {"prometheus": versions["prometheus"], "prometheus-alertmanager": versions["alertmanager"]}
     pinned_packages(name="monitoring: " + ", ".join(packages) + ", held", ctx=ctx, packages=packages)
     if ctx.node.in_group(CONTROLLER):
-        ctx.put(COLLECTOR, "#!/usr/bin/python3\n" + COLLECTOR_SOURCE.read_text(), mode="755",
+        health.install_package(ctx)  # the collector and the job summary read Slurm with its shared readers
+        ctx.put(COLLECTOR, health.launcher("slurm_metrics", "kiln-slurm-metrics"), mode="755",
                 name="monitoring: kiln-slurm-metrics (Slurm collector)")
-        ctx.put(JOB_SUMMARY, "#!/usr/bin/python3\n" + JOB_SUMMARY_SOURCE.read_text(), mode="755",
+        ctx.put(JOB_SUMMARY, health.launcher("job_summary", "kiln-job-summary"), mode="755",
                 name="monitoring: kiln-job-summary (EpilogSlurmctld)")
         # Slurm runs a program without arguments: the prolog's own name
         ctx.put(JOB_SUMMARY + "-start", f"#!/bin/sh\nexec {JOB_SUMMARY} --start\n", mode="755",

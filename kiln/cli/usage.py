@@ -37,6 +37,7 @@ def _when(text: str | None, default: datetime) -> datetime:
 def usage(inventory: Path | None, since: str | None, until: str | None, team: str | None, as_json: bool,
           as_csv: bool, html_file: Path | None) -> None:
     """Report usage and cost per team: exit 0, or 1 when Slurm's accounting cannot be read, 2 bad input."""
+    from checks.parsers.delimited import separator
     from kiln.check.remote import RemoteCheck
     from kiln.shell import command
     from kiln.usage import report as report_mod
@@ -59,22 +60,26 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
         sys.exit(EXIT_BAD_INPUT)
     controller = cluster.controllers[0]
     window = (f"{start:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
+    sep = separator()
     with RemoteCheck(cluster, [controller], []) as remote:
         node = remote.node(controller)
-        out = node.run("TZ=UTC " + command(*sacct.command(*window)))
+        out = node.run("TZ=UTC " + command(*sacct.command(*window, sep)))
         res = node.run("TZ=UTC " + command(*sacct.reservations_command(*window))) if out.rc == 0 else out
     for name, result in (("sacct", out), ("sacctmgr show reservation", res)):
         if result.rc != 0:
             echo(f"{name} on {controller.name} exited {result.rc}: {(result.stderr or result.stdout).strip()[:300]}",
                  err=True)
             sys.exit(EXIT_FAILED)
-    jobs = sacct.parse(out.stdout)
+    jobs, left_out = sacct.read(out.stdout, sep)
+    if left_out:
+        echo(f"kiln usage: {left_out}", err=True)
     reservations = sacct.parse_reservations(res.stdout)
     if team is not None:
         jobs = [j for j in jobs if j.account == team]
     data = report_mod.report(jobs, cluster, start.timestamp(), end.timestamp(),
                              cluster.setting("usage_gpu_hour_prices"), cluster.setting("usage_currency"),
                              reservations)
+    data["left_out"] = left_out
     if team is not None:
         data["teams"] = [t for t in data["teams"] if t["team"] == team]
         data["team_gpu_hours_per_day"] = {team: data["team_gpu_hours_per_day"].get(team, [])}
@@ -95,11 +100,20 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
         keys = list(data["teams"][0]) if data["teams"] else ["team"]
         writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(data["teams"])
+        writer.writerows([{k: spreadsheet_cell(v) for k, v in row.items()} for row in data["teams"]])
         echo(buf.getvalue().rstrip("\n"))
     else:
         _print(data, start, end)
     sys.exit(EXIT_OK)
+
+
+def spreadsheet_cell(value):
+    """A CSV cell a spreadsheet shows as text: a string starting with = + - @, a tab or a carriage return
+    (a formula to Excel, LibreOffice and Google Sheets) gets a leading apostrophe, as OWASP advises.
+    Numbers stay numbers."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 def _money(value: float | None, currency: str) -> str:

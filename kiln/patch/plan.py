@@ -14,7 +14,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from checks.slurm import KILN_PREFIX, node_state
+from checks.parsers.scontrol import SlurmRecordError, show_nodes
+from checks.slurm import KILN_PREFIX
 
 OUT_OF_SERVICE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "REBOOT", "POWER")
 
@@ -52,14 +53,16 @@ class SlurmNode:
 
 
 def parse_nodes(text: str) -> dict[str, SlurmNode]:
-    """``scontrol show node -o`` (one node a line) -> name -> SlurmNode."""
+    """``scontrol show node -o`` (one node a line) -> name -> SlurmNode. An answer that does not parse
+    whole (a drain reason that holds a newline and another node's line) raises PlanError."""
+    try:
+        shown = show_nodes(text)
+    except SlurmRecordError as e:
+        raise PlanError(f"scontrol show node printed what kiln cannot read whole: {e}") from None
     nodes = {}
-    for line in text.splitlines():
-        if "NodeName=" not in line:
-            continue
-        f = node_state(line)
-        name = f.get("NodeName", "")
-        nodes[name] = SlurmNode(name, f.get("State", ""), f.get("Reason", "").strip(), f.get("BootTime", ""))
+    for name, f in shown.items():
+        reason = f.get("Reason", "").strip()
+        nodes[name] = SlurmNode(name, f.get("State", ""), reason, f.get("BootTime", ""))
     return nodes
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.node import Node, Result
-from checks.slurm import node_state
+from checks.parsers.delimited import lines
+from checks.slurm import reservation_state
 from kiln.hostlist import HostListError, expand
 from kiln.shell import command
 from kiln.patch.plan import SlurmNode, parse_nodes
@@ -37,7 +38,7 @@ def parse_jobs(text: str) -> dict[str, Job]:
     """``squeue -h -O`` with JOB_FIELDS -> id -> Job. Only fields Slurm itself fills (never a job's name
     or comment, which its owner chooses), so a line is five tokens; anything else is refused."""
     jobs = {}
-    for line in text.splitlines():
+    for line in lines(text):
         if not line.strip():
             continue
         fields = line.split()
@@ -99,7 +100,7 @@ class SlurmControl:
             if "not found" in (out.stdout + out.stderr).lower() or out.rc == 0:
                 return None
             raise SlurmError(f"scontrol show reservation {name} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}")
-        return node_state(out.stdout.strip().splitlines()[0])
+        return reservation_state(out.stdout.strip().split("\n")[0])
 
     def delete_reservation(self, name: str) -> None:
         if self.reservation(name) is not None:
@@ -134,7 +135,7 @@ class SlurmControl:
         out = self._ok(command("squeue", "-h", "-w", ",".join(names), "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED",
                                "-o", "%i %N"))
         found: dict[str, list[str]] = {n: [] for n in names}
-        for line in out.stdout.splitlines():
+        for line in lines(out.stdout):
             job, _, nodelist = line.strip().partition(" ")
             try:
                 nodes = expand(nodelist)

@@ -1,9 +1,11 @@
 """Slurm's accounting as ``kiln usage`` reads it: one ``sacct`` call for the jobs of a whole window and
 one ``sacctmgr`` call for its reservations, parsed here.
 
-Pure: the commands' words and parsers of their output (``-P``: fields split by ``|``). The job's name,
-the only free text a user sets, is the last field, so a ``|`` in it cannot shift the others; kiln's
-own ``AdminComment`` (the job's measured GPU efficiency, written at the job's end) holds no ``|``.
+Pure: the commands' words and parsers of their output. Job names are set by users and AdminComment by
+admins and other tools (pretty-printed JSON among them): either may hold ``|``, a newline, ``\r`` or
+U+2028. sacct is asked with a separator made for the one call (``--delimiter``) and with a job id both
+first and last in each record, so records are read whole as checks/parsers/delimited.py describes; a
+record that does not parse whole is counted and named, never guessed.
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from checks.parsers.delimited import lines, records
+
 FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Start", "End", "ElapsedRaw",
-          "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName")
+          "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName", "JobIDRaw")
+JOB_ID = r"\d{1,12}"  # the first and the last field of every record
 ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600
 
 
-def command(since: str, until: str) -> list[str]:
-    """Every job (all users, allocations only) that ran or waited in [since, until)."""
-    return ["sacct", "-a", "-X", "-n", "-P", "--noconvert", "-S", since, "-E", until, "-o", ",".join(FIELDS)]
+def command(since: str, until: str, sep: str) -> list[str]:
+    """Every job (all users, allocations only) that ran or waited in [since, until), fields separated by
+    ``sep`` (checks.parsers.delimited.separator(): new for each call)."""
+    return ["sacct", "-a", "-X", "-n", "-P", f"--delimiter={sep}", "--noconvert", "-S", since, "-E", until,
+            "-o", ",".join(FIELDS)]
 
 
 @dataclass(frozen=True)
@@ -71,21 +78,33 @@ def admin_util(text: str) -> float | None:
     return value if value is not None and value <= 100 else None
 
 
-def parse(text: str, tz=timezone.utc) -> list[Job]:
-    """The jobs of ``sacct -P`` output in ``FIELDS`` order; lines that do not fit are skipped (counted by
-    the caller from the difference). Times are read in ``tz``: sacct prints the controller's local time."""
+def read(text: str, sep: str, tz=timezone.utc) -> tuple[list[Job], str]:
+    """(the jobs of ``command``'s output, '' or what was left out and why). A record whose first and last
+    job ids differ, or whose times, numbers or TRES are not Slurm's, is left out and counted. Times are
+    read in ``tz``: kiln asks sacct with TZ=UTC."""
+    framed = records(text, sep, len(FIELDS), first=JOB_ID, last=JOB_ID)
     jobs = []
-    for line in text.splitlines():
-        parts = line.split("|", len(FIELDS) - 1)
-        if len(parts) != len(FIELDS) or not re.fullmatch(r"\d{1,12}", parts[0]):
-            continue
+    for parts in framed.rows:
         f = dict(zip(FIELDS, parts))
+        if parts[0] != parts[-1] or not _slurm_fields(f):
+            framed.refuse(sep.join(parts))
+            continue
         alloc = tres(f["AllocTRES"])
         jobs.append(Job(f["JobIDRaw"], f["User"], f["Account"], f["QOS"], f["Partition"], f["State"].split(" ")[0],
                         _time(f["Submit"], tz), _time(f["Start"], tz), _time(f["End"], tz), _int(f["ElapsedRaw"]),
                         _int(alloc.get("gres/gpu")), _int(alloc.get("cpu")), f["NodeList"], f["Reservation"],
                         admin_util(f["AdminComment"]), f["JobName"]))
-    return jobs
+    return jobs, framed.problem("sacct")
+
+
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None|N/A|")
+TRES = re.compile(r"(?:[a-z_]+(?:/[A-Za-z0-9_:.-]+)?=[0-9.]+[KMGTP]?(?:,|$))*")
+
+
+def _slurm_fields(f: dict[str, str]) -> bool:
+    """The fields Slurm fills have Slurm's shapes (a value a user set cannot reach them once framed)."""
+    return (all(TIME.fullmatch(f[k]) for k in ("Submit", "Start", "End")) and f["ElapsedRaw"].isdigit()
+            and TRES.fullmatch(f["AllocTRES"]) is not None)
 
 
 RESERVATION_FIELDS = ("Name", "Start", "End", "TRES", "NodeNames", "Flags")
@@ -111,7 +130,7 @@ def parse_reservations(text: str, tz=timezone.utc) -> list[Reservation]:
     """The reservations of ``sacctmgr -nP show reservation`` output in ``RESERVATION_FIELDS`` order; a
     line without a name, a start and an end is skipped."""
     out = []
-    for line in text.splitlines():
+    for line in lines(text):
         parts = line.split("|")
         if len(parts) != len(RESERVATION_FIELDS):
             continue

@@ -18,6 +18,7 @@ from kiln.inventory.monitoring_schema import AlertThresholds
 from kiln.monitoring import alert_rules
 from roles import monitoring_config as conf
 from tests.conftest import REPO
+from tests.slurm_framing import SEP, frame
 
 HERE = Path(__file__).parent / "monitoring"
 SMALL = REPO / "tests" / "inventories" / "small"
@@ -216,11 +217,11 @@ def test_an_inventory_without_a_monitoring_group_runs_no_monitoring(tmp_path):
 
 # --- the Slurm collector, on outputs recorded from the testbed's Slurm 22.05 ------------------------
 
-SINFO = """kiln02|allocated|none
-kiln03|draining|kiln: GPU_XID_79 Xid 79 (GPU has fallen off the bus)
-kiln04|drained*|disk swap "tomorrow"
-kiln04|drained*|disk swap "tomorrow"
-kiln05|down*|Not responding
+SINFO = """kiln02|allocated|Unknown|none
+kiln03|draining|2026-12-02T10:00:00|kiln: GPU_XID_79 Xid 79 (GPU has fallen off the bus)
+kiln04|drained*|2026-12-02T10:00:00|disk swap "tomorrow"
+kiln04|drained*|2026-12-02T10:00:00|disk swap "tomorrow"
+kiln05|down*|2026-12-02T10:00:00|Not responding
 """
 SQUEUE = """5|PENDING|vision|AssocGrpGRES|cpu=1,mem=512M,node=1,billing=1,gres/gpu=2|
 4|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1|
@@ -231,7 +232,7 @@ SQUEUE = """5|PENDING|vision|AssocGrpGRES|cpu=1,mem=512M,node=1,billing=1,gres/g
 
 
 def test_collector_reads_nodes_jobs_and_gpus_by_tres():
-    states, drained = slurm_metrics.parse_nodes(SINFO)
+    states, drained = slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP)
     assert states == {"allocated": 1, "draining": 1, "drained": 1, "down": 1}
     assert drained == [("kiln03", "kiln", "kiln: GPU_XID_79 Xid 79 (GPU has fallen off the bus)"),
                        ("kiln04", "person", 'disk swap "tomorrow"')]
@@ -248,7 +249,7 @@ def test_collector_reads_nodes_jobs_and_gpus_by_tres():
 
 @needs_promtool
 def test_collector_output_is_valid_exposition_with_escaped_labels():
-    text = slurm_metrics.exposition(1, 0, slurm_metrics.parse_nodes(SINFO), slurm_metrics.parse_jobs(SQUEUE),
+    text = slurm_metrics.exposition(1, 0, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(SQUEUE),
                                     {"dbd_agent_queue": 3}, 1e9)
     assert 'reason="disk swap \\"tomorrow\\""' in text
     out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
@@ -338,7 +339,7 @@ def served_metrics() -> set[str]:
     dcgm = {line.split(",")[0].strip() for line in (REPO / "templates" / "monitoring" / "dcgm-counters.csv").read_text().splitlines()
             if line.strip() and not line.startswith("#")}
     import re
-    collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(SINFO), slurm_metrics.parse_jobs(SQUEUE),
+    collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(SQUEUE),
                                          slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
     node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected"}  # kiln-node.prom
     assert all(f"{name} {{" in (REPO / "roles" / "monitoring_config.py").read_text() for name in node_files)
@@ -454,7 +455,7 @@ def test_job_summary_reads_the_jobs_gpus_and_asks_one_query():
     text = job_summary.summary(63.25, 40.0, info["gpus"], 120)
     from kiln.usage.sacct import admin_util
     assert admin_util(text) == 63.2 and text == "kiln:gpu_util=63.2,gpu_mem_util=40.0,gpus=3,seconds=120"
-    assert job_summary.parse_job("JobId=7 JobState=PENDING\n")["gpus"] == {}
+    assert job_summary.parse_job("JobId=7 JobName=x\n   JobState=PENDING Reason=None\n")["gpus"] == {}
     with pytest.raises(ValueError):
         job_summary.query("X", {'a"}or vector(1)': [0]}, 10)
 

@@ -14,6 +14,7 @@ import pytest
 from checks import node_repair, repairs
 from checks.reference import CHECKS
 from checks.remediation import Remediator, metrics, parse_views, read_journal
+from tests.slurm_framing import SEP, frame
 from checks.remediation_policy import NodeHistory, NodeView, Settings, breaker, decide, judge, replay
 from kiln.known_hosts import known_hosts_lines
 
@@ -142,7 +143,8 @@ class _FakeCluster:
             import subprocess
             fake.calls.append(args)
             if args[0] == "sinfo":
-                out = "".join(f"{n}|{s}|2026-12-02T10:00:00|{r}\n" for n, s, r in fake.views)
+                sep = args[-1][2:args[-1].index("%T")]  # the call's own separator, as sinfo prints it
+                out = "".join(sep.join((n, s, "2026-12-02T10:00:00", r, n)) + "\n" for n, s, r in fake.views)
                 return subprocess.CompletedProcess(args, 0, out, "")
             if args[0] == "scontrol" and args[1:2] == ["-o"]:
                 return subprocess.CompletedProcess(args, 0, "", "")
@@ -209,7 +211,7 @@ def test_slurms_view_is_read_field_by_field():
     sinfo = ("n1|drained|2026-12-02T10:00:00|kiln: GPU_XID_79 a|b\nn2|idle|Unknown|none\nn9|idle|Unknown|none\n"
              "n1|drained|2026-12-02T10:00:00|kiln: GPU_XID_79 a|b\n")
     scontrol = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 BootTime=2026-12-02T09:00:00 SlurmdStartTime=x\n"
-    views = parse_views(sinfo, scontrol, ["n1", "n2"])
+    views = parse_views(frame(sinfo, 4), scontrol, ["n1", "n2"], SEP)
     assert [v.name for v in views] == ["n1", "n2"]
     assert views[0].reason == "kiln: GPU_XID_79 a|b" and views[0].boot_time is not None and views[1].reason == ""
 

@@ -11,6 +11,7 @@ from kiln.inventory import load_cluster, validate
 from kiln.usage import sacct
 from kiln.usage.report import report
 from tests.conftest import REPO
+from tests.slurm_framing import SEP, frame
 
 SMALL = REPO / "tests" / "inventories" / "small"
 
@@ -36,18 +37,20 @@ def cluster():
 
 
 def test_sacct_lines_are_read_field_by_field():
-    jobs = {j.job_id: j for j in sacct.parse(SACCT)}
+    jobs = {j.job_id: j for j in sacct.read(frame(SACCT, 15), SEP)[0]}
     assert sorted(jobs) == ["101", "102", "103", "104", "105", "106"]
     assert jobs["101"].name == "train | eval" and jobs["101"].gpus == 4 and jobs["101"].gpu_util == 75.0
     assert jobs["102"].gpu_util is None and jobs["104"].gpus == 0 and jobs["104"].cpus == 16
     assert jobs["105"].start is None and jobs["106"].state == "CANCELLED" and jobs["106"].gpu_util is None
     assert jobs["101"].start == _ts("2026-11-02T10:00:00")
-    assert "-a" in sacct.command("a", "b") and sacct.command("a", "b")[-1].endswith(",JobName")
+    assert "-a" in sacct.command("a", "b", SEP) and sacct.command("a", "b", SEP)[-1].endswith(",JobName,JobIDRaw")
+    assert f"--delimiter={SEP}" in sacct.command("a", "b", SEP)
+    assert "not a job line" in sacct.read(frame(SACCT, 15), SEP)[1]
 
 
 def test_gpu_hours_cost_and_useful_hours_per_team(cluster):
     prices = {"gpu_a": 2.5}
-    data = report(sacct.parse(SACCT), cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), prices, "EUR")
+    data = report(sacct.read(frame(SACCT, 15), SEP)[0], cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), prices, "EUR")
     teams = {t["team"]: t for t in data["teams"]}
     # alpha: 101 4 GPUs x 2 h = 8; 103 1 GPU x 1 h inside the window (started the evening before) = 1;
     # 106 2 GPUs x 0.5 h = 1; the pending 105 none

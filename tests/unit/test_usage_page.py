@@ -14,6 +14,7 @@ from kiln.inventory import load_cluster
 from kiln.usage import html_page, sacct
 from kiln.usage.report import report
 from tests.conftest import REPO
+from tests.slurm_framing import SEP, frame
 from tests.unit import usage_month
 
 SMALL = REPO / "tests" / "inventories" / "small"
@@ -36,7 +37,7 @@ def _ts(text: str) -> float:
 @pytest.fixture(scope="module")
 def data():
     cluster = load_cluster(SMALL)
-    return report(sacct.parse(SACCT), cluster, _ts("2026-11-02T00:00:00"), _ts("2026-11-06T00:00:00"),
+    return report(sacct.read(frame(SACCT, 15), SEP)[0], cluster, _ts("2026-11-02T00:00:00"), _ts("2026-11-06T00:00:00"),
                   {"gpu_a": 2.0}, "EUR", sacct.parse_reservations(RESERVATIONS))
 
 
@@ -88,7 +89,7 @@ def test_the_page_shows_its_plots_in_headless_chromium(tmp_path):
 
     browser = _chromium()
     cluster = load_cluster(usage_month.write_inventory(tmp_path / "inventory"))
-    month = report(sacct.parse(usage_month.sacct_month(2000)), cluster, usage_month.START, usage_month.END,
+    month = report(sacct.read(frame(usage_month.sacct_month(2000), 15), SEP)[0], cluster, usage_month.START, usage_month.END,
                    cluster.setting("usage_gpu_hour_prices"), "EUR",
                    sacct.parse_reservations(usage_month.reservations_month()))
     page = tmp_path / "usage.html"
