@@ -13,8 +13,12 @@ import base64
 import hashlib
 import hmac
 
+from kiln.inventory.formats import canonical_address
+
 
 def _target(address: str, port: int) -> str:
+    """known_hosts' host field for one address (canonical: never a pattern, a list or a zone)."""
+    address = canonical_address(address)
     return address if port == 22 else f"[{address}]:{port}"
 
 

@@ -27,6 +27,7 @@ from kiln.secrets import public_ssh_key
 from kiln.shell import quote
 from roles import health
 from roles.context import NodeContext, changed_any, when_changed
+from kiln.inventory.formats import canonical_address
 from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, service_restarted,
                               service_running)
 
@@ -70,7 +71,7 @@ def key_marker(cluster_name: str) -> str:
 
 
 def authorized_line(ctx: NodeContext) -> str:
-    controllers = ",".join(sorted({h.address for h in ctx.cluster.controllers}))
+    controllers = ",".join(sorted({canonical_address(h.address) for h in ctx.cluster.controllers}))
     return (f'restrict,command="/usr/local/sbin/kiln-node-repair",from="{controllers}" '
             f"{public_ssh_key(ctx.secrets.remediation_key)} {key_marker(ctx.cluster.name)}")
 
@@ -128,8 +129,7 @@ def _controller(ctx: NodeContext, enabled: bool) -> None:
                      _if=lambda: ctx.snapshot.unit(unit).active == "active"
                      or ctx.snapshot.unit(unit).enabled == "enabled")
         return
-    if not ctx.node.is_compute:  # compute nodes have the checks from the health role
-        health.install(ctx)
+    health.install_package(ctx)
     for directory, mode in (("/etc/kiln/remediation", "700"), ("/var/lib/kiln", "755"),
                             ("/var/lib/kiln/remediation", "700")):
         ctx.watch_path(directory)

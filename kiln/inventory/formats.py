@@ -126,10 +126,17 @@ def check_address(value: str) -> str:
     top-level labels are not numeric), and the system resolver reads it as an address of its own
     (leading zeros as octal: 010.0.0.1 is 8.0.0.1)."""
     control_free(value)
+    if "%" in value:
+        raise ValueError(f"{value!r} carries an IPv6 zone (after '%'): kiln writes a node's address into SSH's "
+                         "authorized_keys and known_hosts files and Slurm's, where a zone is no part of an address; "
+                         "give the node a global or unique-local address")
     try:
-        return str(ipaddress.ip_address(value))
+        ip = ipaddress.ip_address(value)
     except ValueError:
         pass
+    else:
+        mapped = getattr(ip, "ipv4_mapped", None)
+        return str(mapped or ip)  # ::ffff:10.0.0.1 is 10.0.0.1 to sshd and to every resolver
     last = value.rstrip(".").rsplit(".", 1)[-1].lower()
     if ascii_digits(last) or (last.startswith("0x") and all(c in "0123456789abcdef" for c in last[2:])):
         raise ValueError(f"{value!r} is not an IP address as written (leading zeros, fewer than four parts, hex): "
@@ -139,6 +146,19 @@ def check_address(value: str) -> str:
         return check_hostname(value)
     except ValueError:
         raise ValueError(f"{value!r} is neither an IP address nor a host name (RFC 1123)") from None
+
+
+def canonical_address(value: str) -> str:
+    """``value`` if it is an address in kiln's one form (check_address's: an IP address as Python writes
+    it, no zone, or a plain host name), else ValueError: what kiln writes into authorized_keys ``from=``,
+    known_hosts and other files is nothing else, whatever path the value took."""
+    try:
+        canonical = check_address(value) if isinstance(value, str) else None
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not an address in kiln's canonical form: {e}") from None
+    if canonical != value or any(c in value for c in ',*?!"[]% '):
+        raise ValueError(f"{value!r} is not an address in kiln's canonical form")
+    return value
 
 
 def is_this_machine(address: str) -> bool:

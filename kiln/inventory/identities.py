@@ -17,6 +17,77 @@ SYSTEM_GROUPS = frozenset({"root", "daemon", "bin", "sys", "adm", "tty", "disk",
                            "systemd-journal", "ssh", "sshd", "docker", "mysql", "munge", "slurm"})
 
 
+# Accounts the packages of kiln's roles create on nodes (base: chrony, sshd, apt, systemd; slurm: slurm,
+# munge; accounting: mysql; monitoring: prometheus; nvidia_driver: nvidia-persistenced; storage servers:
+# statd, _rpc, gluster): a team user of the same name would be that daemon on every node.
+DAEMON_ACCOUNTS = frozenset({"root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
+                             "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "_apt", "_chrony",
+                             "chrony", "sshd", "messagebus", "systemd-network", "systemd-resolve",
+                             "systemd-timesync", "systemd-coredump", "polkitd", "slurm", "munge", "mysql",
+                             "prometheus", "nvidia-persistenced", "statd", "_rpc", "gluster", "tss", "dnsmasq"})
+# Words sacctmgr reads as commands, entities or keywords, case-insensitively: a team, user, QoS or cluster
+# so named breaks the deploy's sacctmgr words (seen on Slurm 22.05: `sacctmgr add qos where` and `add
+# account set` answer "Need name of ... to add"; list and show read withdeleted, tree, format, ... as
+# options wherever a bare name stands).
+SACCTMGR_WORDS = ("add", "create", "delete", "remove", "list", "show", "modify", "update", "archive", "dump", "load",
+                  "reconfigure", "shutdown", "clear", "exit", "quit", "help", "version", "verbose", "quiet",
+                  "parsable", "parsable2", "immediate", "oneliner", "readonly", "noheader", "rollup", "json", "yaml",
+                  "account", "accounts", "association", "associations", "cluster", "clusters", "configuration",
+                  "coordinator", "coordinators", "event", "events", "federation", "federations", "instance", "job",
+                  "jobs", "problem", "problems", "qos", "resource", "resources", "reservation", "reservations",
+                  "runawayjobs", "stats", "transaction", "transactions", "tres", "user", "users", "wckey", "wckeys",
+                  "where", "set", "withassoc", "withcoord", "withdeleted", "withsubaccounts", "withrawqoslevel",
+                  "wolimits", "wopinfo", "wopi", "wopl", "woplimits", "tree", "format", "names", "name", "parent",
+                  "defaultaccount", "defaultqos", "defaultwckey", "adminlevel", "fairshare", "share", "shares",
+                  "description", "organization", "partition", "partitions", "all", "none")
+SACCTMGR_WORD_SET = frozenset(SACCTMGR_WORDS)
+SLURM_OWN = {"root": "Slurm's own root account"}  # the account every association hangs from
+
+
+def sacctmgr_word(name: str) -> str | None:
+    """The sacctmgr word ``name`` would be read as, or None."""
+    folded = name.lower()
+    return folded if folded in SACCTMGR_WORD_SET else None
+
+
+def check_slurm_names(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    """One rule for every name kiln hands to Slurm: the case Slurm keeps (it stores account, user and QoS
+    names in lower case: two names that differ only in case are one to it), none of sacctmgr's words,
+    not Slurm's own root account; team users none of the daemons kiln's roles install. Linear."""
+    tfile, tline = raw.origin("kiln_teams")
+    seen: dict[str, str] = {}  # folded name -> what first had it
+
+    def one(name: str, what: str, file: str, key: str, line: int | None, folds: bool = True) -> None:
+        word = sacctmgr_word(name)
+        if word is not None:
+            add(file, key, f"{what} {name!r} reads as sacctmgr's word {word!r}: rename it", line)
+        if name.lower() in SLURM_OWN and what.startswith("team"):
+            add(file, key, f"{what} {name!r} would take {SLURM_OWN[name.lower()]}: rename it", line)
+        if folds and name != name.lower():
+            add(file, key, f"{what} {name!r} has upper-case letters: Slurm keeps it as {name.lower()!r}, so kiln "
+                "and Slurm would name it differently; write it in lower case", line)
+        kind = what.split(" ")[0]
+        other = seen.setdefault(f"{kind}:{name.lower()}", name)
+        if other != name:
+            add(file, key, f"{what} {name!r} and {other!r} differ only in case: Slurm reads them as one", line)
+
+    for i, team in enumerate(values.get("kiln_teams", [])):
+        one(team.name, "team", tfile, f"kiln_teams[{i}].name", tline)
+        for j, user in enumerate(team.users):
+            key = f"kiln_teams[{i}].users[{j}].name"
+            one(user.name, "user", tfile, key, tline)
+            if user.name.lower() in DAEMON_ACCOUNTS:
+                add(tfile, key, f"user {user.name!r} is the account of a daemon kiln's roles install: rename the user",
+                    tline)
+    qfile, qline = raw.origin("kiln_qos")
+    for i, q in enumerate(values.get("kiln_qos", [])):
+        one(q.name, "QoS", qfile, f"kiln_qos[{i}].name", qline)
+    name = values.get("kiln_cluster_name")
+    if isinstance(name, str):
+        cfile, cline = raw.origin("kiln_cluster_name")
+        one(name, "cluster", cfile, "kiln_cluster_name", cline)
+
+
 def check_host_names(raw: RawInventory, add: Any) -> None:
     """Host names differ case-insensitively (gpu01 and GPU01 are one machine to DNS and to Slurm)."""
     by_folded: dict[str, list[str]] = defaultdict(list)
