@@ -10,12 +10,13 @@ is not reachable directly).
 from __future__ import annotations
 
 import base64
+import re
 import json
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from kiln.hostlist import fold
+from kiln.hostlist import HostListError, fold
 from kiln.inventory.model import MONITORING, Cluster
 from kiln.monitoring import ALERTMANAGER_PORT, PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS
@@ -50,15 +51,45 @@ def get(cluster: Cluster, password: str, port: int, path: str, timeout: float = 
         raise MonitoringError(f"{url.split('?')[0]} answered something that is not JSON") from None
 
 
+def _strings(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
 def query(cluster: Cluster, password: str, promql: str) -> list[dict]:
     """Prometheus' instant vector for ``promql``: [{"metric": {...}, "value": [t, "v"]}]."""
     data = get(cluster, password, PROMETHEUS_PORT, "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
-    return data.get("data", {}).get("result", [])
+    return vector(data)
+
+
+def vector(data) -> list[dict]:
+    """The result of a Prometheus instant query, checked for shape (MonitoringError naming what is wrong)."""
+    result = data.get("data", {}).get("result") if isinstance(data, dict) and isinstance(data.get("data"), dict) else None
+    if not isinstance(result, list):
+        raise MonitoringError("Prometheus answered without a data.result list")
+    for i, r in enumerate(result):
+        value = r.get("value") if isinstance(r, dict) else None
+        if not (isinstance(r, dict) and _strings(r.get("metric")) and isinstance(value, list) and len(value) == 2
+                and isinstance(value[1], str)):
+            raise MonitoringError(f"Prometheus answered a result of another shape (result[{i}]: {str(r)[:120]})")
+    return result
 
 
 def firing(cluster: Cluster, password: str) -> list[dict]:
     """Alertmanager's active alerts (silenced and inhibited ones left out)."""
-    return get(cluster, password, ALERTMANAGER_PORT, "/api/v2/alerts?active=true&silenced=false&inhibited=false")
+    return alert_list(get(cluster, password, ALERTMANAGER_PORT,
+                          "/api/v2/alerts?active=true&silenced=false&inhibited=false"))
+
+
+def alert_list(data) -> list[dict]:
+    """Alertmanager's /api/v2/alerts answer, checked for shape: a list of alerts, each with string labels and
+    annotations and a startsAt string (MonitoringError naming the first that is not)."""
+    if not isinstance(data, list):
+        raise MonitoringError(f"Alertmanager answered a {type(data).__name__}, not a list of alerts")
+    for i, a in enumerate(data):
+        if not (isinstance(a, dict) and _strings(a.get("labels")) and _strings(a.get("annotations", {}))
+                and isinstance(a.get("startsAt", ""), str)):
+            raise MonitoringError(f"Alertmanager answered an alert of another shape (alert {i}: {str(a)[:120]})")
+    return data
 
 
 @dataclass(frozen=True)
@@ -75,6 +106,19 @@ class Folded:
         return self.__dict__.copy()
 
 
+def _hosts(hosts: list[str]) -> str:
+    """The hosts folded; labels that are no host names (another exporter's, a hostile value) are listed as
+    they are."""
+    if hosts == ["-"]:
+        return "-"
+    if not all(re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", h) for h in hosts):
+        return ",".join(repr(h) if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", h) else h for h in hosts)
+    try:
+        return fold(hosts)
+    except HostListError:
+        return ",".join(hosts)
+
+
 def folded(alerts: list[dict]) -> list[Folded]:
     """One line per alert name: the hosts it fires on (the ``slurm_node`` label for Slurm's view of a
     node, else ``node``), how many alerts, since when; critical first."""
@@ -86,7 +130,7 @@ def folded(alerts: list[dict]) -> list[Folded]:
         labels = [a.get("labels", {}) for a in group]
         hosts = sorted({lb.get("slurm_node") or lb.get("node") or lb.get("instance") or "-" for lb in labels})
         severity = "critical" if any(lb.get("severity") == "critical" for lb in labels) else labels[0].get("severity", "")
-        out.append(Folded(name, severity, fold(hosts) if hosts != ["-"] else "-", len(group),
+        out.append(Folded(name, severity, _hosts(hosts), len(group),
                           min(a.get("startsAt", "") for a in group),
                           group[0].get("annotations", {}).get("summary", ""),
                           group[0].get("annotations", {}).get("runbook") or RUNBOOKS.get(name, "")))

@@ -28,6 +28,10 @@ def _pyplot():
         raise HtmlUnavailable("kiln usage --html needs matplotlib: pip install 'kiln[report]'") from e
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "kiln-usage"  # the same report gives the same page
+    # Names are text, never TeX: a team called "a$b$c" or "$\\frac{" is drawn as written (mathtext would
+    # typeset it, or fail the whole page on an unbalanced "$").
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
     import matplotlib.pyplot as plt
     return plt
 
