@@ -5,7 +5,7 @@ Each adds errors through ``add(file, key, message, line)``, located with ``RawIn
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def check_compute(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> 
             file, line = raw.origin("kiln_fabric", host.name)
             add(file, "kiln_fabric.hca_count", f"fabric type {host.fabric.type} needs hca_count > 0", line)
         paths = [m.path for m in host.storage_mounts]
-        for dup in sorted({p for p in paths if paths.count(p) > 1}):
+        for dup in sorted(p for p, n in Counter(paths).items() if n > 1):
             file, line = raw.origin("kiln_storage_mounts", host.name)
             add(file, "kiln_storage_mounts", f"mount point {dup} is listed twice", line)
     for (group, key), names in missing.items():
@@ -91,7 +91,7 @@ def check_storage_servers(raw: RawInventory, hosts: dict[str, model.Host], add: 
                 add(file, key, f"{host.name} runs rocky9, whose repositories have no glusterfs-server (only the "
                         "client): serve GlusterFS from a Debian or Ubuntu storage server", line)
             names = [getattr(item, ident) for item in items]
-            for dup in sorted({n for n in names if names.count(n) > 1}):
+            for dup in sorted(n for n, c in Counter(names).items() if c > 1):
                 add(file, key, f"{host.name}: {ident} {dup} is listed twice", line)
         if host.in_group(model.STORAGE):
             served[host.name] = {"nfs": {e.path for e in exports}, "glusterfs": {"/" + v.name for v in volumes}}
@@ -215,13 +215,13 @@ def check_addresses(raw: RawInventory, hosts: dict[str, model.Host], values: dic
 def check_partitions(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     parts = values.get("kiln_slurm_partitions", [])
     file, line = raw.origin("kiln_slurm_partitions")
-    names = [p.name for p in parts]
+    counts = Counter(p.name for p in parts)
     for i, part in enumerate(parts):
         for group in part.groups:
             if group not in raw.groups:
                 add(file, f"kiln_slurm_partitions[{i}].groups", f"partition {part.name!r} names group "
                     f"{group!r}, which is not in the inventory{suggest(group, raw.groups)}", line)
-        if names.count(part.name) > 1:
+        if counts[part.name] > 1:
             add(file, f"kiln_slurm_partitions[{i}].name", f"partition {part.name!r} is defined twice", line)
     if sum(p.default for p in parts) > 1:
         add(file, "kiln_slurm_partitions", "more than one partition has default: true", line)
@@ -231,8 +231,9 @@ def check_teams(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     teams = values.get("kiln_teams", [])
     file, line = raw.origin("kiln_teams")
     uids: dict[str, int] = {}
+    counts = Counter(t.name for t in teams)
     for i, team in enumerate(teams):
-        if [t.name for t in teams].count(team.name) > 1:
+        if counts[team.name] > 1:
             add(file, f"kiln_teams[{i}].name", f"team {team.name!r} is defined twice", line)
         for j, user in enumerate(team.users):
             if uids.setdefault(user.name, user.uid) != user.uid:
@@ -251,9 +252,10 @@ def check_qos(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     file, line = raw.origin("kiln_qos")
     names = [q.name for q in qos]
     known = set(names) | {SLURM_DEFAULT_QOS}
+    counts = Counter(names)
     for i, q in enumerate(qos):
         where = f"kiln_qos[{i}]"
-        if names.count(q.name) > 1:
+        if counts[q.name] > 1:
             add(file, f"{where}.name", f"QoS {q.name!r} is defined twice", line)
         for target in q.preempt:
             if target == q.name:
@@ -267,16 +269,9 @@ def check_qos(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
             if a > b:
                 add(file, f"{where}.{small}", f"QoS {q.name!r}: {small} {a} is more than {big} {b}, so it could "
                     "never be reached", line)
-    preempts = {q.name: set(q.preempt) for q in qos}
+    cyclic = in_cycles({q.name: [t for t in q.preempt if t != q.name] for q in qos})
     for i, q in enumerate(qos):
-        seen, todo = set(), list(q.preempt)
-        while todo:
-            n = todo.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            todo.extend(preempts.get(n, ()))
-        if q.name in seen and q.name not in q.preempt:
+        if q.name in cyclic and q.name not in q.preempt:
             add(file, f"kiln_qos[{i}].preempt", f"QoS {q.name!r} preempts a QoS that preempts it back: preemption "
                 "must go one way", line)
     teams = values.get("kiln_teams", [])
@@ -289,6 +284,49 @@ def check_qos(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
         if team.default_qos is not None and team.default_qos not in team.qos:
             add(tfile, f"kiln_teams[{i}].default_qos", f"team {team.name!r}: default_qos {team.default_qos!r} is "
                 f"not one of its qos ({', '.join(team.qos) or 'none'})", tline)
+
+
+def in_cycles(edges: dict[str, list[str]]) -> set[str]:
+    """The nodes of ``edges`` that lie on a cycle (strongly connected components of more than one node),
+    in time linear in nodes and edges (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: set[str] = set()
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges.get(root, ())))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges.get(child, ()))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.update(component)
+    return out
 
 
 def check_topology(raw: RawInventory, values: dict[str, Any], add: Any) -> None:

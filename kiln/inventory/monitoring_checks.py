@@ -3,6 +3,7 @@ the prices of kiln usage (kiln/usage)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kiln.inventory import model
@@ -16,7 +17,7 @@ def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: di
     receivers = values.get("kiln_monitoring_receivers") or []
     file, line = raw.origin("kiln_monitoring_receivers", default="group_vars/all/")
     names = [r.name for r in receivers]
-    for name in sorted({n for n in names if names.count(n) > 1}):
+    for name in sorted(n for n, c in Counter(names).items() if c > 1):
         add(file, "kiln_monitoring_receivers", f"receiver name {name!r} is used twice: give each receiver its own", line)
     if "kiln-alertmanager-only" in names:
         add(file, "kiln_monitoring_receivers", "receiver name 'kiln-alertmanager-only' is kiln's own default "

@@ -25,6 +25,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
 
 
 def _tagged(loader: Any, suffix: str, node: yaml.Node) -> Any:
+    loader.kiln_tags.add(suffix)
     if isinstance(node, yaml.ScalarNode):
         return loader.construct_scalar(node)
     if isinstance(node, yaml.SequenceNode):
@@ -58,6 +59,10 @@ class Document:
     # every mapping key's text -> the line (1-based) where it first appears as a key
     key_lines: dict[str, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    tags: set[str] = field(default_factory=set)  # Ansible's tags the document uses (vault, unsafe)
+    # id() of each string of ``data`` that holds template syntax -> its line (Ansible's origin of it);
+    # None when the document was built by PyYAML's constructor (numbers beyond decimal, aliases, tags)
+    template_lines: dict[int, int] | None = None
 
 
 def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
@@ -117,22 +122,76 @@ def _walk(node: yaml.Node, path: str, read: Callable[[str], bool], all_duplicate
             doc.problems.append(Problem(node.start_mark.line + 1, path, why))
 
 
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_NOT_PLAIN = object()
+
+
+_INT = "tag:yaml.org,2002:int"
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9]*)", re.ASCII)
+
+
+def _plain_document(root: yaml.Node, loader: Any, template_lines: dict[int, int]) -> Any:
+    """The data of a document whose every node is a string, a mapping with string keys or a list (what
+    PyYAML's constructor gives for it, built without its per-node calls: a third of reading a
+    20,000-team file), or _NOT_PLAIN: numbers, booleans, nulls, dates, aliases, merge keys and tags are
+    left to PyYAML's constructor."""
+    seen: set[int] = set()
+
+    def build(node: yaml.Node) -> Any:
+        if id(node) in seen:
+            raise _Fallback  # an alias
+        seen.add(id(node))
+        tag = node.tag
+        if tag == _STR:
+            if "{" in node.value:
+                template_lines[id(node.value)] = node.start_mark.line + 1
+            return node.value
+        if isinstance(node, yaml.ScalarNode) and tag.startswith("tag:yaml.org,2002:"):
+            if tag == _INT and _DECIMAL.fullmatch(node.value):
+                return int(node.value)
+            return loader.construct_object(node, deep=True)  # booleans, nulls, other numbers, dates
+        if tag == _MAP:
+            out = {}
+            for key_node, value_node in node.value:
+                if key_node.tag != _STR:
+                    raise _Fallback  # a merge key, a number as key
+                out[key_node.value] = build(value_node)
+            return out
+        if tag == _SEQ:
+            return [build(child) for child in node.value]
+        raise _Fallback
+
+    try:
+        return build(root)
+    except (_Fallback, RecursionError):
+        return _NOT_PLAIN
+
+
+class _Fallback(Exception):
+    pass
+
+
 def load(text: str, read: Callable[[str], bool] = lambda key: False, hosts_file: bool = False) -> Document:
     """Parse one YAML document. ``read(key)``: whether kiln reads a variable of that name (its value,
     at any depth, is held to one meaning); ``hosts_file``: a key given twice anywhere is refused (a
     host listed twice in a group, a group twice). Raises yaml.YAMLError for a syntax error or an
     alias bomb."""
     loader = _Loader(text)
+    loader.kiln_tags = set()
     try:
         node = loader.get_single_node()
         if node is None:
             return Document(None)
-        if _expanded_size(node, {}) > MAX_YAML_VALUES:
+        template_lines: dict[int, int] = {}
+        plain = _plain_document(node, loader, template_lines)  # no alias in it: as many values as nodes
+        if plain is _NOT_PLAIN and _expanded_size(node, {}) > MAX_YAML_VALUES:
             raise yaml.YAMLError(f"its aliases expand to more than {MAX_YAML_VALUES} values (an alias bomb?): "
                                  "write the values out")
         doc = Document(None)
         _walk(node, "", read, hosts_file, False, doc, set())
-        doc.data = loader.construct_document(node)
+        doc.data = plain if plain is not _NOT_PLAIN else loader.construct_document(node)
+        doc.template_lines = template_lines if plain is not _NOT_PLAIN else None
+        doc.tags = loader.kiln_tags
         return doc
     finally:
         loader.dispose()
