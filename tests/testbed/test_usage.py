@@ -135,3 +135,56 @@ def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
               "submission (10 s grace)")
     finally:
         on(tb, tb.controller, f"scancel {' '.join(jobs)}")
+
+
+FORGED = " Account=language StartTime=2000-01-01T00:00:00"
+
+
+def _counters(tb) -> dict:
+    text = on(tb, tb.controller, "cat /var/lib/kiln/jobs/usage-counters.json 2>/dev/null || echo {}").stdout
+    return json.loads(text or "{}")
+
+
+def test_job_names_that_forge_fields_are_counted_to_their_own_team_for_their_real_time(slurm):
+    """#42: a job named with a space and `` Account=language StartTime=2000-01-01T00:00:00``, and one whose
+    name holds a carriage return and a newline before such words, are vision's jobs of about 20 s: in
+    ``kiln usage`` (sacct read with a separator of the call's own) and in the job summary (scontrol's
+    record read whole) alike; language, whose account they name, gets nothing."""
+    tb = slurm
+    node = tb.computes[0]
+    before = _counters(tb)
+    since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    names = {"space": "train" + FORGED, "cr": "train\\r" + FORGED.strip() + "\\n" + FORGED.strip()}
+    jobs = {}
+    for kind, name in names.items():
+        out = ok(tb, tb.controller, f"cd /tmp && su alice -c 'sbatch --parsable -o /dev/null -A vision --gpus=1 "
+                                    f"-w {node} -J \"$(printf \"{name}\")\" --wrap \"sleep 20\"'")
+        jobs[kind] = out.strip().split(";")[0]
+    for job in jobs.values():
+        wait_for(lambda j=job: job_state(tb, tb.controller, j) == "COMPLETED", timeout=180, interval=2,
+                 what=f"job {job} completed")
+    for job in jobs.values():
+        comment = wait_for(lambda j=job: on(tb, tb.controller, f"sacct -n -X -P -j {j} -o AdminComment").stdout.strip(),
+                           timeout=60, interval=2, what=f"job {job}'s summary in AdminComment")
+        seconds = int(dict(p.split("=", 1) for p in comment[len("kiln:"):].split(","))["seconds"])
+        assert comment.startswith("kiln:") and 15 <= seconds <= 60, comment  # its real time, not since 2000
+    shown = on(tb, tb.controller, f"sacct -n -X -P -j {jobs['cr']} -o JobName").stdout
+    assert "\r" in shown or "\n" in shown.strip("\n"), repr(shown)  # Slurm kept the name as given
+    after = wait_for(lambda: (c := _counters(tb)) if c.get("vision", {}).get("jobs", 0)
+                     >= before.get("vision", {}).get("jobs", 0) + 2 else None, timeout=60, interval=2,
+                     what="both jobs in kiln-job-summary's counters")
+    added = after["vision"]["gpu_seconds"] - before.get("vision", {}).get("gpu_seconds", 0)
+    assert 30 <= added <= 120, (before, after)  # two 1-GPU jobs of about 20 s each
+    assert after.get("language", {}).get("jobs", 0) == before.get("language", {}).get("jobs", 0), (before, after)
+    until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    teams = {t["team"]: t for t in data["teams"]}
+    expected = _sacct_gpu_hours(tb, since, until)
+    assert abs(teams["vision"]["gpu_hours"] - expected["vision"]) < 0.002, (teams, expected)
+    assert 30 / 3600 <= teams["vision"]["gpu_hours"] <= 120 / 3600, teams["vision"]
+    assert teams.get("language", {}).get("gpu_hours", 0) == 0, teams.get("language")
+    assert data["left_out"] == "", data["left_out"]
+    print(f"forged names: vision {teams['vision']['gpu_hours'] * 3600:.0f} GPU-s in kiln usage, {added:.0f} GPU-s "
+          f"in the job summary's counters; language nothing")
