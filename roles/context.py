@@ -19,6 +19,7 @@ import jinja2
 
 from kiln.inventory.formats import CONTROL
 from kiln.inventory.model import Cluster, Host, Secrets
+from roles.operations import changed_any, managed_file, secret_file, validated_file, when_changed  # noqa: F401
 from roles.platform import Platform
 
 TEMPLATES = Path(str(files("templates")))  # package data: a source checkout and an installed kiln alike
@@ -117,7 +118,6 @@ class NodeContext:
         """Write ``content`` to ``path`` when content, owner or mode differ; return the operation.
         ``check``: a command (``{}`` for the candidate file) that must accept the new content before it
         replaces the file (``validated_file``)."""
-        from roles.operations import managed_file, secret_file, validated_file
         data = content.encode() if isinstance(content, str) else content
         self.watch_path(path)
         name = name or f"file {path}"
@@ -138,14 +138,3 @@ class NodeContext:
     def changed(self, tag: str) -> bool:
         """Whether any operation marked ``tag`` changed something (only after execution)."""
         return any(op.is_complete() and op.did_change() for op in self.marks.get(tag, []))
-
-
-def changed_any(*ops: Any) -> bool:
-    """True when one of ``ops`` changed the node: after they ran, from their results; in a dry run
-    (before anything ran), from whether they would change it."""
-    return any(op.did_change() if op.is_complete() else bool(op._maybe_is_change) for op in ops)
-
-
-def when_changed(*ops: Any):
-    """An ``_if=`` condition: run this operation only if one of ``ops`` changed the node."""
-    return lambda: changed_any(*ops)

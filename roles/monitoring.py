@@ -17,7 +17,7 @@ It runs only when the inventory has a ``monitoring`` group (``Host.monitored``).
 + Prometheus: scrape and evaluation every ``kiln_monitoring_scrape_seconds``; targets from the inventory
   in file_sd files (/etc/prometheus/kiln-targets/*.json: a node added is scraped after one deploy, no
   restart); retention ``kiln_monitoring_retention_days`` and ``kiln_monitoring_retention_gb``; kiln's
-  rules (roles/alert_rules.py) at ``kiln_alert_thresholds``. ``promtool check rules``/``check config``
+  rules (kiln/monitoring/alert_rules.py) at ``kiln_alert_thresholds``. ``promtool check rules``/``check config``
   and ``amtool check-config`` accept each file before it replaces the one in use (``validated_file``);
   a changed file is applied with a reload, a changed command line with a restart.
 + Alertmanager: alerts grouped by alert name; ``kiln_monitoring_receivers`` (webhooks, e-mail through

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 from hashlib import sha1
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
@@ -12,6 +13,18 @@ from pyinfra.operations import files
 
 from kiln.shell import quote, quote_all
 from roles.snapshot import NodeSnapshotFact, Watched
+
+
+def changed_any(*ops: Any) -> bool:
+    """True when one of ``ops`` changed the node: after they ran, from their results; in a dry run
+    (before anything ran), from whether they would change it."""
+    return any(op.did_change() if op.is_complete() else bool(op._maybe_is_change) for op in ops)
+
+
+def when_changed(*ops: Any):
+    """An ``_if=`` condition: run this operation only if one of ``ops`` changed the node."""
+    return lambda: changed_any(*ops)
+
 
 # A node that lost power during a package install is left with dpkg interrupted (apt then refuses to
 # install anything until ``dpkg --configure -a``): finish that first, keeping the local conffiles. Power
@@ -266,7 +279,6 @@ def managed_directory(ctx, path: str, mode: str, user: str, group: str, only_cre
     + reapply_after: operations of this run that may change the directory (a package's scripts): when
       one of them changed the node, owner and mode are set again, whatever the snapshot said
     """
-    from roles.context import changed_any
     current = _snapshot(ctx).files.get(path)
     if current is not None and current.kind == "directory" and not only_create and changed_any(*reapply_after):
         yield f"chown {quote(user + ':' + group)} {quote(path)}"

@@ -29,8 +29,10 @@ from typing import Callable
 from kiln import __version__
 from kiln.image import base as image_base
 from kiln.image import manifest as manifest_mod
+from kiln.image import outputs
 from kiln.image import store as image_store
-from kiln.image.chroot import BUILD_PROXY, POLICY_RC, STEP
+from kiln.image.chroot import STEP
+from kiln.image.clean import CLEAN_GLOBS, SECRET_FILES, ImageBuildError, clean  # noqa: F401 - kiln's names for them
 from kiln.image.commands import run_step
 from kiln.image.recipe import ImageRecipe
 from kiln.inventory.model import Cluster
@@ -38,13 +40,6 @@ from kiln.inventory.model import Cluster
 FORMATS = ("dir", "tar", "qcow2", "vagrant-box")
 
 # Removed from every image: per-machine identity, caches, logs, and the build's own helpers.
-CLEAN_GLOBS = ("etc/ssh/ssh_host_*", "var/lib/dbus/machine-id", "var/lib/systemd/random-seed",
-               "var/lib/systemd/credential.secret", "var/cache/apt/*.bin", "var/cache/apt/archives/*.deb",
-               "var/cache/apt/archives/partial/*", "var/lib/apt/lists/*_*", "var/lib/apt/lists/partial/*",
-               "var/cache/debconf/*-old", "var/cache/dnf/*", "var/cache/ldconfig/aux-cache", "root/.bash_history",
-               "root/.cache", "tmp/*", "var/tmp/*", POLICY_RC, BUILD_PROXY, "etc/resolv.conf",
-               # secrets: a package's own munge key, and any Slurm database password file
-               "etc/munge/munge.key", "etc/slurm/slurmdbd.conf", "etc/slurm-llnl/slurmdbd.conf")
 # Host keys are per machine: a machine booted from the image makes its own at first boot (the testbed
 # writes each node's before it boots, and the unit then does nothing).
 HOSTKEYS_UNIT = """[Unit]
@@ -59,11 +54,6 @@ ExecStart=/usr/bin/ssh-keygen -A
 [Install]
 WantedBy=multi-user.target
 """
-SECRET_FILES = ("etc/munge/munge.key", "etc/slurm/slurmdbd.conf", "etc/slurm-llnl/slurmdbd.conf")
-
-
-class ImageBuildError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -99,7 +89,6 @@ def build(cluster: Cluster, recipe: ImageRecipe, formats: list[str], progress: C
             if fmt not in image.formats:
                 progress(f"{recipe.name}: writing the {fmt} output")
                 step(f"writing the {fmt} output")
-                from kiln.image import outputs
                 if fmt == "qcow2":
                     outputs.write_qcow2(image, proxy)
                 elif fmt == "vagrant-box":
@@ -187,23 +176,6 @@ def _install_stage(command: list[str], log: Path, step: Callable[[str], None],
     if proc.returncode < 0:
         return proc.returncode, f"(the install stage was killed after {timeout:.0f} s)"
     return proc.returncode, "".join(out)
-
-
-def clean(root: Path) -> None:
-    """Remove what must not travel in an image (CLEAN_GLOBS), empty the logs, blank the machine-id."""
-    for pattern in CLEAN_GLOBS:
-        for path in root.glob(pattern):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-    for log in (root / "var" / "log").rglob("*"):
-        if log.is_file() and not log.is_symlink():
-            log.unlink()
-    (root / "etc" / "machine-id").write_text("")  # systemd makes one at first boot
-    left = [p for p in SECRET_FILES if (root / p).exists()]
-    if left:
-        raise ImageBuildError(f"refusing to finish the image: secret file(s) {', '.join(left)} still in it")
 
 
 def tool_versions() -> dict[str, str]:

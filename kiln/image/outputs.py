@@ -11,6 +11,7 @@ import subprocess
 
 from pathlib import Path
 
+from kiln.image.clean import clean
 from kiln.image.commands import run_step
 from kiln.image.store import BOX_VERSION, OUTPUTS, QCOW2_VERSION, StoredImage
 
@@ -147,7 +148,6 @@ def make_disk(tree: Path, work: Path, name: str, manifest: dict | None, proxy: s
         path.write_text(content)
     if setup:
         _in_chroot(root, setup, None, f"{name}: setting up the disk")
-    from kiln.image.build import clean
     from kiln.image.manifest import in_root
     from checks.parsers.packages import ENABLED_UNITS, PACKAGES, kernel_packages, parse_enabled_units, parse_packages
     clean(root)

@@ -38,7 +38,7 @@ class Smtp(Strict):
 
 
 class AlertThresholds(Strict):
-    """The thresholds of kiln's alert rules (templates/monitoring/rules.yml); each is a number or a number
+    """The thresholds of kiln's alert rules (kiln/monitoring/alert_rules.py); each is a number or a number
     of seconds, so a value can change a comparison but never the rule."""
 
     node_down_seconds: int = Field(60, ge=0, le=86400, description="a scrape target down this long: "

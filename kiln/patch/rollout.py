@@ -96,6 +96,9 @@ class Rollout(ServiceNodes):
     (``deploy_roles``) and ``check`` (``check_nodes``), so resume and the failure budget are tested
     without a cluster."""
 
+    def poll(self) -> float:
+        return POLL  # read at each wait: tests shorten it
+
     def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
                  progress: Callable[[str], None] = print, *, slurm=None, checker=None,
                  apply: Callable = deploy_roles, check: Callable = check_nodes, configure: Callable = configure_roles,

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 
 class ServiceNodes:
+    def poll(self) -> float:
+        """Seconds between looks at a node coming back (the rollout's, which tests shorten)."""
+        raise NotImplementedError
     def _slurm_upgrade(self, plan: planning.Plan) -> None:
         """A changed slurm pin: refused outside SchedMD's window (PlanError, nothing touched), else the
         plan put in SchedMD's order (kiln/patch/slurm_upgrade.py)."""
@@ -98,7 +101,7 @@ class ServiceNodes:
                 if time.monotonic() > deadline:
                     self.finish(name, "failed", "did not come back from its reboot", outcome)
                     return
-                time.sleep(poll())
+                time.sleep(self.poll())
             self.done(name, "reboot")
         failed = [v for v in self.check(self.cluster, [name]).get(name, []) if v.failed]
         self.done(name, "check", failed=[v.id for v in failed])
@@ -107,7 +110,3 @@ class ServiceNodes:
         else:
             self.finish(name, "patched", "", outcome)
 
-
-def poll() -> float:
-    from kiln.patch import rollout
-    return rollout.POLL  # read at each wait: tests shorten it

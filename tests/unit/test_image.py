@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from kiln.cli.main import main
 from kiln.image import store
-from kiln.image.build import SECRET_FILES, clean
+from kiln.image.clean import SECRET_FILES, clean
 from tests.conftest import INVENTORIES, REPO
 
 EXAMPLE = str(REPO / "inventory" / "example")
