@@ -30,7 +30,8 @@ if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks.node import Node, local_node  # noqa: E402
-from checks.slurm import ESCALATED_PREFIX, KILN_PREFIX, PATCH_PREFIX, node_state  # noqa: E402
+from checks.drain_reasons import KILNS, classify  # noqa: E402
+from checks.slurm import KILN_PREFIX, node_state  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
 from checks.verdict import Verdict  # noqa: E402
 
@@ -57,10 +58,10 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
     fields = node_state(out.stdout)
     state, reason = fields.get("State", ""), fields.get("Reason", "")
     drained = "DRAIN" in state
-    by_person = drained and bool(reason) and not reason.startswith(KILN_PREFIX)
-    if drained and reason.startswith(PATCH_PREFIX):
+    by_person = drained and classify(reason).by in ("person", "slurm")  # not kiln's to resume
+    if drained and classify(reason).by == "rollout":
         return "left to the rollout"
-    if drained and reason.startswith(ESCALATED_PREFIX):
+    if drained and classify(reason).by == "escalated":
         return "left for a person (kiln-remediate escalated it)"
     failed = [v for v in verdicts if v.failed]
     if failed:
@@ -72,7 +73,7 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
             return "nothing (already drained by kiln for this)"
         return _update(node, f"scontrol update nodename={shlex.quote(name)} state=drain reason={shlex.quote(new_reason)}",
                        "drained", f"{name}: {new_reason}")
-    if drained and reason.startswith(KILN_PREFIX):
+    if drained and classify(reason).by in KILNS:
         return _update(node, f"scontrol update nodename={shlex.quote(name)} state=resume", "resumed",
                        f"{name} (was: {reason})")
     return "left drained by a person" if by_person else "nothing"

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks import repairs
+from checks.drain_reasons import classify
 from checks.slurm import ESCALATED_PREFIX, PATCH_PREFIX, REPAIR_PREFIX
 
 BREAKER_MIN_NODES = 2  # one node failing is a node fault, however small the cluster
@@ -156,20 +157,13 @@ def judge(check: str, passed: bool, failing: list[str]) -> tuple[str, str]:
 
 def owner(view: NodeView) -> str:
     """Who holds the node out of service: "" (in service), "kiln" (a check or kiln's repair), "slurm"
-    (Slurm's own reason), "rollout", "escalated" or "person"."""
+    (Slurm's own reason), "rollout", "escalated" or "person" (a ``kiln:`` reason naming no check, too)."""
     if not view.out_of_service:
         return ""
-    r = view.reason
-    if r.startswith(PATCH_PREFIX):
-        return "rollout"
-    if r.startswith(ESCALATED_PREFIX):
-        return "escalated"
-    if r.startswith(REPAIR_PREFIX):
+    drain = classify(view.reason)
+    if drain.by == "repair" or (drain.by == "kiln" and drain.check):
         return "kiln"
-    check = repairs.check_of(r)
-    if check is None:
-        return "person"
-    return "slurm" if check.startswith("SLURM_") and not r.startswith("kiln:") else "kiln"
+    return drain.by if drain.by in ("rollout", "escalated", "slurm") else "person"
 
 
 def breaker(views: list[NodeView], history: History, s: Settings, now: float) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from checks.drain_reasons import CHECK_ID, SLURM_REASONS, classify  # noqa: F401 - CHECK_ID and SLURM_REASONS read here
 from checks.parsers.xid_catalog import FATAL, NVLINK, SERVICE
 from checks.parsers.xid_catalog import REBOOT as XID_REBOOT
 from checks.parsers.xid_catalog import RESET as XID_RESET
@@ -28,10 +29,6 @@ ESCALATE = "escalate"
 SAFE_UNDER_JOBS = {"restart:slurmd", "restart:munge"}  # jobs keep running when these restart
 
 # Slurm's own reasons for a node it took out of service (not a person's)
-SLURM_REASONS = {"Not responding": "SLURM_NOT_RESPONDING", "Kill task failed": "SLURM_KILL_TASK_FAILED",
-                 "Node unexpectedly rebooted": "SLURM_UNEXPECTED_REBOOT", "Prolog error": "SLURM_PROLOG_ERROR",
-                 "Epilog error": "SLURM_EPILOG_ERROR", "Low RealMemory": "SLURM_LOW_MEMORY"}
-
 LADDERS: dict[str, tuple[str, ...]] = {
     # Slurm's own reasons
     "SLURM_NOT_RESPONDING": ("restart:slurmd", "restart:munge", ESCALATE),
@@ -68,21 +65,13 @@ DEFAULT = (ESCALATE,)
 _XID_STEPS = {XID_RESET: (RESET, REBOOT, ESCALATE), XID_REBOOT: (REBOOT, ESCALATE), SERVICE: (ESCALATE,),
               NVLINK: ("restart:nvidia-fabricmanager", RESET, REBOOT, ESCALATE)}
 
-CHECK_ID = r"[A-Z][A-Z0-9_]{1,63}"  # a check id as kiln's verdicts and drain reasons write it
-_KILN_REASON = re.compile(rf"^kiln: ({CHECK_ID})\b")
 
 
 def check_of(reason: str) -> str | None:
     """The check id behind a drain reason: kiln's (``kiln: GPU_XID_79 ...``) or Slurm's own ("Not
     responding"); None for a person's reason, a rollout's (``kiln: patch ...``), kiln's own repair or
-    escalation reasons, or no reason."""
-    m = _KILN_REASON.match(reason)
-    if m:
-        return m.group(1)
-    for text, check in SLURM_REASONS.items():
-        if reason.startswith(text):
-            return check
-    return None
+    escalation reasons, or no reason (checks/drain_reasons.py)."""
+    return classify(reason).check
 
 
 def ladder(check: str) -> tuple[str, ...]:

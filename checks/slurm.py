@@ -9,14 +9,10 @@ from __future__ import annotations
 import re
 import shlex
 
+from checks.drain_reasons import ESCALATED_PREFIX, KILN_PREFIX, PATCH_PREFIX, REPAIR_PREFIX, classify  # noqa: F401
 from checks.node import Node
 from checks.parsers.scontrol import SlurmRecordError, show_nodes
 from checks.verdict import Verdict, fail, ok, warn
-
-KILN_PREFIX = "kiln:"
-PATCH_PREFIX = "kiln: patch"  # drained by a rollout (kiln patch), which resumes it itself
-REPAIR_PREFIX = "kiln: repair"  # rebooted by kiln-remediate for a repair; resumed once its checks pass
-ESCALATED_PREFIX = "kiln: escalated"  # kiln-remediate gave up: waits for a person, never resumed by kiln
 
 
 def node_state(text: str) -> dict[str, str]:
@@ -88,7 +84,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     else:
         verdicts.append(ok("SLURM_REGISTERED", f"{name} is {state}"))
     reason = fields.get("Reason", "")
-    if "DRAIN" in state and reason and not reason.startswith(KILN_PREFIX):
+    if "DRAIN" in state and classify(reason).by in ("person", "slurm"):
         verdicts.append(warn("SLURM_DRAINED_BY_PERSON", f"{name} is drained by a person: {reason!r}; kiln leaves it so"))
     gpus = slurm.get("gpus", 0)
     if gpus:

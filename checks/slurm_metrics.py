@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from checks.drain_reasons import KILNS, classify
 from checks.parsers.delimited import lines, read_sinfo_nodes, separator, sinfo_nodes_command
 
 COMMANDS = {
@@ -65,7 +66,7 @@ def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, st
         base = state.rstrip("*~#!%$@^-+").lower() or "unknown"
         states[base] = states.get(base, 0) + 1
         if base.startswith("drain") or "drain" in base:
-            drained.append((node, "kiln" if reason.startswith("kiln:") else "person", reason))
+            drained.append((node, "kiln" if classify(reason).by in KILNS else "person", reason))
     return states, drained
 
 

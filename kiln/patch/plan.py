@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks.parsers.scontrol import SlurmRecordError, show_nodes
-from checks.slurm import KILN_PREFIX
+from checks.drain_reasons import KILNS, classify
 
 OUT_OF_SERVICE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "REBOOT", "POWER")
 
@@ -45,11 +45,11 @@ class SlurmNode:
 
     @property
     def drained_by_person(self) -> bool:
-        return any(f.startswith("DRAIN") for f in self.flags) and not self.reason.startswith(KILN_PREFIX)
+        return any(f.startswith("DRAIN") for f in self.flags) and classify(self.reason).by not in KILNS
 
     @property
     def drained_by_kiln(self) -> bool:
-        return any(f.startswith("DRAIN") for f in self.flags) and self.reason.startswith(KILN_PREFIX)
+        return any(f.startswith("DRAIN") for f in self.flags) and classify(self.reason).by in KILNS
 
 
 def parse_nodes(text: str) -> dict[str, SlurmNode]:

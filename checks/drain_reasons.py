@@ -1,0 +1,54 @@
+"""Who took a node out of service, read from its Slurm reason: the one classifier kiln-remediate, the
+node-local checks, the Slurm collector and the repair ladders read drain reasons with. Pure.
+
+Classes (``Drain.by``):
++ ``kiln``: one of kiln's checks failed (``kiln: GPU_XID_79 ...``: ``check`` is its id; a ``kiln:`` reason
+  with no check id has none);
++ ``repair``: kiln-remediate rebooted it for a repair (``kiln: repair ...``);
++ ``rollout``: a rolling patch drained it (``kiln: patch ...``);
++ ``escalated``: kiln-remediate gave up and waits for a person (``kiln: escalated ...``);
++ ``slurm``: Slurm's own reason (``Not responding``, ``Kill task failed``, ...: ``check`` is kiln's id for it);
++ ``person``: anything else (a person's or another tool's words);
++ ``""``: no reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KILN_PREFIX = "kiln:"
+PATCH_PREFIX = "kiln: patch"  # drained by a rollout (kiln patch), which resumes it itself
+REPAIR_PREFIX = "kiln: repair"  # rebooted by kiln-remediate for a repair; resumed once its checks pass
+ESCALATED_PREFIX = "kiln: escalated"  # kiln-remediate gave up: waits for a person, never resumed by kiln
+CHECK_ID = r"[A-Z][A-Z0-9_]{1,63}"  # a check id as kiln's verdicts and drain reasons write it
+# The reasons Slurm itself sets, and kiln's check id for each
+SLURM_REASONS = {"Not responding": "SLURM_NOT_RESPONDING", "Kill task failed": "SLURM_KILL_TASK_FAILED",
+                 "Node unexpectedly rebooted": "SLURM_UNEXPECTED_REBOOT", "Prolog error": "SLURM_PROLOG_ERROR",
+                 "Epilog error": "SLURM_EPILOG_ERROR", "Low RealMemory": "SLURM_LOW_MEMORY"}
+_KILN_REASON = re.compile(rf"^kiln: ({CHECK_ID})\b")
+KILNS = ("kiln", "repair", "rollout", "escalated")  # the classes whose reason kiln wrote
+
+
+@dataclass(frozen=True)
+class Drain:
+    by: str
+    check: str | None = None
+
+
+def classify(reason: str) -> Drain:
+    """The class of a drain reason as Slurm prints it (its ``[user@time]`` already taken off)."""
+    if not reason:
+        return Drain("")
+    for prefix, by in ((PATCH_PREFIX, "rollout"), (ESCALATED_PREFIX, "escalated"), (REPAIR_PREFIX, "repair")):
+        if reason.startswith(prefix):
+            return Drain(by)
+    m = _KILN_REASON.match(reason)
+    if m:
+        return Drain("kiln", m.group(1))
+    if reason.startswith(KILN_PREFIX):
+        return Drain("kiln")
+    for text, check in SLURM_REASONS.items():
+        if reason.startswith(text):
+            return Drain("slurm", check)
+    return Drain("person")
