@@ -41,7 +41,7 @@ def parse_findmnt_json(text: str) -> dict[str, Mount]:
 
 def parse_fstab(text: str) -> dict[str, Mount]:
     entries = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
@@ -61,7 +61,7 @@ def parse_probe(text: str) -> dict[int, tuple[int, str]]:
     printed). Each mount's part starts with a line ``@@kiln-mount <index> <exit code>``."""
     parts: dict[int, tuple[int, str]] = {}
     index, rc, lines = None, 0, []
-    for line in text.splitlines():
+    for line in text.removesuffix("\n").split("\n"):  # "\n" only: a file's \r cannot start a mark
         if line.startswith(PROBE_MARK):
             if index is not None:
                 parts[index] = (rc, "\n".join(lines))
@@ -81,7 +81,7 @@ def parse_probe(text: str) -> dict[int, tuple[int, str]]:
 def parse_df_percent(text: str) -> dict[str, tuple[int, int | None]]:
     """``df --output=target,pcent,ipcent``: mount point -> (space % used, inodes % used or None)."""
     usage = {}
-    for line in text.splitlines()[1:]:
+    for line in text.split("\n")[1:]:
         m = re.match(r"^(\S+)\s+(\d+)%\s+(\d+%|-)\s*$", line.strip())
         if m:
             usage[m.group(1)] = (int(m.group(2)), int(m.group(3)[:-1]) if m.group(3) != "-" else None)

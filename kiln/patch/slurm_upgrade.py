@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from checks.parsers.scontrol import SlurmRecordError, show_nodes
+
 from kiln.patch.slurm_versions import ORDER, order_problem, release_of, upgrade_problem
 from kiln.shell import command, quote
 
@@ -47,13 +49,13 @@ def parse_scontrol_version(text: str) -> str:
 
 
 def node_versions(scontrol_show_node: str) -> dict[str, str]:
-    """Node -> slurmd version from ``scontrol show node -o`` (a node never registered has none)."""
-    found = {}
-    for line in scontrol_show_node.splitlines():
-        name, version = re.search(r"\bNodeName=(\S+)", line), re.search(r"\bVersion=(\S+)", line)
-        if name and version and version.group(1) not in ("(null)", "N/A"):
-            found[name.group(1)] = version.group(1)
-    return found
+    """Node -> slurmd version from ``scontrol show node -o`` (a node never registered has none), read by
+    kiln's one reader of it (a drain reason cannot add a node or a version)."""
+    try:
+        nodes = show_nodes(scontrol_show_node)
+    except SlurmRecordError as e:
+        raise ValueError(f"scontrol show node printed what kiln cannot read whole: {e}") from None
+    return {name: f["Version"] for name, f in nodes.items() if f.get("Version") not in (None, "", "(null)", "N/A")}
 
 
 def dbd_hosts(cluster) -> list[str]:
