@@ -79,6 +79,10 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         return verdicts
     fields = node_state(out.stdout)
     state = fields.get("State", "")
+    if not state:
+        verdicts.append(fail("SLURM_REGISTERED", f"scontrol's answer about {name} is not one kiln can read whole "
+                             f"({out.stdout.strip()[:80]!r}): check scontrol show node {name} -o by hand"))
+        return verdicts
     if "DOWN" in state or "NOT_RESPONDING" in state or state.endswith("*"):
         verdicts.append(fail("SLURM_REGISTERED", f"{name} is {state} in Slurm: check slurmd and the network"))
     else:

@@ -239,6 +239,9 @@ def test_old_driver_field_name_is_retried(node):
     ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=DOWN+NOT_RESPONDING\n"),
      ["SLURM_REGISTERED"]),
     ("scontrol show node gpu01 -o", Result(1, "", "Node gpu01 not found"), ["SLURM_REGISTERED"]),
+    # a node line kiln cannot read whole (a key twice) is no pass: SLURM_REGISTERED fails naming it
+    ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 State=IDLE State=IDLE Gres=gpu:h100:4\n"),
+     ["SLURM_REGISTERED"]),
     ("uname -r", Result(0, "6.1.0-30-amd64\n"), ["SYSTEM_KERNEL"]),
     ("swapon --show --noheadings", Result(0, "/swapfile file 2G 0B -2\n"), ["SYSTEM_SWAP"]),
     ("cat /proc/$(pidof -s slurmd || echo self)/limits", Result(0, "Max locked memory         8388608              "
