@@ -43,30 +43,48 @@ def _words(line: str, into: dict[str, list[str]]) -> None:
 
 def show_job(text: str) -> dict[str, str | list[str]]:
     """One job of ``scontrol show job -d ID``: key -> value, ``JobName`` whole, ``Nodes`` the list of its
-    per-node GRES lines (``Nodes=kiln02 CPU_IDs=0 Mem=512 GRES=gpu:h100:1(IDX:0)``)."""
+    per-node GRES lines (``Nodes=kiln02 CPU_IDs=0 Mem=512 GRES=gpu:h100:1(IDX:0)``).
+
+    Slurm prints the name raw (a newline in it too) and then ``\n   UserId=``: the name runs to the first
+    such line. A line that is not a field (``   Key=`` words, or ``     Nodes=``) continues the free-text
+    field before it (a pretty-printed JSON comment). Text that imitates fields can only add keys the
+    record has already, which makes it refuse, not guess."""
     text = text.strip("\n")
-    head, newline, rest = text.partition("\n")
-    m = re.fullmatch(r"JobId=(\d{1,12}) JobName=(.*)", head, re.S)
-    if not m:
-        raise SlurmRecordError(f"not a job record: {head[:80]!r}")
-    fields: dict[str, list[str]] = {"JobId": [m.group(1)], "JobName": [m.group(2)]}
+    m = re.match(r"JobId=(\d{1,12}) JobName=(.*?)\n(?=   UserId=)", text, re.S)
+    if m:
+        name, rest = m.group(2), text[m.end():]
+    else:
+        head, _, rest = text.partition("\n")
+        m = re.fullmatch(r"JobId=(\d{1,12}) JobName=(.*)", head, re.S)
+        if not m:
+            raise SlurmRecordError(f"not a job record: {head[:80]!r}")
+        name = m.group(2)
+    fields: dict[str, list[str]] = {"JobId": [m.group(1)], "JobName": [name]}
     nodes: list[str] = []
+    free: str | None = None  # the free-text field a line that is no field continues
     for line in rest.split("\n"):
-        if not line.strip():
-            continue
         body = line.lstrip(" ")
         key = body.split("=", 1)[0]
-        if line.startswith("     Nodes="):
+        is_field = "=" in body and KEY.fullmatch(key) is not None and (
+            line.startswith("     Nodes=") or (line.startswith("   ") and not line.startswith("    ")))
+        if not is_field:
+            if free is None:
+                if not line.strip():
+                    continue
+                raise SlurmRecordError(f"a line of no field: {line[:80]!r}")
+            fields[free][-1] += "\n" + line
+        elif line.startswith("     Nodes="):
             nodes.append(body)
-        elif not line.startswith("   "):
-            raise SlurmRecordError(f"a line of no field: {line[:80]!r}")
-        elif key in FREE_TEXT and "=" in body:
+            free = None
+        elif key in FREE_TEXT:
             fields.setdefault(key, []).append(body.split("=", 1)[1])
+            free = key
         else:
             _words(body, fields)
+            free = None
     out: dict[str, str | list[str]] = {}
     for key, values in fields.items():
-        if len(values) > 1 and key not in ("Nodes",):
+        if len(values) > 1:
             raise SlurmRecordError(f"{key}= is given {len(values)} times in one job record")
         out[key] = values[0]
     out["Nodes"] = nodes

@@ -40,9 +40,10 @@ def _ids_in_code() -> set[str]:
     found = set()
     for path in list((REPO / "checks").glob("*.py")) + list((REPO / "kiln" / "check").glob("*.py")):
         if path.name in ("reference.py", "job_summary.py", "slurm_metrics.py", "repairs.py", "remediation.py",
-                         "remediation_policy.py", "node_repair.py"):
+                         "remediation_policy.py", "node_repair.py", "drain_reasons.py"):
             continue  # the catalog itself; node-side programs that give no verdicts (they read SLURM_* variables);
-            # the repair ladders and kiln-remediate, which name the catalog's ids and Slurm's own reasons
+            # the repair ladders, kiln-remediate and the drain-reason classifier, which name the catalog's
+            # ids and Slurm's own reasons
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
                     r"(GPU|FABRIC|STORAGE|SLURM|SYSTEM|NODE|NCCL|DRIFT|MONITORING)_[A-Z0-9_]*[A-Z0-9]", node.value):

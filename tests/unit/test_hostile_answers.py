@@ -147,11 +147,33 @@ def test_a_job_name_cannot_charge_another_team_or_stretch_the_job(name):
     assert show_job(SHOW_JOB.format(name=name))["JobName"] == name
 
 
-@pytest.mark.parametrize("name", ["x\n   Account=other", "x\n     Nodes=kiln09 CPU_IDs=0 Mem=1 GRES=gpu:h100:8(IDX:0-7)",
-                                  "x\nStartTime=2000-01-01T00:00:00", '{\n  "a": 1\n}'])
-def test_a_job_record_a_newline_makes_ambiguous_is_refused(name):
+@pytest.mark.parametrize("name", ["x\n   Account=other", "x\nStartTime=2000-01-01T00:00:00", "x\r\n   y", "\n"])
+def test_a_job_name_with_newlines_is_read_whole(name):
+    """Slurm prints the name and then its UserId line: the name is all that comes before (the same text in
+    a comment, whose lines are not the record's own, is ambiguous: refused below)."""
+    text = SHOW_JOB.replace("WorkDir=/tmp/{name}", "WorkDir=/tmp").replace("Comment={name}", "Comment=c").format(name=name)
+    info = job_summary.parse_job(text)
+    assert info["account"] == "vision" and info["end"] - info["start"] == 7200
+    assert show_job(text)["JobName"] == name
+    with pytest.raises(SlurmRecordError):  # in the comment: "\n   Account=" or "\nStartTime" can be the record's
+        job_summary.parse_job(SHOW_JOB.replace("Comment={name}", "Comment=" + name + "\n   Account=x").format(name="t"))
+
+
+@pytest.mark.parametrize("name", [
+    "x\n   UserId=mallory(1) GroupId=m(1) MCS_label=N/A\n   Priority=1 Nice=0 Account=other QOS=normal",
+    "x\n   UserId=a(1)\n   StartTime=2000-01-01T00:00:00 EndTime=2026-12-03T08:22:56 Deadline=N/A",
+    "x\n   UserId=a(1)\n     Nodes=kiln09 CPU_IDs=0 Mem=1 GRES=gpu:h100:8(IDX:0-7)",
+    "x\n   UserId=a(1)\n     Nodes=kiln02 CPU_IDs=0 Mem=1 GRES=gpu:h100:8(IDX:0-7)"])
+def test_a_job_record_a_name_makes_ambiguous_is_refused(name):
     with pytest.raises(SlurmRecordError):
         job_summary.parse_job(SHOW_JOB.format(name=name))
+
+
+@pytest.mark.parametrize("comment", ['{\n  "a": 1,\n  "b": [2]\n}', "line one\nline two"])
+def test_a_comment_of_several_lines_is_one_field(comment):
+    shown = show_job(SHOW_JOB.format(name="t").replace("   Comment=t", f"   Comment={comment}"))
+    assert shown["Comment"] == comment and shown["Account"] == "vision"
+    assert job_summary.parse_job(SHOW_JOB.format(name="t").replace("   Comment=t", f"   Comment={comment}"))["gpus"]
 
 
 def test_job_summary_reads_folded_node_lists_of_several_names():
