@@ -170,9 +170,10 @@ def test_job_names_that_forge_fields_are_counted_to_their_own_team_for_their_rea
         assert comment.startswith("kiln:") and 15 <= seconds <= 60, comment  # its real time, not since 2000
     shown = on(tb, tb.controller, f"sacct -n -X -P -j {jobs['cr']} -o JobName").stdout
     assert "\r" in shown or "\n" in shown.strip("\n"), repr(shown)  # Slurm kept the name as given
-    after = wait_for(lambda: (c := _counters(tb)) if c.get("vision", {}).get("jobs", 0)
-                     >= before.get("vision", {}).get("jobs", 0) + 2 else None, timeout=60, interval=2,
-                     what="both jobs in kiln-job-summary's counters")
+    def both_counted() -> dict | None:
+        now = _counters(tb)
+        return now if now.get("vision", {}).get("jobs", 0) >= before.get("vision", {}).get("jobs", 0) + 2 else None
+    after = wait_for(both_counted, timeout=60, interval=2, what="both jobs in kiln-job-summary's counters")
     added = after["vision"]["gpu_seconds"] - before.get("vision", {}).get("gpu_seconds", 0)
     assert 30 <= added <= 120, (before, after)  # two 1-GPU jobs of about 20 s each
     assert after.get("language", {}).get("jobs", 0) == before.get("language", {}).get("jobs", 0), (before, after)
