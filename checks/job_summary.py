@@ -32,7 +32,8 @@ import urllib.parse
 import urllib.request
 from datetime import datetime, timezone
 
-from checks.parsers.scontrol import SlurmRecordError, expand_hostlist, show_job
+from checks.parsers.hostlist import expand_hostlist
+from checks.parsers.scontrol import SlurmRecordError, show_job
 
 CONFIG = "/etc/slurm/kiln-job-summary.json"
 JOBS = "/var/lib/kiln/jobs"  # slurm's: what each running job holds, from its prolog to its epilog

@@ -22,12 +22,9 @@ def node_state(text: str) -> dict[str, str]:
     first = text.strip("\n").split("\n", 1)[0]
     if first.startswith("NodeName="):
         try:
-            fields = dict(next(iter(show_nodes(first).values())))
+            return dict(next(iter(show_nodes(first).values())))
         except SlurmRecordError:
             return {}
-        if "Reason" in fields:
-            fields["Reason"] = fields["Reason"].strip()
-        return fields
     return reservation_state(first)
 
 

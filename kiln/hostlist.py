@@ -11,7 +11,8 @@ from collections.abc import Iterable
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from checks.parsers.scontrol import HOSTLIST_LIMIT, SlurmRecordError, hostlist_size
+from checks.parsers.hostlist import HOSTLIST_LIMIT, hostlist_size
+from checks.parsers.scontrol import SlurmRecordError
 
 
 class HostListError(ValueError):

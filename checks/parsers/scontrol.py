@@ -1,15 +1,16 @@
 """``scontrol show job -d`` and ``scontrol -o show node`` read as records whose free text cannot forge a
-field, and Slurm's host lists expanded within a bound. Pure, standard library only.
+field. Pure, standard library only.
 
 scontrol prints ``key=value`` words and no JSON on the Slurm releases kiln runs (22.05 has no
 ``scontrol --json``). What users and admins write is printed as given: a job name holding
 `` Account=other`` or a newline and ``   Account=other``, a drain reason holding a newline and another
 node's line. So:
 
-- a job's name is all of its first line after ``JobName=``; the lines whose key is free text
-  (``FREE_TEXT``) are one value each; every other line must be ``key=value`` words;
-- a key kiln reads that appears twice in one record, or a line that is neither, makes the record
-  unreadable (``SlurmRecordError``): never a guess;
+- a job's name runs from ``JobName=`` to Slurm's own ``UserId=`` line; the lines whose key is free text
+  (``FREE_TEXT``) are one value each, continued by lines that are no field; every other line must be
+  ``key=value`` words;
+- a key that appears twice in one record, or a line that is none of these, makes the record unreadable
+  (``SlurmRecordError``): never a guess;
 - a node record is one line beginning ``NodeName=``; its free text comes last (``Reason=... [user@time]``,
   then ``Comment=``, ``Extra=``); a node listed twice makes the whole answer unreadable.
 """
@@ -24,21 +25,27 @@ FREE_TEXT = ("Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Comment", "Admi
              "TresPerTask", "CpusPerTres", "MemPerTres", "TresPerJob", "TresBind", "TresFreq")
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_/:]*")
 NODE_FREE_TEXT = ("Reason", "Comment", "Extra")
-HOSTLIST_LIMIT = 100_000  # names one host list may stand for; more is refused before it is expanded
 
 
 class SlurmRecordError(ValueError):
     """Output that does not parse whole: what was wrong, never a guess."""
 
 
-def _words(line: str, into: dict[str, list[str]]) -> None:
+def _words(line: str, into: dict[str, list[str]], continues: bool = False) -> None:
+    """``key=value`` words into ``into`` (key -> every value given); a word without ``=`` continues the value
+    before it where ``continues`` (scontrol -o show node's ``OS=Linux 6.1.0 #1 SMP ...``), else is refused."""
+    last = None
     for word in line.split(" "):
         if not word:
             continue
         key, eq, value = word.partition("=")
-        if not eq or not KEY.fullmatch(key):
+        if eq and KEY.fullmatch(key):
+            into.setdefault(key, []).append(value)
+            last = key
+        elif continues and last is not None:
+            into[last][-1] += " " + word
+        else:
             raise SlurmRecordError(f"a word that is not key=value: {word[:80]!r}")
-        into.setdefault(key, []).append(value)
 
 
 def show_job(text: str) -> dict[str, str | list[str]]:
@@ -92,7 +99,8 @@ def show_job(text: str) -> dict[str, str | list[str]]:
 
 
 def show_nodes(text: str) -> dict[str, dict[str, str]]:
-    """``scontrol -o show node``: node name -> key -> value. Slurm prints the free text last, in the order
+    """``scontrol -o show node``: node name -> key -> value (Reason stripped, without its ``[user@time]``).
+    Slurm prints the free text last, in the order
     Reason (ending ``[user@time]``), Comment, Extra: the first of them in the line is real, so a comment
     holding ``Reason=kiln: ...`` is no reason; Comment and Extra are not read. A word without ``=`` before
     them continues the value before it (``OS=Linux 6.1.0-18-amd64 #1 SMP ...``)."""
@@ -104,17 +112,10 @@ def show_nodes(text: str) -> dict[str, dict[str, str]]:
             raise SlurmRecordError(f"a line of no node: {line[:80]!r}")
         cut = min((i for i in (line.find(f" {k}=") for k in NODE_FREE_TEXT) if i >= 0), default=len(line))
         fields: dict[str, list[str]] = {}
-        last = None
-        for word in line[:cut].split(" "):
-            key, eq, value = word.partition("=")
-            if eq and KEY.fullmatch(key):
-                fields.setdefault(key, []).append(value)
-                last = key
-            elif word and last is not None:
-                fields[last][-1] += " " + word
+        _words(line[:cut], fields, continues=True)
         if line.startswith(" Reason=", cut):
             m = re.match(r" Reason=(.*?) \[[^\[\]]*@[^\[\]]*\](?= Comment=| Extra=|$)", line[cut:])
-            fields["Reason"] = [m.group(1) if m else line[cut + 8:]]
+            fields["Reason"] = [(m.group(1) if m else line[cut + 8:]).strip()]
         doubled = [k for k, v in fields.items() if len(v) > 1]
         if doubled:
             raise SlurmRecordError(f"{doubled[0]}= is given twice in one node record")
@@ -123,78 +124,3 @@ def show_nodes(text: str) -> dict[str, dict[str, str]]:
             raise SlurmRecordError(f"node {name!r} is listed twice")
         out[name] = {k: v[0] for k, v in fields.items()}
     return out
-
-
-def hostlist_size(expression: str) -> int:
-    """How many names ``expression`` stands for, counted without expanding it."""
-    total = 0
-    for term in _terms(expression):
-        size = 1
-        for ranges in re.findall(r"\[([^\[\]]*)\]", term):
-            size *= sum(_range_size(r) for r in ranges.split(","))
-        total += size
-    return total
-
-
-def expand_hostlist(expression: str, limit: int = HOSTLIST_LIMIT) -> list[str]:
-    """``gpu[01-02],cpu05`` -> ['gpu01', 'gpu02', 'cpu05'] (several ranges per name, text after a bracket,
-    zero padding as written); a list of more than ``limit`` names is refused before it is expanded."""
-    expression = expression.strip()
-    if not expression or expression in ("(null)", "None", "n/a"):
-        return []
-    size = hostlist_size(expression)
-    if size > limit:
-        raise SlurmRecordError(f"host list {expression[:60]!r} stands for {size} names, over {limit}")
-    names: list[str] = []
-    for term in _terms(expression):
-        parts = re.split(r"\[([^\[\]]*)\]", term)
-        found = [parts[0]]
-        for i in range(1, len(parts), 2):
-            items = [n for r in parts[i].split(",") for n in _range(r)]
-            found = [f + n + parts[i + 1] for f in found for n in items]
-        names += found
-    for name in names:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name):
-            raise SlurmRecordError(f"host list {expression[:60]!r} names {name[:60]!r}, not a node name")
-    return names
-
-
-def _terms(expression: str) -> list[str]:
-    """The comma-separated names of a host list, commas inside brackets kept."""
-    terms, depth, start = [], 0, 0
-    for i, c in enumerate(expression):
-        if c == "[":
-            depth += 1
-            if depth > 1:
-                raise SlurmRecordError(f"nested brackets in host list {expression[:60]!r}")
-        elif c == "]":
-            depth -= 1
-            if depth < 0:
-                raise SlurmRecordError(f"unbalanced brackets in host list {expression[:60]!r}")
-        elif c == "," and depth == 0:
-            terms.append(expression[start:i])
-            start = i + 1
-    if depth:
-        raise SlurmRecordError(f"unbalanced brackets in host list {expression[:60]!r}")
-    terms.append(expression[start:])
-    if any(not t for t in terms):
-        raise SlurmRecordError(f"an empty name in host list {expression[:60]!r}")
-    return terms
-
-
-def _bounds(text: str) -> tuple[str, str]:
-    m = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", text)
-    if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-        raise SlurmRecordError(f"{text[:40]!r} is not a range of a host list")
-    return m.group(1), m.group(2) or m.group(1)
-
-
-def _range_size(text: str) -> int:
-    a, b = _bounds(text)
-    return int(b) - int(a) + 1
-
-
-def _range(text: str) -> list[str]:
-    a, b = _bounds(text)
-    width = len(a) if a.startswith("0") and len(a) > 1 else 0
-    return [f"{i:0{width}d}" for i in range(int(a), int(b) + 1)]

@@ -29,7 +29,7 @@ DAEMON_ACCOUNTS = frozenset({"root", "daemon", "bin", "sys", "sync", "games", "m
 # so named breaks the deploy's sacctmgr words (seen on Slurm 22.05: `sacctmgr add qos where` and `add
 # account set` answer "Need name of ... to add"; list and show read withdeleted, tree, format, ... as
 # options wherever a bare name stands).
-SACCTMGR_WORDS = ("add", "create", "delete", "remove", "list", "show", "modify", "update", "archive", "dump", "load",
+SACCTMGR_WORDS = frozenset(("add", "create", "delete", "remove", "list", "show", "modify", "update", "archive", "dump", "load",
                   "reconfigure", "shutdown", "clear", "exit", "quit", "help", "version", "verbose", "quiet",
                   "parsable", "parsable2", "immediate", "oneliner", "readonly", "noheader", "rollup", "json", "yaml",
                   "account", "accounts", "association", "associations", "cluster", "clusters", "configuration",
@@ -39,15 +39,14 @@ SACCTMGR_WORDS = ("add", "create", "delete", "remove", "list", "show", "modify",
                   "where", "set", "withassoc", "withcoord", "withdeleted", "withsubaccounts", "withrawqoslevel",
                   "wolimits", "wopinfo", "wopi", "wopl", "woplimits", "tree", "format", "names", "name", "parent",
                   "defaultaccount", "defaultqos", "defaultwckey", "adminlevel", "fairshare", "share", "shares",
-                  "description", "organization", "partition", "partitions", "all", "none")
-SACCTMGR_WORD_SET = frozenset(SACCTMGR_WORDS)
+                  "description", "organization", "partition", "partitions", "all", "none"))
 SLURM_OWN = {"root": "Slurm's own root account"}  # the account every association hangs from
 
 
 def sacctmgr_word(name: str) -> str | None:
     """The sacctmgr word ``name`` would be read as, or None."""
     folded = name.lower()
-    return folded if folded in SACCTMGR_WORD_SET else None
+    return folded if folded in SACCTMGR_WORDS else None
 
 
 def check_slurm_names(raw: RawInventory, values: dict[str, Any], add: Any) -> None:

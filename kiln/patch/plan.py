@@ -61,8 +61,7 @@ def parse_nodes(text: str) -> dict[str, SlurmNode]:
         raise PlanError(f"scontrol show node printed what kiln cannot read whole: {e}") from None
     nodes = {}
     for name, f in shown.items():
-        reason = f.get("Reason", "").strip()
-        nodes[name] = SlurmNode(name, f.get("State", ""), reason, f.get("BootTime", ""))
+        nodes[name] = SlurmNode(name, f.get("State", ""), f.get("Reason", ""), f.get("BootTime", ""))
     return nodes
 
 

@@ -21,7 +21,8 @@ import pytest
 
 from checks import job_summary, slurm_metrics
 from checks.parsers.delimited import read_sinfo_nodes, records
-from checks.parsers.scontrol import SlurmRecordError, expand_hostlist, hostlist_size, show_job, show_nodes
+from checks.parsers.hostlist import expand_hostlist, hostlist_size
+from checks.parsers.scontrol import SlurmRecordError, show_job, show_nodes
 from checks.remediation import parse_views
 from checks.slurm import node_state
 from kiln.hostlist import HostListError, expand
