@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from pathlib import Path
 STORE = Path(tempfile.mkdtemp(prefix="kiln-bench-images-"))
 os.environ["KILN_IMAGE_STORE"] = str(STORE)
 
+from checks.parsers import sinfo  # noqa: E402
+from checks.parsers.delimited import separator  # noqa: E402
 from kiln.testbed.testbed import Testbed  # noqa: E402  (after the store is chosen)
 
 INVENTORY = Path(tempfile.mkdtemp(prefix="kiln-bench-inv-")) / "testbed"
@@ -39,9 +42,10 @@ def kiln(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
 
 
 def idle(tb: Testbed, count: int) -> bool:
-    cmd = tb.ssh_command("bench01", ["sinfo -h -N -o '%N %T'"])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-    return out.count("idle") >= count
+    sep = separator()
+    cmd = tb.ssh_command("bench01", [shlex.join(sinfo.nodes_command(sep))])
+    nodes, _ = sinfo.read_nodes(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout, sep)
+    return sum(n.state == "idle" for n in nodes.values()) >= count
 
 
 def ready_seconds(tb: Testbed, size: int, images: tuple[str, ...]) -> tuple[float, float]:

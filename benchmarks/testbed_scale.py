@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]  # kiln's own checks package, not benchmarks/checks.py beside this file
 
+from checks.parsers import sinfo  # noqa: E402
+from checks.parsers.delimited import separator  # noqa: E402
 from kiln.testbed import base  # noqa: E402
 from kiln.testbed.testbed import Testbed  # noqa: E402
 
@@ -85,8 +88,9 @@ def first_job(tb: Testbed, size: int, inventory: Path) -> float:
     ctl, computes = nodes[0], nodes[1:]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        out = tb.ssh(ctl, ["sinfo -h -N -o '%N %T'"], check=False).stdout
-        if out.count("idle") == len(computes):
+        sep = separator()
+        shown, _ = sinfo.read_nodes(tb.ssh(ctl, [shlex.join(sinfo.nodes_command(sep))], check=False).stdout, sep)
+        if sum(n.state == "idle" for n in shown.values()) == len(computes):
             break
         time.sleep(2)
     tb.ssh(ctl, ["timeout", "300", "srun", f"-N{len(computes)}", "hostname"], timeout=320)

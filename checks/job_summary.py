@@ -30,10 +30,11 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import datetime
 
 from checks.parsers.hostlist import expand_hostlist
-from checks.parsers.scontrol import SlurmRecordError, show_job
+from checks.parsers.scontrol import SlurmRecordError, show_job, show_job_command
+from checks.parsers.slurm_values import SLURM_ENV, epoch
 
 CONFIG = "/etc/slurm/kiln-job-summary.json"
 JOBS = "/var/lib/kiln/jobs"  # slurm's: what each running job holds, from its prolog to its epilog
@@ -70,11 +71,7 @@ def parse_job(text: str) -> dict:
             if node not in allowed or node in gpus:
                 raise SlurmRecordError(f"GRES line for {node!r}, which is not one of the job's nodes once")
             gpus[node] = idx
-    times = {}
-    for key in ("StartTime", "EndTime"):
-        value = str(job.get(key, ""))
-        times[key] = (datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-                      if re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", value) else None)
+    times = {key: epoch(str(job.get(key, ""))) for key in ("StartTime", "EndTime")}
     account = str(job.get("Account", ""))
     return {"start": times["StartTime"], "end": times["EndTime"], "gpus": gpus,
             "account": account if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", account) else ""}
@@ -174,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     job = os.environ.get("SLURM_JOB_ID", "")
     if not re.fullmatch(r"\d{1,12}", job):
         return 0
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "TZ": "UTC"}  # Slurm's times read as UTC
+    env = {**os.environ, **SLURM_ENV}  # Slurm's times read as UTC
     kept = os.path.join(JOBS, f"{job}.json")
     try:
-        shown = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True, timeout=30,
+        shown = subprocess.run(show_job_command(job), capture_output=True, text=True, timeout=30,
                                env=env)
         info = parse_job(shown.stdout)
         told = os.environ.get("SLURM_JOB_ACCOUNT", "")  # slurmctld's own word, where it gives one

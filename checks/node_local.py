@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
 
 from checks.node import Node, local_node  # noqa: E402
 from checks.drain_reasons import KILNS, classify  # noqa: E402
-from checks.slurm import KILN_PREFIX, node_state  # noqa: E402
+from checks.slurm import KILN_PREFIX, node_state, show_node  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
 from checks.verdict import Verdict  # noqa: E402
 
@@ -49,7 +49,7 @@ REASON_MAX = 200
 def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
     """What was done in Slurm: 'drained', 'resumed', 'left drained by a person', 'left to the rollout'
     or 'nothing'."""
-    out = node.run(f"scontrol show node {shlex.quote(name)} -o")
+    out = node.run(show_node(name))
     if out.rc != 0:
         action = f"nothing (scontrol: {(out.stderr or out.stdout).strip()[:80]})"
         if any(v.failed for v in verdicts):

@@ -22,45 +22,36 @@ import argparse
 import fcntl
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 
 if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks import repairs  # noqa: E402
-from checks.parsers.delimited import read_sinfo_nodes, separator, sinfo_nodes_command  # noqa: E402
-from checks.parsers.scontrol import SlurmRecordError, show_nodes  # noqa: E402
+from checks.parsers import sinfo  # noqa: E402
+from checks.parsers.delimited import separator  # noqa: E402
+from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes  # noqa: E402
+from checks.parsers.slurm_values import SLURM_ENV, epoch  # noqa: E402
 from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
                                        breaker, decide, judge, replay)
 
 CONFIG = "/etc/kiln/remediation.json"
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
 LOCK = "/run/kiln-remediate.lock"
-SCONTROL = ["scontrol", "-o", "show", "node"]
 
 
-def _epoch(text: str) -> float | None:
-    """Slurm's time, asked for with TZ=UTC."""
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    except ValueError:
-        return None
-
-
-def parse_views(sinfo: str, scontrol: str, nodes: list[str], sep: str) -> list[NodeView]:
+def parse_views(sinfo_text: str, scontrol: str, nodes: list[str], sep: str) -> list[NodeView]:
     """The compute nodes of the config as Slurm shows them; a node Slurm does not list is left out. Read
     whole or not at all: a drain reason holding a newline and another node's line stays its own node's
     reason, and an answer that does not parse whole raises SlurmRecordError (no look is better than a
     guess that reboots a node running jobs)."""
-    shown, framed = read_sinfo_nodes(sinfo, sep)
+    shown, framed = sinfo.read_nodes(sinfo_text, sep)
     if framed.bad:
         raise SlurmRecordError(framed.problem("sinfo"))
-    boots = {name: _epoch(fields.get("BootTime", "")) for name, fields in show_nodes(scontrol).items()}
-    return [NodeView(n, shown[n].state, shown[n].reason, boots.get(n), _epoch(shown[n].reason_time))
+    boots = {name: epoch(fields.get("BootTime", "")) for name, fields in show_nodes(scontrol).items()}
+    return [NodeView(n, shown[n].state, shown[n].reason, boots.get(n), epoch(shown[n].reason_time))
             for n in nodes if n in shown]
 
 
@@ -92,7 +83,7 @@ class Remediator:
     def _run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
         try:
             return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "LC_ALL": "C", "LANG": "C", "TZ": "UTC"})
+                                  env={**os.environ, **SLURM_ENV})
         except (OSError, subprocess.TimeoutExpired) as e:
             return subprocess.CompletedProcess(args, 255, "", str(e))
 
@@ -118,11 +109,11 @@ class Remediator:
 
     def views(self) -> list[NodeView]:
         sep = separator()
-        sinfo, show = self._run(sinfo_nodes_command(sep)), self._run(SCONTROL)
-        if sinfo.returncode != 0:
-            raise RuntimeError(f"sinfo failed: {(sinfo.stderr or sinfo.stdout).strip()[:200]}")
+        listed, show = self._run(sinfo.nodes_command(sep)), self._run(show_node_command())
+        if listed.returncode != 0:
+            raise RuntimeError(f"sinfo failed: {(listed.stderr or listed.stdout).strip()[:200]}")
         try:
-            return parse_views(sinfo.stdout, show.stdout, sorted(self.config["nodes"]), sep)
+            return parse_views(listed.stdout, show.stdout, sorted(self.config["nodes"]), sep)
         except SlurmRecordError as e:
             raise RuntimeError(f"Slurm's answer about the nodes is not readable whole: {e}") from None
 
@@ -232,7 +223,9 @@ class Remediator:
     def resume(self, name: str) -> None:
         """Back into service, unless Slurm has done it already (a node that was down returns by itself
         once slurmd registers: ReturnToService=2)."""
-        now = self._run(["sinfo", "-h", "-N", "-n", name, "-o", "%T"]).stdout.strip()
+        sep = separator()
+        shown, _ = sinfo.read_nodes(self._run(sinfo.nodes_command(sep, [name])).stdout, sep)
+        now = shown[name].state if name in shown else ""
         if now and not NodeView(name, now).out_of_service:
             self.log("resumed", name, rc=0, detail=f"already {now} in Slurm")
             return

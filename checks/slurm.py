@@ -11,32 +11,19 @@ import shlex
 
 from checks.drain_reasons import ESCALATED_PREFIX, KILN_PREFIX, PATCH_PREFIX, REPAIR_PREFIX, classify  # noqa: F401
 from checks.node import Node
-from checks.parsers.scontrol import SlurmRecordError, show_nodes
+from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes
 from checks.verdict import Verdict, fail, ok, warn
 
 
 def node_state(text: str) -> dict[str, str]:
-    """``scontrol show node NAME -o`` (one node): key -> value of its own line, the first (a newline in its
+    """``scontrol -o show node NAME`` (one node): key -> value of its own line, the first (a newline in its
     reason cannot add fields or a node); Reason keeps its spaces, without Slurm's ``[user@time]``.
     A line kiln cannot read whole gives {}."""
     first = text.strip("\n").split("\n", 1)[0]
-    if first.startswith("NodeName="):
-        try:
-            return dict(next(iter(show_nodes(first).values())))
-        except SlurmRecordError:
-            return {}
-    return reservation_state(first)
-
-
-def reservation_state(text: str) -> dict[str, str]:
-    """``scontrol show reservation NAME -o``: key -> value."""
-    fields: dict[str, str] = {}
-    reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", text)
-    if reason:
-        fields["Reason"] = reason.group(1).strip()
-    for key, value in re.findall(r"(\w+)=(\S*)", text):
-        fields.setdefault(key, value)
-    return fields
+    try:
+        return dict(next(iter(show_nodes(first).values()), {}))
+    except SlurmRecordError:
+        return {}
 
 
 SLURMD = "systemctl is-active slurmd"
@@ -44,7 +31,7 @@ MUNGE = "munge -n | unmunge >/dev/null"
 
 
 def show_node(name: str) -> str:
-    return f"scontrol show node {shlex.quote(name)} -o"
+    return shlex.join(show_node_command(name))
 
 
 def commands(expect: dict) -> list[str]:

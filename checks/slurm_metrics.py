@@ -29,14 +29,14 @@ import sys
 import time
 
 from checks.drain_reasons import KILNS, classify
-from checks.parsers.delimited import lines, read_sinfo_nodes, separator, sinfo_nodes_command
+from checks.parsers import sacctmgr, sinfo, squeue
+from checks.parsers.delimited import separator
+from checks.parsers.scontrol import PING_COMMAND, ping_up
+from checks.parsers.slurm_values import SLURM_ENV, tres_count
 
-COMMANDS = {
-    "ping": ["scontrol", "ping"],
-    "dbd": ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
-    "jobs": ["squeue", "-h", "-a", "-O", "JobID:|,State:|,Account:|,Reason:|,tres-alloc:|"],
-    "sdiag": ["sdiag"],
-}
+DBD_COMMAND = sacctmgr.show_command("cluster", fields=("cluster",))
+JOB_FIELDS = ("State", "Account", "Reason", "tres-alloc")
+SDIAG_COMMAND = ["sdiag"]
 TIMEOUT = 20  # seconds per command: a hung slurmctld must not hold the timer
 COUNTERS = "/var/lib/kiln/jobs/usage-counters.json"
 SUMMARY_CONFIG = "/etc/slurm/kiln-job-summary.json"
@@ -48,17 +48,12 @@ USAGE = (("jobs", "jobs", "Finished GPU jobs per account (counted at their end b
          ("cost", "cost", "Cost of finished jobs per account: GPU-hours x the price of their node type."))
 
 
-def parse_ping(text: str) -> int:
-    """1 when ``scontrol ping`` says some slurmctld is UP."""
-    return int(bool(re.search(r"^Slurmctld\([^)]*\) at \S+ is UP", text, re.M)))
-
-
 def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
-    """(nodes per base state, [(node, who drained it, reason)]) from ``sinfo_nodes_command(sep)``'s
+    """(nodes per base state, [(node, who drained it, reason)]) from ``sinfo.nodes_command(sep)``'s
     output (a drain reason holding a newline and another node's line stays that reason's text). A node
     listed once per partition counts once; ``drained``/``draining``/``drain`` are drained; records that do
     not parse whole count as state ``unreadable``."""
-    nodes, framed = read_sinfo_nodes(text, sep)
+    nodes, framed = sinfo.read_nodes(text, sep)
     seen = {n.name: (n.state, n.reason.strip()) for n in nodes.values()}
     states: dict[str, int] = {"unreadable": framed.bad} if framed.bad else {}
     drained = []
@@ -70,26 +65,22 @@ def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, st
     return states, drained
 
 
-def _gpus(tres: str) -> int:
-    m = re.search(r"(?:^|,)gres/gpu=(\d+)(?:,|$)", tres)
-    return int(m.group(1)) if m else 0
-
-
-def parse_jobs(text: str) -> dict[str, dict]:
-    """Per account: jobs per state, pending jobs per reason, GPUs of running jobs; from squeue's
-    ``JobID|State|Account|Reason|tres-alloc|`` lines."""
+def parse_jobs(text: str, sep: str) -> dict[str, dict]:
+    """Per account: jobs per state, pending jobs per reason, GPUs of running jobs; from
+    ``squeue.jobs_command(sep, JOB_FIELDS)``'s output (records that do not parse whole are counted under
+    the account ``(unreadable)``)."""
+    rows, framed = squeue.read_jobs(text, sep, JOB_FIELDS)
     accounts: dict[str, dict] = {}
-    for line in lines(text):
-        parts = line.split("|")
-        if len(parts) < 5 or not parts[0].strip():
-            continue
-        state, account, reason, tres = (p.strip() for p in parts[1:5])
-        a = accounts.setdefault(account or "(none)", {"states": {}, "pending": {}, "gpus": 0})
+    if framed.bad:
+        accounts["(unreadable)"] = {"states": {"UNREADABLE": framed.bad}, "pending": {}, "gpus": 0}
+    for job in rows:
+        state, reason = job["State"], job["Reason"]
+        a = accounts.setdefault(job["Account"] or "(none)", {"states": {}, "pending": {}, "gpus": 0})
         a["states"][state] = a["states"].get(state, 0) + 1
         if state == "PENDING":
             a["pending"][reason] = a["pending"].get(reason, 0) + 1
         elif state in ("RUNNING", "COMPLETING", "SUSPENDED"):
-            a["gpus"] += _gpus(tres)
+            a["gpus"] += tres_count(job["tres-alloc"])
     return accounts
 
 
@@ -183,20 +174,20 @@ def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: 
 def _run(args: list[str]) -> tuple[int, str]:
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT,
-                           env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+                           env={**os.environ, **SLURM_ENV})
         return p.returncode, p.stdout
     except (OSError, subprocess.TimeoutExpired):
         return 1, ""
 
 
 def collect() -> str:
-    ping_rc, ping = _run(COMMANDS["ping"])
-    dbd_rc, _ = _run(COMMANDS["dbd"])
+    _, ping = _run(PING_COMMAND)
+    dbd_rc, _ = _run(DBD_COMMAND)
     sep = separator()
-    _, nodes = _run(sinfo_nodes_command(sep))
-    _, jobs = _run(COMMANDS["jobs"])
-    _, sdiag = _run(COMMANDS["sdiag"])
-    return exposition(parse_ping(ping), int(dbd_rc == 0), parse_nodes(nodes, sep), parse_jobs(jobs), parse_sdiag(sdiag),
+    _, nodes = _run(sinfo.nodes_command(sep))
+    _, jobs = _run(squeue.jobs_command(sep, JOB_FIELDS))
+    _, sdiag = _run(SDIAG_COMMAND)
+    return exposition(int(ping_up(ping)), int(dbd_rc == 0), parse_nodes(nodes, sep), parse_jobs(jobs, sep), parse_sdiag(sdiag),
                       time.time(), usage_lines(_json(COUNTERS), _json(SUMMARY_CONFIG)))
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from pyinfra.operations import server
 
+from checks.parsers import scontrol
 from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
 from roles.operations import (DAEMON_RELOAD, answers, line_present, line_removed, logs_of, managed_directory,
@@ -78,7 +79,7 @@ SLURMCTLD_DROPIN = ("# Written by kiln\n[Unit]\nAfter=munge.service slurmdbd.ser
 # Each daemon's own answer that it serves (read its files, listening): the wait for it to stay up ends
 # there instead of after the full 3 s, and one that stays active without answering fails at
 # kiln_service_start_timeout. slurmdbd opens its port only once it has read (or converted) its database.
-READY = {"slurmd": "scontrol show slurmd", "slurmctld": "scontrol ping | grep -q 'is UP'"}
+READY = {"slurmd": scontrol.SLURMD_ANSWERS_SHELL, "slurmctld": scontrol.PING_UP_SHELL}
 DBD_PORT = 6819
 MUNGE_READY = "munge -n | unmunge"
 MARIADB_READY = "mariadb-admin ping 2>/dev/null || mysqladmin ping"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
+from checks.parsers import sacctmgr
 from kiln.inventory.schema import Qos, Team
 from kiln.shell import command, quote
 from roles import slurm_qos
@@ -57,10 +58,10 @@ class SlurmAccountingState(FactBase):
     """Clusters and associations from ``sacctmgr``; ``reachable`` is False when slurmdbd does not answer."""
 
     def command(self, cluster: str) -> str:
-        return ("command -v sacctmgr >/dev/null && c=$(sacctmgr -nP show cluster format=cluster 2>/dev/null)"
+        return (f"command -v sacctmgr >/dev/null && c=$({command(*CLUSTERS)} 2>/dev/null)"
                 f" && {{ echo REACHABLE {quote(cluster)}; echo \"$c\"; echo ---; "
-                f"{command('sacctmgr', '-nP', 'show', 'assoc', f'cluster={cluster}', ASSOC_FORMAT)}; echo '--- qos'; "
-                f"{command('sacctmgr', '-nP', 'show', 'qos', 'format=' + ','.join(slurm_qos.FIELDS))};"
+                f"{command(*sacctmgr.show_command('assoc', f'cluster={cluster}', fields=ASSOC_FIELDS))}; echo '--- qos'; "
+                f"{command(*slurm_qos.show_command())};"
                 " }; true")
 
     @staticmethod
@@ -71,7 +72,8 @@ class SlurmAccountingState(FactBase):
         return parse_sacctmgr(output)
 
 
-ASSOC_FORMAT = "format=account,user,fairshare,grptres,qos,defaultqos"
+ASSOC_FIELDS = ("account", "user", "fairshare", "grptres", "qos", "defaultqos")
+CLUSTERS = sacctmgr.show_command("cluster", fields=("cluster",))
 
 
 def parse_sacctmgr(output: list[str]) -> SlurmAccounting:
@@ -85,15 +87,12 @@ def parse_sacctmgr(output: list[str]) -> SlurmAccounting:
         split = lines.index("---")
     except ValueError:
         return SlurmAccounting(True, False, ())
-    clusters = {line.strip() for line in lines[1:split] if line.strip()}
+    clusters = {row["cluster"] for row in sacctmgr.read("\n".join(lines[1:split]), ("cluster",))[0]}
     end = lines.index("--- qos") if "--- qos" in lines else len(lines)
-    assocs = []
-    for line in lines[split + 1:end]:
-        parts = line.split("|")
-        if len(parts) >= 4:
-            assocs.append(Association(*parts[:4], *(parts[4:6] + ["", ""])[:2]))
-    qos = tuple(row for line in lines[end + 1:] if (row := slurm_qos.parse_row(line)) is not None)
-    return SlurmAccounting(True, cluster in clusters, tuple(assocs), qos)
+    assocs = tuple(Association(*(row[f] for f in ASSOC_FIELDS))
+                   for row in sacctmgr.read("\n".join(lines[split + 1:end]), ASSOC_FIELDS)[0])
+    qos = slurm_qos.rows("\n".join(lines[end + 1:]))
+    return SlurmAccounting(True, cluster in clusters, assocs, qos)
 
 
 def _grp_tres(team: Team) -> str:
@@ -119,8 +118,8 @@ def add_user(cluster: str, team: Team, user: str) -> str:
     return command("sacctmgr", "-i", "add", "user", user, f"Account={team.name}", f"Cluster={cluster}")
 
 
-_WAIT_FOR_DBD = ("for i in $(seq 120); do sacctmgr -nP show cluster >/dev/null 2>&1 && break; sleep 1; done; "
-                 "sacctmgr -nP show cluster >/dev/null || { echo 'slurmdbd did not answer in 120 s' >&2; exit 1; }")
+_WAIT_FOR_DBD = (f"for i in $(seq 120); do {command(*CLUSTERS)} >/dev/null 2>&1 && break; sleep 1; done; "
+                 f"{command(*CLUSTERS)} >/dev/null || {{ echo 'slurmdbd did not answer in 120 s' >&2; exit 1; }}")
 
 
 @operation()
@@ -172,18 +171,19 @@ def accounts_script(cluster: str, teams: list[Team], qos: list[Qos] = ()) -> lis
     """Commands that wait for slurmdbd, then add the cluster, QoS, accounts and users that are missing
     and set every QoS and every account's shares, GPU limit and QoS: right on a fresh or a converged
     database alike."""
-    show = lambda *words: command("sacctmgr", "-nP", "show", *words)  # noqa: E731
-    out = [_WAIT_FOR_DBD, f"{show('cluster', 'format=cluster')} | grep -qx {quote(cluster)} || {add_cluster(cluster)}"]
+    def show(entity: str, *conditions: str, field: str) -> str:
+        return command(*sacctmgr.show_command(entity, *conditions, fields=(field,)))
+    out = [_WAIT_FOR_DBD, f"{show('cluster', field='cluster')} | grep -qx {quote(cluster)} || {add_cluster(cluster)}"]
     for q in qos:
-        out.append(f"{show('qos', q.name, 'format=name')} | grep -qx {quote(q.name)} || {slurm_qos.add_qos(q)}")
+        out.append(f"{show('qos', q.name, field='name')} | grep -qx {quote(q.name)} || {slurm_qos.add_qos(q)}")
     out += [f"{slurm_qos.set_qos(q)} >/dev/null" for q in qos]
     for team in teams:
-        out.append(f"{show('account', team.name, 'format=account')} | grep -qx {quote(team.name)} "
+        out.append(f"{show('account', team.name, field='account')} | grep -qx {quote(team.name)} "
                    f"|| {add_account(cluster, team)}")
         out.append(f"{set_account(cluster, team)} >/dev/null")
         if team.qos:
             out.append(f"{slurm_qos.set_team_qos(cluster, team)} >/dev/null")
         for user in team.users:
-            out.append(f"{show('assoc', f'cluster={cluster}', f'account={team.name}', f'user={user.name}', 'format=user')}"
+            out.append(f"{show('assoc', f'cluster={cluster}', f'account={team.name}', f'user={user.name}', field='user')}"
                        f" | grep -qx {quote(user.name)} || {add_user(cluster, team, user.name)}")
     return out

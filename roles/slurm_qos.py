@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from checks.parsers import sacctmgr
+from checks.parsers.slurm_values import tres
 from kiln.inventory.schema import Qos, Team
 from kiln.shell import command
 
@@ -37,11 +39,13 @@ class QosRow:
     grace_time: str
 
 
-def parse_row(line: str) -> QosRow | None:
-    parts = line.rstrip("\n").split("|")
-    if len(parts) != len(FIELDS) or not parts[0]:
-        return None
-    return QosRow(*parts)
+def rows(text: str) -> tuple[QosRow, ...]:
+    """The QoS of ``show_command()``'s output (lines of another shape left out)."""
+    return tuple(QosRow(*(row[f] for f in FIELDS)) for row in sacctmgr.read(text, FIELDS)[0] if row["name"])
+
+
+def show_command() -> list[str]:
+    return sacctmgr.show_command("qos", fields=FIELDS)
 
 
 def seconds(text: str) -> int | None:
@@ -65,7 +69,7 @@ def seconds(text: str) -> int | None:
 
 def _gpus(tres_text: str) -> str:
     """The gres/gpu count of a TRES list, '' when it has none."""
-    return dict(p.split("=", 1) for p in tres_text.split(",") if "=" in p).get("gres/gpu", "")
+    return tres(tres_text).get("gres/gpu", "")
 
 
 def _limit(value: int | None) -> str:

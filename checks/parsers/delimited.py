@@ -4,7 +4,7 @@ Slurm prints user- and admin-set text (job names, comments, drain reasons) as it
 newline or a ``key=value`` inside such a value is printed as is. Two rules make a record unforgeable:
 
 - Fields are separated by a **separator chosen for this one call** (``separator()``: 16 random hex
-  digits between two ``|``); ``sacct --delimiter``, ``sinfo -o`` and ``squeue -o`` take any string. A
+  digits between two ``|``); ``sacct --delimiter``, ``sinfo -o`` and ``squeue -O``'s field suffixes take any string. A
   value written before the call cannot hold it.
 - A record **begins and ends with a field Slurm itself fills** (a job id, a node name, a number: no
   newline can be in them). Records are separated by the newline between the last field of one and the
@@ -83,32 +83,3 @@ def records(text: str, sep: str, fields: int, first: str = r"\S+", last: str = r
     if current and (len(current) > 1 or current[0].strip()):
         close(current)
     return out
-
-
-NODE_NAME = r"[A-Za-z0-9_.-]{1,128}"
-
-
-def sinfo_nodes_command(sep: str) -> list[str]:
-    """Every node once per partition: name, long state, when its reason was set, the reason (an admin's or
-    a tool's free text), the name again."""
-    return ["sinfo", "-h", "-N", "-o", sep.join(("%N", "%T", "%H", "%E", "%N"))]
-
-
-@dataclass(frozen=True)
-class SinfoNode:
-    name: str
-    state: str         # sinfo's long state: idle, drained, draining, down*, mixed, ...
-    reason_time: str   # Slurm's time the reason was set, or Unknown
-    reason: str        # '' when Slurm has none
-
-
-def read_sinfo_nodes(text: str, sep: str) -> tuple[dict[str, SinfoNode], Records]:
-    """``sinfo_nodes_command``'s output: node -> its first line (a node is listed once per partition)."""
-    framed = records(text, sep, 5, first=NODE_NAME, last=NODE_NAME)
-    nodes: dict[str, SinfoNode] = {}
-    for name, state, when, reason, again in framed.rows:
-        if name != again:
-            framed.refuse(sep.join((name, state, when, reason, again)))
-            continue
-        nodes.setdefault(name, SinfoNode(name, state.strip(), when, "" if reason in ("none", "(null)") else reason))
-    return nodes, framed

@@ -124,3 +124,66 @@ def show_nodes(text: str) -> dict[str, dict[str, str]]:
             raise SlurmRecordError(f"node {name!r} is listed twice")
         out[name] = {k: v[0] for k, v in fields.items()}
     return out
+
+
+def show_node_command(name: str | None = None) -> list[str]:
+    """``scontrol -o show node [NAME]``: every node (or one) a line, for ``show_nodes``."""
+    return ["scontrol", "-o", "show", "node", *([name] if name else [])]
+
+
+def show_job_command(job: str) -> list[str]:
+    """``scontrol show job -d ID``: one job with its per-node GRES lines, for ``show_job``."""
+    return ["scontrol", "show", "job", "-d", job]
+
+
+def show_reservation_command(name: str) -> list[str]:
+    """``scontrol -o show reservation NAME``, for ``show_reservations``."""
+    return ["scontrol", "-o", "show", "reservation", name]
+
+
+def show_reservations(text: str) -> dict[str, dict[str, str]]:
+    """``scontrol -o show reservation``: reservation name -> key -> value. Every word is ``key=value``
+    (a word without ``=`` continues the value before it); a key twice in one line, or a reservation listed
+    twice, makes the answer unreadable. ``No reservations in the system`` and ``Reservation X not found``
+    are no reservation."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.split("\n"):
+        if not line.strip() or line.startswith(("No reservations", "Reservation ")):
+            continue
+        if not line.startswith("ReservationName="):
+            raise SlurmRecordError(f"a line of no reservation: {line[:80]!r}")
+        fields: dict[str, list[str]] = {}
+        _words(line, fields, continues=True)
+        doubled = [k for k, v in fields.items() if len(v) > 1]
+        if doubled:
+            raise SlurmRecordError(f"{doubled[0]}= is given twice in one reservation record")
+        name = fields["ReservationName"][0]
+        if name in out:
+            raise SlurmRecordError(f"reservation {name!r} is listed twice")
+        out[name] = {k: v[0] for k, v in fields.items()}
+    return out
+
+
+PING_COMMAND = ["scontrol", "ping"]
+
+
+def ping_up(text: str) -> bool:
+    """Whether ``scontrol ping`` says some slurmctld is UP."""
+    return re.search(r"^Slurmctld\([^)]*\) at \S+ is UP", text, re.M) is not None
+
+
+# Shell tests of the deploy's waits: true once slurmctld answers UP (what ping_up reads), and once the
+# node's own slurmd answers (``scontrol show slurmd`` exits 0).
+PING_UP_SHELL = " ".join(PING_COMMAND) + " | grep -q 'is UP'"
+SLURMD_ANSWERS_SHELL = "scontrol show slurmd"
+
+
+VERSION_COMMAND = ["scontrol", "version"]
+
+
+def read_version(text: str) -> str:
+    """``scontrol version`` -> ``22.05.8``; anything else raises SlurmRecordError (a ValueError)."""
+    m = re.fullmatch(r"\s*slurm(?:-wlm)? (\d+\.\d+\.\d+\S*)\s*", text)
+    if not m:
+        raise SlurmRecordError(f"scontrol version printed {text.strip()[:80]!r}: not a Slurm version kiln reads")
+    return m.group(1)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from checks.parsers.slurm_values import env_words
 from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option, load_or_exit
 
 
@@ -63,9 +64,9 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
     sep = separator()
     with RemoteCheck(cluster, [controller], []) as remote:
         node = remote.node(controller)
-        out = node.run("TZ=UTC " + command(*sacct.command(*window, sep)))
-        res = node.run("TZ=UTC " + command(*sacct.reservations_command(*window))) if out.rc == 0 else out
-    for name, result in (("sacct", out), ("sacctmgr show reservation", res)):
+        out = node.run(f"{env_words()} {command(*sacct.command(*window, sep))}")
+        res = node.run(f"{env_words()} {command(*sacct.reservations_command(*window))}") if out.rc == 0 else out
+    for name, result in (("the jobs (sacct)", out), ("the reservations (sacctmgr)", res)):
         if result.rc != 0:
             echo(f"{name} on {controller.name} exited {result.rc}: {(result.stderr or result.stdout).strip()[:300]}",
                  err=True)

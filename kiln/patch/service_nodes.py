@@ -6,11 +6,13 @@ and restored (kiln/patch/slurm_upgrade.py has the rules and commands). A part of
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import roles
+from checks.parsers import scontrol
 from kiln.patch import plan as planning
 
 if TYPE_CHECKING:
@@ -27,10 +29,10 @@ class ServiceNodes:
         from kiln.patch import slurm_upgrade as upgrade
         node = self.checker.node(self.cluster.hosts[self.cluster.controllers[0].name])
         try:
-            controller = upgrade.parse_scontrol_version(node.run("scontrol version").stdout)
+            controller = scontrol.read_version(node.run(shlex.join(scontrol.VERSION_COMMAND)).stdout)
         except ValueError as e:
             raise planning.PlanError(f"--roles slurm: {e}; nothing was touched") from None
-        running = upgrade.Running(controller, upgrade.node_versions(node.run("scontrol show node -o").stdout))
+        running = upgrade.Running(controller, upgrade.node_versions(node.run(shlex.join(scontrol.show_node_command())).stdout))
         target = self.cluster.versions["slurm"]
         problem = upgrade.refusal(running, target)
         if problem:

@@ -20,7 +20,6 @@ names the reason and touches nothing. Then:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from checks.parsers.scontrol import SlurmRecordError, show_nodes
@@ -38,14 +37,6 @@ class Running:
     """The Slurm versions a cluster runs now."""
     controller: str            # `scontrol version` on the first controller: "22.05.8"
     slurmd: dict[str, str]     # node -> its slurmd's version (scontrol show node: Version=)
-
-
-def parse_scontrol_version(text: str) -> str:
-    """``scontrol version`` -> ``22.05.8``."""
-    m = re.fullmatch(r"\s*slurm(?:-wlm)? (\d+\.\d+\.\d+\S*)\s*", text)
-    if not m:
-        raise ValueError(f"scontrol version printed {text.strip()[:80]!r}: not a Slurm version kiln reads")
-    return m.group(1)
 
 
 def node_versions(scontrol_show_node: str) -> dict[str, str]:

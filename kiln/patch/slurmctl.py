@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.node import Node, Result
-from checks.parsers.delimited import lines
-from checks.slurm import reservation_state
+from checks.parsers import squeue
+from checks.parsers.delimited import separator
+from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_reservation_command, show_reservations
 from kiln.hostlist import HostListError, expand
 from kiln.shell import command
 from kiln.patch.plan import SlurmNode, parse_nodes
@@ -31,21 +32,20 @@ class Job:
     restarts: int        # how often Slurm started it again (a requeue adds one)
 
 
-JOB_FIELDS = "JobID:40,State:24,Requeue:4,RestartCnt:8,BatchFlag:4"  # squeue -O: no field a user writes
+JOB_FIELDS = ("State", "Requeue", "RestartCnt", "BatchFlag")  # squeue -O: no field a user writes
 
 
-def parse_jobs(text: str) -> dict[str, Job]:
-    """``squeue -h -O`` with JOB_FIELDS -> id -> Job. Only fields Slurm itself fills (never a job's name
-    or comment, which its owner chooses), so a line is five tokens; anything else is refused."""
+def parse_jobs(text: str, sep: str) -> dict[str, Job]:
+    """``squeue.jobs_command(sep, JOB_FIELDS)``'s output -> id -> Job. A record that does not parse whole,
+    or whose fields are not Slurm's shapes, is refused: never a guess about a job kiln may signal."""
+    rows, framed = squeue.read_jobs(text, sep, JOB_FIELDS)
+    if framed.bad:
+        raise SlurmError(framed.problem("squeue"))
     jobs = {}
-    for line in lines(text):
-        if not line.strip():
-            continue
-        fields = line.split()
-        if len(fields) != 5 or not all(f.isdigit() for f in fields[2:]) or not fields[1].isalpha():
-            raise SlurmError(f"squeue printed a job line kiln cannot read: {line[:120]!r}")
-        job, state, requeue, restarts, batch = fields
-        jobs[job] = Job(job, state, requeue == "1", batch == "1", int(restarts))
+    for f in rows:
+        if not f["State"].isalpha() or not all(f[k].isdigit() for k in JOB_FIELDS[1:]):
+            raise SlurmError(f"squeue printed a job kiln cannot read: {f}"[:200])
+        jobs[f["JobID"]] = Job(f["JobID"], f["State"], f["Requeue"] == "1", f["BatchFlag"] == "1", int(f["RestartCnt"]))
     return jobs
 
 
@@ -60,7 +60,7 @@ class SlurmControl:
         return out
 
     def nodes(self) -> dict[str, SlurmNode]:
-        return parse_nodes(self._ok("scontrol show node -o").stdout)
+        return parse_nodes(self._ok(command(*show_node_command())).stdout)
 
     def drain(self, names: list[str], reason: str) -> None:
         self._ok(command("scontrol", "update", f"nodename={','.join(names)}", "state=drain", f"reason={reason}"))
@@ -95,12 +95,15 @@ class SlurmControl:
 
     def reservation(self, name: str) -> dict[str, str] | None:
         """The reservation's fields (StartTime, Nodes, Flags...), or None when there is none of that name."""
-        out = self.node.run(command("scontrol", "show", "reservation", name, "-o"))
+        out = self.node.run(command(*show_reservation_command(name)))
         if out.rc != 0 or "ReservationName=" not in out.stdout:
             if "not found" in (out.stdout + out.stderr).lower() or out.rc == 0:
                 return None
             raise SlurmError(f"scontrol show reservation {name} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}")
-        return reservation_state(out.stdout.strip().split("\n")[0])
+        try:
+            return show_reservations(out.stdout).get(name)
+        except SlurmRecordError as e:
+            raise SlurmError(f"scontrol show reservation {name}: {e}") from None
 
     def delete_reservation(self, name: str) -> None:
         if self.reservation(name) is not None:
@@ -110,12 +113,13 @@ class SlurmControl:
         """Each job of ``ids`` Slurm still knows (a finished job may have left its memory)."""
         if not ids:
             return {}
-        out = self.node.run(command("squeue", "-h", "-j", ",".join(ids), "-O", JOB_FIELDS))
+        sep = separator()
+        out = self.node.run(command(*squeue.jobs_command(sep, JOB_FIELDS, "-j", ",".join(ids))))
         if out.rc != 0:
             if "invalid job id" in (out.stdout + out.stderr).lower():
                 return {}  # none of them is known any more
             raise SlurmError(f"squeue -j {','.join(ids)} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}")
-        return parse_jobs(out.stdout)
+        return parse_jobs(out.stdout, sep)
 
     def signal(self, job: str, signal: str) -> None:
         """``signal`` to the job's batch shell and every one of its steps (what sbatch --signal=B: and its
@@ -132,11 +136,15 @@ class SlurmControl:
 
     def jobs(self, names: list[str]) -> dict[str, list[str]]:
         """Node -> ids of the jobs running (or finishing) on it."""
-        out = self._ok(command("squeue", "-h", "-w", ",".join(names), "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED",
-                               "-o", "%i %N"))
+        sep = separator()
+        out = self._ok(command(*squeue.jobs_command(sep, ("NodeList",), "-w", ",".join(names),
+                                                    "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED")))
+        rows, framed = squeue.read_jobs(out.stdout, sep, ("NodeList",))
+        if framed.bad:  # never guess which nodes a job holds: stop as on no answer
+            raise SlurmError(framed.problem("squeue"))
         found: dict[str, list[str]] = {n: [] for n in names}
-        for line in lines(out.stdout):
-            job, _, nodelist = line.strip().partition(" ")
+        for row in rows:
+            job, nodelist = row["JobID"], row["NodeList"]
             try:
                 nodes = expand(nodelist)
             except HostListError as e:  # never guess which nodes a job holds: stop as on no answer

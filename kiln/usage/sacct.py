@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
-from checks.parsers.delimited import lines, records
+from checks.parsers import sacctmgr
+from checks.parsers.delimited import records
+from checks.parsers.slurm_values import TIME, TRES, count, epoch, tres
 
 FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Start", "End", "ElapsedRaw",
           "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName", "JobIDRaw")
@@ -49,24 +50,6 @@ class Job:
     name: str
 
 
-def _time(text: str, tz) -> float | None:
-    if not text or text in ("Unknown", "None", "N/A"):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=tz).timestamp()
-    except ValueError:
-        return None
-
-
-def tres(text: str) -> dict[str, str]:
-    """``cpu=2,mem=1G,node=1,billing=2,gres/gpu=2,gres/gpu:h100=2`` -> key -> value."""
-    return dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-
-
-def _int(value: str | None) -> int:
-    return int(value) if value and re.fullmatch(r"\d{1,12}", value) else 0
-
-
 def admin_util(text: str) -> float | None:
     """The GPU utilization kiln recorded in AdminComment (``kiln:gpu_util=63.5,gpu_mem_util=41.0,...``), or
     None (not kiln's, not measured, malformed)."""
@@ -78,10 +61,10 @@ def admin_util(text: str) -> float | None:
     return value if value is not None and value <= 100 else None
 
 
-def read(text: str, sep: str, tz=timezone.utc) -> tuple[list[Job], str]:
+def read(text: str, sep: str) -> tuple[list[Job], str]:
     """(the jobs of ``command``'s output, '' or what was left out and why). A record whose first and last
     job ids differ, or whose times, numbers or TRES are not Slurm's, is left out and counted. Times are
-    read in ``tz``: kiln asks sacct with TZ=UTC."""
+    read as UTC: kiln asks sacct with SLURM_ENV (TZ=UTC)."""
     framed = records(text, sep, len(FIELDS), first=JOB_ID, last=JOB_ID)
     jobs = []
     for parts in framed.rows:
@@ -91,14 +74,10 @@ def read(text: str, sep: str, tz=timezone.utc) -> tuple[list[Job], str]:
             continue
         alloc = tres(f["AllocTRES"])
         jobs.append(Job(f["JobIDRaw"], f["User"], f["Account"], f["QOS"], f["Partition"], f["State"].split(" ")[0],
-                        _time(f["Submit"], tz), _time(f["Start"], tz), _time(f["End"], tz), _int(f["ElapsedRaw"]),
-                        _int(alloc.get("gres/gpu")), _int(alloc.get("cpu")), f["NodeList"], f["Reservation"],
+                        epoch(f["Submit"]), epoch(f["Start"]), epoch(f["End"]), count(f["ElapsedRaw"]),
+                        count(alloc.get("gres/gpu")), count(alloc.get("cpu")), f["NodeList"], f["Reservation"],
                         admin_util(f["AdminComment"]), f["JobName"]))
     return jobs, framed.problem("sacct")
-
-
-TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None|N/A|")
-TRES = re.compile(r"(?:[a-z_]+(?:/[A-Za-z0-9_:.-]+)?=[0-9.]+[KMGTP]?(?:,|$))*")
 
 
 def _slurm_fields(f: dict[str, str]) -> bool:
@@ -122,22 +101,18 @@ class Reservation:
 
 def reservations_command(since: str, until: str) -> list[str]:
     """Every reservation of the accounting database that overlaps [since, until): one call."""
-    return ["sacctmgr", "-n", "-P", "show", "reservation", f"start={since}", f"end={until}",
-            "format=" + ",".join(RESERVATION_FIELDS)]
+    return sacctmgr.show_command("reservation", f"start={since}", f"end={until}", fields=RESERVATION_FIELDS)
 
 
-def parse_reservations(text: str, tz=timezone.utc) -> list[Reservation]:
-    """The reservations of ``sacctmgr -nP show reservation`` output in ``RESERVATION_FIELDS`` order; a
-    line without a name, a start and an end is skipped."""
+def parse_reservations(text: str) -> list[Reservation]:
+    """The reservations of ``reservations_command``'s output; a line without a name, a start and an end
+    is skipped."""
     out = []
-    for line in lines(text):
-        parts = line.split("|")
-        if len(parts) != len(RESERVATION_FIELDS):
+    for row in sacctmgr.read(text, RESERVATION_FIELDS)[0]:
+        start_t, end_t = epoch(row["Start"]), epoch(row["End"])
+        if not row["Name"] or start_t is None or end_t is None:
             continue
-        name, start, end, tres_text, nodes, flags = parts
-        start_t, end_t = _time(start, tz), _time(end, tz)
-        if not name or start_t is None or end_t is None:
-            continue
-        gpus = tres(tres_text).get("gres/gpu")
-        out.append(Reservation(name, start_t, end_t, _int(gpus) if gpus is not None else None, nodes, flags))
+        gpus = tres(row["TRES"]).get("gres/gpu")
+        out.append(Reservation(row["Name"], start_t, end_t, count(gpus) if gpus is not None else None,
+                               row["NodeNames"], row["Flags"]))
     return out

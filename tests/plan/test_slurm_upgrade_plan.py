@@ -35,7 +35,7 @@ class Controller:
     def run(self, command: str) -> Result:
         if command == "scontrol version":
             return Result(0, f"slurm {self.running}\n")
-        assert command == "scontrol show node -o", command
+        assert command == "scontrol -o show node", command
         return Result(0, "".join(f"NodeName={n} Version={self.running} State=IDLE\n" for n in self.nodes))
 
 

@@ -46,7 +46,7 @@ HEALTHY = {
     PROBE: probe_report(0, "Mounted on Use% IUse%\n/scratch 3% 1%\n"),
     "systemctl is-active slurmd": Result(0, "active\n"),
     "munge -n | unmunge >/dev/null": Result(0, ""),
-    "scontrol show node gpu01 -o": Result(0, "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=gpu:h100:4 "
+    "scontrol -o show node gpu01": Result(0, "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=gpu:h100:4 "
                                              "NodeAddr=gpu01 State=IDLE ThreadsPerCore=1 Partitions=batch\n"),
     "uname -r": Result(0, "6.1.0-28-amd64\n"),
     "swapon --show --noheadings": Result(0, ""),
@@ -235,12 +235,12 @@ def test_old_driver_field_name_is_retried(node):
     (PROBE, Result(255, "", "mktemp: No space left on device"), ["STORAGE_PROBE_UNREADABLE"]),
     ("systemctl is-active slurmd", Result(3, "failed\n"), ["SLURM_SLURMD"]),
     ("munge -n | unmunge >/dev/null", Result(1, "", "unmunge: Error: Invalid credential"), ["SLURM_MUNGE"]),
-    ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 Gres=gpu:h100:3 State=IDLE\n"), ["SLURM_GRES"]),
-    ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=DOWN+NOT_RESPONDING\n"),
+    ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 Gres=gpu:h100:3 State=IDLE\n"), ["SLURM_GRES"]),
+    ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=DOWN+NOT_RESPONDING\n"),
      ["SLURM_REGISTERED"]),
-    ("scontrol show node gpu01 -o", Result(1, "", "Node gpu01 not found"), ["SLURM_REGISTERED"]),
+    ("scontrol -o show node gpu01", Result(1, "", "Node gpu01 not found"), ["SLURM_REGISTERED"]),
     # a node line kiln cannot read whole (a key twice) is no pass: SLURM_REGISTERED fails naming it
-    ("scontrol show node gpu01 -o", Result(0, "NodeName=gpu01 State=IDLE State=IDLE Gres=gpu:h100:4\n"),
+    ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 State=IDLE State=IDLE Gres=gpu:h100:4\n"),
      ["SLURM_REGISTERED"]),
     ("uname -r", Result(0, "6.1.0-30-amd64\n"), ["SYSTEM_KERNEL"]),
     ("swapon --show --noheadings", Result(0, "/swapfile file 2G 0B -2\n"), ["SYSTEM_SWAP"]),
@@ -290,7 +290,7 @@ def test_warn_only_faults(node):
 
 
 def test_drained_by_a_person_is_reported_not_failed(node):
-    node.answers["scontrol show node gpu01 -o"] = Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=IDLE+DRAIN "
+    node.answers["scontrol -o show node gpu01"] = Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=IDLE+DRAIN "
                                                             "Reason=bad fan, ticket 123 [ops@2026-11-29T10:00:00]\n")
     verdicts = run_suites(node, EXPECT, ["slurm"])
     assert failing(verdicts) == [] and failing(verdicts, "warn") == ["SLURM_DRAINED_BY_PERSON"]
@@ -321,7 +321,7 @@ class SlurmNode(Node):
 
         def run(command):
             self.commands.append(command)
-            if command.startswith("scontrol show node"):
+            if command.startswith("scontrol -o show node"):
                 return Result(0, show)
             return Result(0, "")
         super().__init__("gpu01", run, local=True)

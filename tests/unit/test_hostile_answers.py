@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from checks import job_summary, slurm_metrics
-from checks.parsers.delimited import read_sinfo_nodes, records
+from checks.parsers.delimited import records
+from checks.parsers.sinfo import read_nodes as read_sinfo_nodes
 from checks.parsers.hostlist import expand_hostlist, hostlist_size
 from checks.parsers.scontrol import SlurmRecordError, show_job, show_nodes
 from checks.remediation import parse_views

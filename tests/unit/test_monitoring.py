@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from checks import slurm_metrics
+from checks.parsers.scontrol import ping_up
 from kiln.inventory import validate
 from kiln.inventory.monitoring_schema import AlertThresholds
 from kiln.monitoring import alert_rules
@@ -223,11 +224,11 @@ kiln04|drained*|2026-12-02T10:00:00|disk swap "tomorrow"
 kiln04|drained*|2026-12-02T10:00:00|disk swap "tomorrow"
 kiln05|down*|2026-12-02T10:00:00|Not responding
 """
-SQUEUE = """5|PENDING|vision|AssocGrpGRES|cpu=1,mem=512M,node=1,billing=1,gres/gpu=2|
-4|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1|
-6|RUNNING|language|None|cpu=2,mem=1G,node=2,billing=2,gres/gpu=2|
-7|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|
-8|PENDING|language|Priority|cpu=1,mem=512M,node=1,billing=1|
+SQUEUE = """5|PENDING|vision|AssocGrpGRES|cpu=1,mem=512M,node=1,billing=1,gres/gpu=2
+4|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1
+6|RUNNING|language|None|cpu=2,mem=1G,node=2,billing=2,gres/gpu=2
+7|RUNNING|vision|None|cpu=1,mem=512M,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1
+8|PENDING|language|Priority|cpu=1,mem=512M,node=1,billing=1
 """
 
 
@@ -236,20 +237,21 @@ def test_collector_reads_nodes_jobs_and_gpus_by_tres():
     assert states == {"allocated": 1, "draining": 1, "drained": 1, "down": 1}
     assert drained == [("kiln03", "kiln", "kiln: GPU_XID_79 Xid 79 (GPU has fallen off the bus)"),
                        ("kiln04", "person", 'disk swap "tomorrow"')]
-    jobs = slurm_metrics.parse_jobs(SQUEUE)
+    jobs = slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP)
     assert jobs["vision"]["gpus"] == 2 and jobs["language"]["gpus"] == 2  # --gpus-per-node counted, typed not twice
     assert jobs["vision"]["pending"] == {"AssocGrpGRES": 1} and jobs["language"]["states"] == {"RUNNING": 1, "PENDING": 1}
     sdiag = (REPO / "tests" / "unit" / "monitoring" / "sdiag.txt").read_text()
     assert slurm_metrics.parse_sdiag(sdiag) == {"dbd_agent_queue": 0, "scheduler_last_cycle_microseconds": 883,
                                                  "scheduler_mean_cycle_microseconds": 227}
-    assert slurm_metrics.parse_ping("Slurmctld(primary) at kiln01 is UP\n") == 1
-    assert slurm_metrics.parse_ping("Slurmctld(primary) at kiln01 is DOWN\n") == 0
-    assert slurm_metrics.parse_sdiag("") == {} and slurm_metrics.parse_jobs("garbage\n") == {}
+    assert ping_up("Slurmctld(primary) at kiln01 is UP\n") and not ping_up("Slurmctld(primary) at kiln01 is DOWN\n")
+    assert slurm_metrics.parse_sdiag("") == {} and slurm_metrics.parse_jobs("", SEP) == {}
+    unreadable = slurm_metrics.parse_jobs(f"garbage\n4{SEP}RUNNING{SEP}vision{SEP}None{SEP}gres/gpu=1{SEP}5\n", SEP)
+    assert unreadable == {"(unreadable)": {"states": {"UNREADABLE": 1}, "pending": {}, "gpus": 0}}  # never a guess
 
 
 @needs_promtool
 def test_collector_output_is_valid_exposition_with_escaped_labels():
-    text = slurm_metrics.exposition(1, 0, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(SQUEUE),
+    text = slurm_metrics.exposition(1, 0, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP),
                                     {"dbd_agent_queue": 3}, 1e9)
     assert 'reason="disk swap \\"tomorrow\\""' in text
     out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
@@ -339,7 +341,7 @@ def served_metrics() -> set[str]:
     dcgm = {line.split(",")[0].strip() for line in (REPO / "templates" / "monitoring" / "dcgm-counters.csv").read_text().splitlines()
             if line.strip() and not line.startswith("#")}
     import re
-    collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(SQUEUE),
+    collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP),
                                          slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
     node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected"}  # kiln-node.prom
     assert all(f"{name} {{" in (REPO / "roles" / "monitoring_config.py").read_text() for name in node_files)

@@ -15,6 +15,7 @@ from kiln.patch.maintenance import job_paths, parse_signal
 from kiln.patch.plan import Plan
 from kiln.patch.report import html, summary_text
 from kiln.patch.slurmctl import Job, SlurmError, parse_jobs
+from tests.slurm_framing import SEP, frame
 from tests.unit.test_rollout import FakeSlurm, Recorder, cluster, compute_of, make  # noqa: F401 (fixture)
 
 
@@ -35,12 +36,12 @@ def test_a_signal_that_is_no_checkpoint_request_is_refused(given):
         parse_signal(given)
 
 
-def test_squeue_job_lines_are_read_and_a_line_of_any_other_shape_refused():
-    jobs = parse_jobs("41  RUNNING  1  0  1\n42_3  RUNNING  0  2  1\n")
-    assert jobs == {"41": Job("41", "RUNNING", True, True, 0), "42_3": Job("42_3", "RUNNING", False, True, 2)}
-    for bad in ("41 RUNNING 1 0\n", "41 RUNNING yes 0 1\n", "41 RUN$NING 1 0 1\n"):
-        with pytest.raises(SlurmError, match="job line kiln cannot read"):
-            parse_jobs(bad)
+def test_squeue_job_records_are_read_and_a_record_of_any_other_shape_refused():
+    jobs = parse_jobs(frame("41|RUNNING|1|0|1\n43|RUNNING|0|2|1\n", 5), SEP)  # 43: an array task's own id
+    assert jobs == {"41": Job("41", "RUNNING", True, True, 0), "43": Job("43", "RUNNING", False, True, 2)}
+    for bad in ("41|RUNNING|1|0\n", "41|RUNNING|yes|0|1\n", "41|RUN$NING|1|0|1\n", "42_3|RUNNING|0|2|1\n"):
+        with pytest.raises(SlurmError, match="cannot read"):
+            parse_jobs(frame(bad, bad.count("|") + 1), SEP)
 
 
 def test_each_batch_is_reserved_before_its_drain_and_released_after_its_resume(cluster, tmp_path):

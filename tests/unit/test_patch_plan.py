@@ -4,6 +4,7 @@ report, and the node-local runner leaving a rollout's drain alone."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,7 @@ from checks.verdict import Verdict
 from kiln.patch import journal as journals
 from kiln.patch import report
 from kiln.patch.plan import PlanError, SlurmNode, make_plan, parse_max_unavailable, parse_nodes, room
+from tests.slurm_framing import frame
 
 SCONTROL = """NodeName=n1 Arch=x86_64 CoresPerSocket=1 State=IDLE ThreadsPerCore=1 BootTime=2026-11-30T01:57:54 Partitions=batch
 NodeName=n2 Arch=x86_64 State=MIXED BootTime=2026-11-30T01:57:55 Partitions=batch
@@ -118,9 +120,12 @@ def test_jobs_fold_slurms_node_lists_and_an_unreadable_one_stops_as_no_answer():
             self.stdout = stdout
 
         def run(self, command: str) -> Result:
-            return Result(0, self.stdout, "")
+            sep = re.search(r"JobID:(\|k[0-9a-f]{16}\|)", command).group(1)  # the call's own separator
+            return Result(0, self.stdout[4:] if self.stdout.startswith("raw:") else frame(self.stdout, 2, sep), "")
 
-    jobs = SlurmControl(Controller("17 gpu[01-03]\n18 gpu03,gpu09\n")).jobs(["gpu01", "gpu03", "gpu04"])
+    jobs = SlurmControl(Controller("17|gpu[01-03]\n18|gpu03,gpu09\n")).jobs(["gpu01", "gpu03", "gpu04"])
     assert jobs == {"gpu01": ["17"], "gpu03": ["17", "18"], "gpu04": []}
     with pytest.raises(SlurmError, match="node list kiln cannot read for job 19"):
-        SlurmControl(Controller("19 gpu[01-\n")).jobs(["gpu01"])
+        SlurmControl(Controller("19|gpu[01-\n")).jobs(["gpu01"])
+    with pytest.raises(SlurmError, match="squeue record"):  # a record that does not parse whole: no answer
+        SlurmControl(Controller("raw:20 gpu01\n")).jobs(["gpu01"])  # no separator of this call

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from kiln.patch.slurm_upgrade import (Running, backup_commands, is_upgrade, node_versions, parse_scontrol_version,
-                                      refusal, service_order)
+from checks.parsers.scontrol import read_version
+from kiln.patch.slurm_upgrade import Running, backup_commands, is_upgrade, node_versions, refusal, service_order
 
 
 @pytest.mark.parametrize("text, version", [("slurm 22.05.8\n", "22.05.8"), ("slurm-wlm 23.11.4\n", "23.11.4"),
                                            ("slurm 24.11.5\n", "24.11.5")])
 def test_scontrol_version_is_read(text, version):
-    assert parse_scontrol_version(text) == version
+    assert read_version(text) == version
 
 
 @pytest.mark.parametrize("text", ["", "scontrol: command not found", "slurm 22.05.8\nslurm 23.02.1\n", "slurm x"])
 def test_anything_else_from_scontrol_version_is_refused(text):
     with pytest.raises(ValueError, match="not a Slurm version kiln reads"):
-        parse_scontrol_version(text)
+        read_version(text)
 
 
 def test_each_slurmds_version_is_read_and_a_node_never_registered_has_none():

@@ -96,8 +96,9 @@ def test_default_snapshot_is_empty():
     assert NodeSnapshot().unit("x.service").load == "not-found"
 
 
-SACCT = ["REACHABLE kilntest", "kilntest", "other", "---", "root||1|", "root|root|1|", "vision||60|gres/gpu=2",
-         "vision|alice|1|", "language||40|"]
+SACCT = ["REACHABLE kilntest", "kilntest", "other", "---", "root||1|||", "root|root|1|||normal",
+         "vision||60|gres/gpu=2|high,normal|normal", "vision|alice|1||high,normal|normal", "language||40|||",
+         "mallory||99|"]  # the last: not the six fields kiln asked for, so left out
 
 
 def test_sacctmgr_state():
@@ -105,6 +106,7 @@ def test_sacctmgr_state():
     assert state.reachable and state.cluster_registered
     assert state.account("vision").fairshare == "60" and state.account("vision").grp_tres == "gres/gpu=2"
     assert state.users("vision") == {"alice"} and state.account("nosuch") is None
+    assert state.account("vision").qos == "high,normal" and state.account("mallory") is None
 
 
 @pytest.mark.parametrize("output", [[], ["sacctmgr: error: Problem talking to the database"], ["REACHABLE x"]])

@@ -1,0 +1,41 @@
+"""``sinfo``: the one reader of its output. Pure, standard library only.
+
+Asked one node a line (``-N``) with a separator made for the call (checks/parsers/delimited.py) and the
+node's name first and last: a drain reason (an admin's or a tool's free text) holding a newline and
+another node's line stays that reason's text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.parsers.delimited import Records, records
+
+NODE_NAME = r"[A-Za-z0-9_.-]{1,128}"
+
+
+def nodes_command(sep: str, names: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Every node (or those of ``names``) once per partition: name, long state, when its reason was set,
+    the reason, the name again."""
+    only = ["-n", ",".join(names)] if names else []
+    return ["sinfo", "-h", "-N", *only, "-o", sep.join(("%N", "%T", "%H", "%E", "%N"))]
+
+
+@dataclass(frozen=True)
+class SinfoNode:
+    name: str
+    state: str         # sinfo's long state: idle, drained, draining, down*, mixed, ...
+    reason_time: str   # Slurm's time the reason was set, or Unknown
+    reason: str        # '' when Slurm has none
+
+
+def read_nodes(text: str, sep: str) -> tuple[dict[str, SinfoNode], Records]:
+    """``nodes_command``'s output: node -> its first line (a node is listed once per partition)."""
+    framed = records(text, sep, 5, first=NODE_NAME, last=NODE_NAME)
+    nodes: dict[str, SinfoNode] = {}
+    for name, state, when, reason, again in framed.rows:
+        if name != again:
+            framed.refuse(sep.join((name, state, when, reason, again)))
+            continue
+        nodes.setdefault(name, SinfoNode(name, state.strip(), when, "" if reason in ("none", "(null)") else reason))
+    return nodes, framed
