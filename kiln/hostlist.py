@@ -1,4 +1,5 @@
-"""Host lists as Slurm and ClusterShell write them (``gpu[001-031,033]``), through ClusterShell's NodeSet.
+"""Host lists as Slurm and ClusterShell write them (``gpu[001-031,033]``), through ClusterShell's NodeSet:
+folded here, expanded by checks/parsers/hostlist.py (the hosts' reader, the same library).
 
 Used for every list kiln folds for a person (summaries, progress) or for Slurm (slurm.conf's NodeName and
 Nodes=), and to read the node lists Slurm prints (``squeue -o %N``) without asking ``scontrol show
@@ -11,7 +12,7 @@ from collections.abc import Iterable
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from checks.parsers.hostlist import HOSTLIST_LIMIT, hostlist_size
+from checks.parsers.hostlist import HOSTLIST_LIMIT, expand_hostlist
 from checks.parsers.scontrol import SlurmRecordError
 
 
@@ -34,19 +35,10 @@ def expand(expression: str, limit: int = HOSTLIST_LIMIT) -> list[str]:
     """``gpu[001-002,004],ctl`` -> its host names, as Slurm lists them (sorted). A list of more than
     ``limit`` names is refused before anything is expanded (a range of a hundred million names would take
     minutes and gigabytes to reach its first)."""
-    expression = expression.strip()
-    if not expression or expression in ("(null)", "n/a"):
-        return []
     try:
-        size = hostlist_size(expression)
+        return expand_hostlist(expression, limit)
     except SlurmRecordError as e:
-        raise HostListError(f"not a host list: {expression[:80]!r}: {e}") from None
-    if size > limit:
-        raise HostListError(f"host list {expression[:80]!r} stands for {size} names, over {limit}")
-    try:
-        return list(NodeSet(expression))
-    except NodeSetParseError as e:
-        raise HostListError(f"not a host list: {expression!r}: {e}") from None
+        raise HostListError(f"not a host list kiln reads: {e}") from None
 
 
 def group(outcomes: dict[str, object]) -> list[tuple[object, list[str]]]:

@@ -2,8 +2,9 @@
 
 Defaults:
 
-+ the ``checks`` package (pure Python, standard library only) copied to /usr/local/lib/kiln/checks/,
-  the runner as /usr/local/sbin/kiln-node-check (the node's own python3 >= 3.9, no kiln install).
++ the ``checks`` package (pure Python: the standard library and ClusterShell, python3-clustershell from
+  the OS, for Slurm's host lists) copied to /usr/local/lib/kiln/checks/, the runner as
+  /usr/local/sbin/kiln-node-check (the node's own python3 >= 3.9, no kiln install).
 + /etc/kiln/node-checks.json: what the inventory says this node must have (kiln/check/expectations.py),
   the same expectations ``kiln check`` uses remotely.
 + slurm.conf runs it every ``kiln_health_check_interval`` seconds (``kiln_slurm_health_check``); a fail
@@ -25,10 +26,11 @@ from pathlib import Path
 
 from kiln.check.expectations import node_expectations
 from roles.context import NodeContext
-from roles.operations import managed_directory
+from roles.operations import managed_directory, pinned_packages
 
 CHECKS = Path(str(files("checks")))  # the node-side check files, wherever kiln is installed
 LIB = "/usr/local/lib/kiln"
+CLUSTERSHELL = "python3-clustershell"  # the host-list reader's library (Debian, Ubuntu universe, EPEL 9)
 RUNNER = """#!/usr/bin/python3
 # kiln's node-local checks (written by kiln's health role); see /usr/local/lib/kiln/checks/node_local.py
 import sys
@@ -49,6 +51,9 @@ def check_files() -> dict[str, bytes]:
 
 
 def install(ctx: NodeContext) -> None:
+    if not ctx.platform.uses_apt:  # EL: python3-clustershell is EPEL's (the slurm role, later, needs it too)
+        pinned_packages(name="health: EPEL", ctx=ctx, packages={"epel-release": None})
+    pinned_packages(name="health: ClusterShell (Slurm's host lists)", ctx=ctx, packages={CLUSTERSHELL: None})
     for directory in (LIB, f"{LIB}/checks", f"{LIB}/checks/parsers", "/etc/kiln"):
         ctx.watch_path(directory)
         managed_directory(name=f"health: {directory}", ctx=ctx, path=directory, user="root", group="root", mode="755")

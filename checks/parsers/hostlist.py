@@ -1,10 +1,19 @@
-"""Slurm's host lists (``gpu[01-02],cpu05``) expanded on hosts, with the standard library only (hosts have
-no ClusterShell; the operator's side uses it in kiln/hostlist.py, and a test holds the two equal). A list
-is counted from its ranges and refused over a bound before anything is expanded. Pure."""
+"""Slurm's host lists (``gpu[01-02],cpu05``) read one way on both sides: ClusterShell's NodeSet (the
+library Slurm sites use; Debian packages it for hosts as python3-clustershell, which the health role
+installs wherever kiln's host package goes), behind three rules of kiln's:
+
+- only Slurm's own syntax reaches NodeSet: names, ``[ranges]``, commas (no ``@group`` that NodeSet would
+  resolve through a configuration file, no ``!``/``&``/``^`` set operators, no ``/`` steps, no spaces);
+- the list is counted from its ranges and refused over a bound before anything is expanded;
+- every name it stands for is a node name (letters, digits, ``_ . -``).
+
+kiln/hostlist.py folds lists with the same library and expands through ``expand_hostlist``. Pure."""
 
 from __future__ import annotations
 
 import re
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError, RangeSetParseError
 
 from checks.parsers.scontrol import SlurmRecordError
 
@@ -22,23 +31,25 @@ def hostlist_size(expression: str) -> int:
     return total
 
 
+SLURM_SYNTAX = re.compile(r"[A-Za-z0-9_.,\[\]-]+", re.ASCII)
+
+
 def expand_hostlist(expression: str, limit: int = HOSTLIST_LIMIT) -> list[str]:
-    """``gpu[01-02],cpu05`` -> ['gpu01', 'gpu02', 'cpu05'] (several ranges per name, text after a bracket,
-    zero padding as written); a list of more than ``limit`` names is refused before it is expanded."""
+    """``gpu[01-02],cpu05`` -> ['cpu05', 'gpu01', 'gpu02'] (NodeSet's order: sorted; several ranges per
+    name, text after a bracket, zero padding as written); a list of more than ``limit`` names is refused
+    before it is expanded."""
     expression = expression.strip()
     if not expression or expression in ("(null)", "None", "n/a"):
         return []
+    if not SLURM_SYNTAX.fullmatch(expression):
+        raise SlurmRecordError(f"host list {expression[:60]!r} holds what no Slurm host list does")
     size = hostlist_size(expression)
     if size > limit:
         raise SlurmRecordError(f"host list {expression[:60]!r} stands for {size} names, over {limit}")
-    names: list[str] = []
-    for term in _terms(expression):
-        parts = re.split(r"\[([^\[\]]*)\]", term)
-        found = [parts[0]]
-        for i in range(1, len(parts), 2):
-            items = [n for r in parts[i].split(",") for n in _range(r)]
-            found = [f + n + parts[i + 1] for f in found for n in items]
-        names += found
+    try:
+        names = list(NodeSet(expression))
+    except (NodeSetParseError, RangeSetParseError) as e:
+        raise SlurmRecordError(f"host list {expression[:60]!r}: {e}") from None
     for name in names:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name):
             raise SlurmRecordError(f"host list {expression[:60]!r} names {name[:60]!r}, not a node name")
@@ -79,8 +90,3 @@ def _range_size(text: str) -> int:
     a, b = _bounds(text)
     return int(b) - int(a) + 1
 
-
-def _range(text: str) -> list[str]:
-    a, b = _bounds(text)
-    width = len(a) if a.startswith("0") and len(a) > 1 else 0
-    return [f"{i:0{width}d}" for i in range(int(a), int(b) + 1)]

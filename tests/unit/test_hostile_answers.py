@@ -26,7 +26,7 @@ from checks.parsers.hostlist import expand_hostlist, hostlist_size
 from checks.parsers.scontrol import SlurmRecordError, show_job, show_nodes
 from checks.remediation import parse_views
 from checks.slurm import node_state
-from kiln.hostlist import HostListError, expand
+from kiln.hostlist import HostListError, expand, fold
 from kiln.patch.plan import PlanError, parse_nodes
 from kiln.usage import sacct
 from tests.slurm_framing import SEP, record
@@ -239,13 +239,38 @@ def test_a_host_list_is_bounded_before_it_is_expanded():
     assert hostlist_size("gpu[01-04,08],cpu05") == 6
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_the_host_side_expander_agrees_with_clustershell(seed):
+def _slurm_meaning(expression: str) -> list[str]:
+    """What a generated host list stands for, written out plainly for this test: each bracket a choice of
+    its ranges (padding as written), bracket after bracket as a product, text between kept."""
+    import itertools
+    import re as regex
+    names = []
+    for term in regex.findall(r"(?:[^,\[]|\[[^\]]*\])+", expression):
+        parts = regex.split(r"\[([^\]]*)\]", term)
+        choices = []
+        for i, part in enumerate(parts):
+            if i % 2 == 0:
+                choices.append([part])
+                continue
+            items = []
+            for r in part.split(","):
+                a, _, b = r.partition("-")
+                items += [f"{n:0{len(a)}d}" for n in range(int(a), int(b or a) + 1)]
+            choices.append(items)
+        names += ["".join(p) for p in itertools.product(*choices)]
+    return names
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_both_sides_read_generated_host_lists_as_slurm_means_them(seed):
+    """Prefixes, text after brackets, several ranges and brackets, padding: the hosts' reader
+    (checks/parsers/hostlist.py) and the operator's (kiln/hostlist.py) both give what the list means, and
+    the operator's fold gives it back."""
     import random
     rnd = random.Random(seed)
     terms = []
     for _ in range(rnd.randint(1, 3)):
-        prefix = rnd.choice(["gpu", "n", "rack1-node", "a.b"])
+        prefix = rnd.choice(["gpu", "n", "rack1-node", "a.b", "x_y"])
         groups = []
         count = rnd.randint(1, 2)
         for g in range(count):
@@ -258,7 +283,21 @@ def test_the_host_side_expander_agrees_with_clustershell(seed):
             groups.append("[" + ",".join(ranges) + "]" + rnd.choice(["-ib", "s"] + ([""] if g == count - 1 else [])))
         terms.append(prefix + "".join(groups))
     expression = ",".join(terms)
-    assert sorted(set(expand_hostlist(expression))) == sorted(set(expand(expression))), expression
+    meant = sorted(set(_slurm_meaning(expression)))
+    assert sorted(set(expand_hostlist(expression))) == meant, expression
+    assert sorted(set(expand(expression))) == meant, expression
+    assert sorted(expand(fold(meant))) == meant
+
+
+@pytest.mark.parametrize("text", ["@gpus", "gpu[1-4]!gpu2", "gpu[1-4]&gpu[2-3]", "gpu[1-4]^gpu1", "gpu[1-9/2]",
+                                  "gpu1 gpu2", "gpu[1-2]]", "gpu[[1-2]]", "gpu[2-1]", "gpu[1-]", "ｇpu1", "gpu1;id"])
+def test_what_no_slurm_host_list_holds_is_refused_on_both_sides(text):
+    """NodeSet would resolve ``@group`` through a configuration file and read ``!&^`` as set operations:
+    nothing but Slurm's own syntax reaches it."""
+    with pytest.raises(SlurmRecordError):
+        expand_hostlist(text)
+    with pytest.raises(HostListError):
+        expand(text)
 
 
 # --- answers from kiln's own services --------------------------------------------------------------
