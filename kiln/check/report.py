@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
 import json
 import time
 
 from checks.verdict import Verdict
 from kiln.hostlist import fold, group
+from kiln.pages import render
 
 ORDER = {"fail": 0, "warn": 1, "ok": 2}
 
@@ -51,11 +51,12 @@ def as_json(results: dict[str, list[Verdict]], seconds: dict[str, float]) -> str
 
 
 def as_html(results: dict[str, list[Verdict]], cluster_name: str) -> str:
-    """A node-by-check matrix a person can scan: one row per node, one column per check id."""
+    """A node-by-check matrix a person can scan: one row per node, one column per check id
+    (templates/pages/check.html.j2)."""
     ids = sorted({v.id for vs in results.values() for v in vs})
     worst = summary(results)
-    colors = {"ok": "#cfeccf", "warn": "#fbe3a4", "fail": "#f4b4b4", "": "#eeeeee"}
-    rows = []
+    marks = {"ok": "✓", "warn": "!", "fail": "✗", "": ""}
+    nodes = []
     for node, verdicts in results.items():
         by_id: dict[str, list[Verdict]] = {}
         for v in verdicts:
@@ -64,25 +65,10 @@ def as_html(results: dict[str, list[Verdict]], cluster_name: str) -> str:
         for i in ids:
             vs = by_id.get(i, [])
             sev = min((v.severity for v in vs), key=ORDER.__getitem__, default="")
-            tip = html.escape("\n".join(v.message for v in vs))
-            mark = {"ok": "✓", "warn": "!", "fail": "✗", "": ""}[sev]
-            cells.append(f'<td style="background:{colors[sev]}" title="{tip}">{mark}</td>')
-        rows.append(f'<tr><th style="background:{colors[worst[node]]}">{html.escape(node)}</th>{"".join(cells)}</tr>')
-    problems = [f"<li><b>{html.escape(n)}</b> {v.severity.upper()} {html.escape(v.id)}: {html.escape(v.message)}</li>"
+            cells.append({"severity": sev, "mark": marks[sev], "tip": "\n".join(v.message for v in vs)})
+        nodes.append({"name": node, "worst": worst[node], "cells": cells})
+    problems = [{"node": n, "severity": v.severity, "id": v.id, "message": v.message}
                 for n, vs in results.items() for v in vs if v.severity != "ok"]
-    head = "".join(f'<th class="id"><div>{html.escape(i)}</div></th>' for i in ids)
     counts = {s: sum(w == s for w in worst.values()) for s in ("ok", "warn", "fail")}
-    return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>kiln check: {html.escape(cluster_name)}</title>
-<style>body{{font-family:sans-serif;margin:1em}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #999;padding:2px 6px;text-align:center}} th.id{{height:180px;vertical-align:bottom}}
-th.id div{{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;font-weight:normal}}</style></head>
-<body><h1>kiln check: cluster {html.escape(cluster_name)}</h1>
-<p>{time.strftime('%Y-%m-%d %H:%M:%S')}: {len(results)} nodes, {counts['fail']} failing, {counts['warn']} with
-warnings, {counts['ok']} healthy. Hover a cell for the check's message.</p>
-<table><tr><th>node</th>{head}</tr>
-{"".join(rows)}
-</table>
-<h2>Problems</h2><ul>{"".join(problems) or "<li>none</li>"}</ul>
-</body></html>
-"""
+    return render("check.html.j2", cluster=cluster_name, when=time.strftime("%Y-%m-%d %H:%M:%S"), ids=ids,
+                  nodes=nodes, problems=problems, counts=counts)

@@ -3,10 +3,10 @@ of compute nodes in service over time (inline SVG, no script, no network), drawn
 
 from __future__ import annotations
 
-import html as html_lib
 import time
 
 from kiln.hostlist import fold, group
+from kiln.pages import render
 from kiln.patch.plan import Plan
 
 
@@ -89,64 +89,39 @@ def summary_text(s: dict, verbose: int = 0) -> str:
     return "\n".join(lines)
 
 
-def _chart(samples: list[tuple[float, int]], total: int, floor: int, marks: list[tuple[float, str]]) -> str:
+def _chart(samples: list[tuple[float, int]], total: int, floor: int, marks: list[tuple[float, str]]) -> dict | None:
+    """The geometry of the in-service chart (numbers and mark labels; the template draws it)."""
     w, h, pad = 760, 220, 40
     if not samples:
-        return "<p>no samples were taken</p>"
+        return None
     t0, t1 = samples[0][0], max(samples[-1][0], samples[0][0] + 1)
-    x = lambda t: pad + (t - t0) / (t1 - t0) * (w - 2 * pad)  # noqa: E731
-    y = lambda n: h - pad - n / max(total, 1) * (h - 2 * pad)  # noqa: E731
+    x = lambda t: round(pad + (t - t0) / (t1 - t0) * (w - 2 * pad), 1)  # noqa: E731
+    y = lambda n: round(h - pad - n / max(total, 1) * (h - 2 * pad), 1)  # noqa: E731
     points, prev = [], None
     for t, n in samples:
         if prev is not None:
             points.append(f"{x(t):.1f},{y(prev):.1f}")
         points.append(f"{x(t):.1f},{y(n):.1f}")
         prev = n
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
-             f'<line x1="{pad}" y1="{y(floor):.1f}" x2="{w - pad}" y2="{y(floor):.1f}" stroke="#c00" '
-             f'stroke-dasharray="4 3"/><text x="{w - pad + 2}" y="{y(floor) + 4:.1f}" fill="#c00">floor {floor}</text>',
-             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#888"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#888"/>']
-    for n in range(total + 1):
-        parts.append(f'<text x="{pad - 14}" y="{y(n) + 4:.1f}">{n}</text>')
-    for t, label in marks:
-        parts.append(f'<line x1="{x(t):.1f}" y1="{pad}" x2="{x(t):.1f}" y2="{h - pad}" stroke="#ddd"/>'
-                     f'<text x="{x(t) + 2:.1f}" y="{pad - 4}">{html_lib.escape(label)}</text>')
-    parts.append(f'<polyline fill="none" stroke="#06c" stroke-width="2" points="{" ".join(points)}"/>')
-    parts.append(f'<text x="{pad}" y="{h - 8}">0 s</text><text x="{w - pad - 30}" y="{h - 8}">{t1 - t0:.0f} s</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return {"w": w, "h": h, "pad": pad, "floor_y": y(floor), "ticks": [(n, y(n)) for n in range(total + 1)],
+            "marks": [(x(t), label) for t, label in marks], "points": " ".join(points), "seconds": f"{t1 - t0:.0f}"}
 
 
 def html(records: list[dict], cluster: str) -> str:
+    """The rollout's page (templates/pages/rollout.html.j2) from its journal's records."""
+    from kiln.patch.maintenance import job_paths
     start = next((r for r in records if r["event"] == "start"), {})
     plan = start.get("plan", {})
     total, limit = plan.get("total_compute", 0), plan.get("max_unavailable", 1)
     samples = [(r["t"], r["in_service"]) for r in records if r["event"] == "sample"]
     marks = [(r["t"], f"b{r['index'] + 1}") for r in records if r["event"] == "batch" and r["phase"] == "begin"]
-    rows = "".join(f"<tr><td>{html_lib.escape(r['node'])}</td><td>{html_lib.escape(r['result'])}</td>"
-                   f"<td>{html_lib.escape(r['detail'])}</td></tr>" for r in records if r["event"] == "node")
-    batches = "".join(f"<tr><td>{r['index'] + 1}</td><td>{html_lib.escape(', '.join(r['nodes']))}</td>"
-                      f"<td>{r['seconds']}</td><td>{r['drain_s']}</td><td>{r['patch_s']}</td><td>{r['reboot_s']}</td>"
-                      f"<td>{r['overhead_s']}</td></tr>"
-                      for r in records if r["event"] == "batch" and r["phase"] == "done")
-    from kiln.patch.maintenance import job_paths
-    jobs = "".join(f"<tr><td>{html_lib.escape(job)}</td><td>{html_lib.escape(', '.join(j['nodes']))}</td>"
-                   f"<td>{html_lib.escape(', then '.join(j['path']))}</td></tr>" for job, j in job_paths(records).items())
     end = next((r for r in records if r["event"] == "end"), {})
     options = start.get("options", {})
-    least = min((n for _, n in samples), default=None)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>kiln patch {html_lib.escape(cluster)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style>
-</head><body><h1>kiln patch: {html_lib.escape(cluster)}</h1>
-<p>roles {html_lib.escape(', '.join(options.get('roles', [])))}; reboot {html_lib.escape(str(options.get('reboot')))};
-max unavailable {limit} of {total}; result <b>{html_lib.escape(str(end.get('result', 'unfinished')))}</b>
-{html_lib.escape(': ' + end['why']) if end.get('why') else ''}</p>
-<h2>Compute nodes in service</h2><p>fewest seen: {least if least is not None else '-'}
-(floor {max(0, total - limit)})</p>{_chart(samples, total, max(0, total - limit), marks)}
-<h2>Nodes</h2><table><tr><th>node</th><th>result</th><th>detail</th></tr>{rows}</table>
-<h2>Batches (seconds)</h2><table><tr><th>#</th><th>nodes</th><th>total</th><th>waiting for jobs</th><th>patch</th>
-<th>reboot</th><th>kiln's own</th></tr>{batches}</table>
-<h2>Jobs on drained nodes</h2>{f'<table><tr><th>job</th><th>nodes</th><th>what kiln did</th></tr>{jobs}</table>'
- if jobs else '<p>none signalled (kiln waited for every job, as always)</p>'}</body></html>
-"""
+    floor = max(0, total - limit)
+    return render("rollout.html.j2", cluster=cluster, roles=options.get("roles", []), reboot=options.get("reboot"),
+                  limit=limit, total=total, result=end.get("result", "unfinished"), why=end.get("why", ""),
+                  least=min((n for _, n in samples), default=None), floor=floor,
+                  chart=_chart(samples, total, floor, marks),
+                  nodes=[r for r in records if r["event"] == "node"],
+                  batches=[r for r in records if r["event"] == "batch" and r["phase"] == "done"],
+                  jobs=list(job_paths(records).items()))

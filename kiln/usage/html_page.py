@@ -14,7 +14,8 @@ from __future__ import annotations
 import base64
 import io
 from datetime import datetime, timezone
-from html import escape
+
+from kiln.pages import render
 
 
 class HtmlUnavailable(RuntimeError):
@@ -106,35 +107,13 @@ def plots(data: dict) -> dict[str, str]:
     return out
 
 
-def _cell(value) -> str:
-    if value is None:
-        return "<td>-</td>"
-    if isinstance(value, float):
-        return f'<td class="n">{value:,.2f}</td>'
-    if isinstance(value, int):
-        return f'<td class="n">{value:,}</td>'
-    return f"<td>{escape(str(value))}</td>"
-
-
-def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
-    if not rows:
-        return "<p>none</p>"
-    head = "".join(f"<th>{escape(title)}</th>" for _, title in columns)
-    body = "".join("<tr>" + "".join(_cell(row.get(key)) for key, _ in columns) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _when(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}td.n{text-align:right}th{background:#f0f0f0}
-img{max-width:100%;display:block;margin:.5em 0 1.5em}.row{display:flex;gap:2em;flex-wrap:wrap}"""
-
-
 def page(data: dict) -> str:
-    """The whole page: figures, plots and tables of one ``kiln usage`` report."""
+    """The whole page (templates/pages/usage.html.j2): figures, plots and tables of one ``kiln usage``
+    report."""
     images = plots(data)
     cur = data["currency"]
     totals = data["totals"]
@@ -150,27 +129,13 @@ def page(data: dict) -> str:
     summary = (f"{totals['jobs']:,} jobs, {totals['gpu_hours']:,.2f} GPU-hours, {totals['cost']:,.2f} {cur}"
                + (f", {totals['cost_per_useful_gpu_hour']:,.2f} {cur} per useful GPU-hour"
                   if totals["cost_per_useful_gpu_hour"] is not None else ""))
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>kiln usage: {escape(data['cluster'])}</title><style>{STYLE}</style></head><body>
-<h1>Usage of cluster {escape(data['cluster'])}</h1>
-<p>{escape(_when(data['since']))} to {escape(_when(data['until']))} UTC: {escape(summary)}</p>
-<img alt="GPU-hours per team over time against its share" src="{images['gpu_hours_over_time']}">
-<div class="row"><img alt="cost per team" src="{images['cost_per_team']}">
-<img alt="idle allocation per team" src="{images['idle_allocation']}"></div>
-<h2>Teams</h2>
-{_table(teams, [("team", "team"), ("jobs", "jobs"), ("gpu_hours", "GPU-h"), ("cpu_hours", "CPU-h"),
-                ("share", "share used of target"), ("gpu_limit", "GPU limit"), ("cost", money),
-                ("cost_per_useful_gpu_hour", f"{cur} per useful GPU-h"), ("idle_gpu_hours", "idle GPU-h"),
-                ("pending_hours", "pending h")])}
-<h2>Reservations</h2>
-{_table(reservations, [("reservation", "reservation"), ("nodes", "nodes"), ("window", "window (UTC)"),
-                       ("gpus", "GPUs"), ("reserved_gpu_hours", "reserved GPU-h"),
-                       ("used_gpu_hours", "used GPU-h"), ("used", "used")])}
-<h2>Top jobs by cost</h2>
-{_table(data['top_cost_jobs'], job_columns)}
-<h2>Jobs that left their GPUs idle</h2>
-{_table(data['idle_jobs'], job_columns)}
-</body></html>
-"""
+    return render("usage.html.j2", cluster=data["cluster"], since=_when(data["since"]), until=_when(data["until"]),
+                  summary=summary, images=images, teams=teams, reservations=reservations,
+                  top_cost_jobs=data["top_cost_jobs"], idle_jobs=data["idle_jobs"], job_columns=job_columns,
+                  team_columns=[("team", "team"), ("jobs", "jobs"), ("gpu_hours", "GPU-h"), ("cpu_hours", "CPU-h"),
+                                ("share", "share used of target"), ("gpu_limit", "GPU limit"), ("cost", money),
+                                ("cost_per_useful_gpu_hour", f"{cur} per useful GPU-h"),
+                                ("idle_gpu_hours", "idle GPU-h"), ("pending_hours", "pending h")],
+                  reservation_columns=[("reservation", "reservation"), ("nodes", "nodes"), ("window", "window (UTC)"),
+                                       ("gpus", "GPUs"), ("reserved_gpu_hours", "reserved GPU-h"),
+                                       ("used_gpu_hours", "used GPU-h"), ("used", "used")])
