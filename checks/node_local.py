@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks.node import Node, local_node  # noqa: E402
+from checks.parsers.exposition import Exposition, write  # noqa: E402
 from checks.drain_reasons import KILNS, classify  # noqa: E402
 from checks.slurm import KILN_PREFIX, node_state, show_node  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
@@ -116,21 +117,16 @@ def one_at_a_time(path: str, wait: float) -> int | None:
 
 def textfile(verdicts: list[Verdict], directory: str, seconds: float) -> None:
     """``kiln_check_ok{check,suite}`` 1 pass / 0 fail (warn counts as pass, with severity as a label)."""
-    lines = ["# HELP kiln_check_ok 1 when the kiln node check passed (warnings included), 0 when it failed.",
-             "# TYPE kiln_check_ok gauge"]
+    out = Exposition()
+    ok_text = "1 when the kiln node check passed (warnings included), 0 when it failed."
+    out.add("kiln_check_ok", "gauge", ok_text)
     for v in verdicts:
-        lines.append(f'kiln_check_ok{{check="{v.id}",suite="{v.suite}",severity="{v.severity}"}} '
-                     f"{0 if v.failed else 1}")
-    lines += ["# HELP kiln_check_last_run_timestamp_seconds When kiln's node checks last ran.",
-              "# TYPE kiln_check_last_run_timestamp_seconds gauge",
-              f"kiln_check_last_run_timestamp_seconds {time.time():.0f}",
-              "# HELP kiln_check_duration_seconds How long kiln's node checks took.",
-              "# TYPE kiln_check_duration_seconds gauge", f"kiln_check_duration_seconds {seconds:.3f}"]
+        out.add("kiln_check_ok", "gauge", ok_text, 0 if v.failed else 1,
+                {"check": v.id, "suite": v.suite, "severity": v.severity})
+    out.add("kiln_check_last_run_timestamp_seconds", "gauge", "When kiln's node checks last ran.", int(time.time()))
+    out.add("kiln_check_duration_seconds", "gauge", "How long kiln's node checks took.", round(seconds, 3))
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, ".kiln.prom.tmp")
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, os.path.join(directory, "kiln.prom"))
+    write(directory, "kiln.prom", out.text())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
 from checks import repairs  # noqa: E402
 from checks.parsers import sinfo  # noqa: E402
 from checks.parsers.delimited import separator  # noqa: E402
+from checks.parsers.exposition import Exposition, write  # noqa: E402
 from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes  # noqa: E402
 from checks.parsers.slurm_values import SLURM_ENV, epoch  # noqa: E402
 from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
@@ -262,36 +263,32 @@ def metrics(events: list[dict], now: float) -> str:
             returns += 1
             seconds += e.get("t", now) - opened.pop(node)
     h = replay(events)
-    lines = ["# HELP kiln_remediation_repairs_total Repair steps by kind and result.",
-             "# TYPE kiln_remediation_repairs_total counter"]
-    lines += [f'kiln_remediation_repairs_total{{kind="{k}",result="{r}"}} {n}' for (k, r), n in sorted(results.items())]
-    lines += ["# HELP kiln_remediation_escalations_total Nodes handed to a person.",
-              "# TYPE kiln_remediation_escalations_total counter", f"kiln_remediation_escalations_total {escalations}",
-              "# HELP kiln_remediation_returned_seconds Time from a node seen out of service to back in service.",
-              "# TYPE kiln_remediation_returned_seconds summary", f"kiln_remediation_returned_seconds_sum {seconds:.3f}",
-              f"kiln_remediation_returned_seconds_count {returns}",
-              "# HELP kiln_remediation_detect_seconds Time from Slurm's drain (its reason's time) to kiln-remediate "
-              "taking the fault up.", "# TYPE kiln_remediation_detect_seconds summary",
-              f"kiln_remediation_detect_seconds_sum {detect:.3f}", f"kiln_remediation_detect_seconds_count {detected}",
-              "# HELP kiln_remediation_breaker_open 1 while the circuit breaker stops automatic repair.",
-              "# TYPE kiln_remediation_breaker_open gauge", f"kiln_remediation_breaker_open {int(h.breaker_open)}",
-              "# HELP kiln_remediation_nodes Nodes in a fault episode, and escalated nodes.",
-              "# TYPE kiln_remediation_nodes gauge",
-              f'kiln_remediation_nodes{{state="repairing"}} {sum(1 for n in h.nodes.values() if n.episode and not n.escalated)}',
-              f'kiln_remediation_nodes{{state="escalated"}} {sum(1 for n in h.nodes.values() if n.escalated)}',
-              "# HELP kiln_remediation_look_timestamp_seconds When kiln-remediate last looked.",
-              "# TYPE kiln_remediation_look_timestamp_seconds gauge", f"kiln_remediation_look_timestamp_seconds {now:.0f}"]
-    return "\n".join(lines) + "\n"
+    out = Exposition()
+    text = "Repair steps by kind and result."
+    out.add("kiln_remediation_repairs_total", "counter", text)
+    for (k, r), n in sorted(results.items()):
+        out.add("kiln_remediation_repairs_total", "counter", text, n, {"kind": k, "result": r})
+    out.add("kiln_remediation_escalations_total", "counter", "Nodes handed to a person.", escalations)
+    text = "Time from a node seen out of service to back in service."
+    out.add("kiln_remediation_returned_seconds", "summary", text, round(seconds, 3), suffix="_sum")
+    out.add("kiln_remediation_returned_seconds", "summary", text, returns, suffix="_count")
+    text = "Time from Slurm's drain (its reason's time) to kiln-remediate taking the fault up."
+    out.add("kiln_remediation_detect_seconds", "summary", text, round(detect, 3), suffix="_sum")
+    out.add("kiln_remediation_detect_seconds", "summary", text, detected, suffix="_count")
+    out.add("kiln_remediation_breaker_open", "gauge", "1 while the circuit breaker stops automatic repair.",
+            int(h.breaker_open))
+    text = "Nodes in a fault episode, and escalated nodes."
+    out.add("kiln_remediation_nodes", "gauge", text,
+            sum(1 for n in h.nodes.values() if n.episode and not n.escalated), {"state": "repairing"})
+    out.add("kiln_remediation_nodes", "gauge", text, sum(1 for n in h.nodes.values() if n.escalated),
+            {"state": "escalated"})
+    out.add("kiln_remediation_look_timestamp_seconds", "gauge", "When kiln-remediate last looked.", int(now))
+    return out.text()
 
 
 def write_metrics(directory: str, text: str) -> None:
-    if not directory or not os.path.isdir(directory):
-        return
-    tmp = os.path.join(directory, ".kiln-remediation.prom.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, os.path.join(directory, "kiln-remediation.prom"))
+    if directory and os.path.isdir(directory):  # no textfile directory: no node_exporter to read it
+        write(directory, "kiln-remediation.prom", text)
 
 
 def main(argv: list[str] | None = None) -> int:

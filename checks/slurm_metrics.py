@@ -31,6 +31,7 @@ import time
 from checks.drain_reasons import KILNS, classify
 from checks.parsers import sacctmgr, sinfo, squeue
 from checks.parsers.delimited import separator
+from checks.parsers.exposition import Exposition, write
 from checks.parsers.scontrol import PING_COMMAND, ping_up
 from checks.parsers.slurm_values import SLURM_ENV, tres_count
 
@@ -99,34 +100,28 @@ def parse_sdiag(text: str) -> dict[str, int]:
     return out
 
 
-def _label(value: str) -> str:
-    """A label value of the text format: cut first, then escaped (a cut after an escape would leave a
-    lone backslash and break the whole file node_exporter reads)."""
-    return value[:200].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def usage_lines(counters: dict, config: dict) -> list[str]:
+def usage_metrics(out: Exposition, counters: dict, config: dict) -> None:
     """``kiln_usage_*_total`` per account from kiln-job-summary's counters, and the teams' fair-share
     targets; accounts or numbers that are not what kiln writes are left out."""
     currency = config.get("currency", "")
     currency = currency if isinstance(currency, str) and re.fullmatch(r"[A-Z]{3}", currency) else ""
     valid = {a: v for a, v in (counters if isinstance(counters, dict) else {}).items()
              if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(a)) and isinstance(v, dict)}
-    out = []
     for key, name, text in USAGE:
         metric = f"kiln_usage_{name}_total"
-        out += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
+        out.add(metric, "counter", text)
         for account, figures in sorted(valid.items()):
             value = figures.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                labels = f'account="{account}"' + (f',currency="{currency}"' if key == "cost" and currency else "")
-                out.append(f"{metric}{{{labels}}} {float(value):.10g}")
+                labels = {"account": account, **({"currency": currency} if key == "cost" and currency else {})}
+                out.add(metric, "counter", text, float(value), labels)
     targets = config.get("share_targets", {})
-    out += ["# HELP kiln_usage_share_target Each team's fair-share target (its shares over all teams' shares).",
-            "# TYPE kiln_usage_share_target gauge"]
-    out += [f'kiln_usage_share_target{{account="{a}"}} {v:.6g}' for a, v in sorted(targets.items())
-            if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(a)) and isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return out
+    share = "Each team's fair-share target (its shares over all teams' shares)."
+    out.add("kiln_usage_share_target", "gauge", share)
+    for account, value in sorted(targets.items()):
+        if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(account)) and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            out.add("kiln_usage_share_target", "gauge", share, float(value), {"account": account})
 
 
 def _json(path: str) -> dict:
@@ -139,36 +134,41 @@ def _json(path: str) -> dict:
 
 
 def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: float,
-               usage: list[str] = ()) -> str:
-    """The textfile: every metric with HELP and TYPE, label values escaped."""
+               counters: dict | None = None, config: dict | None = None) -> str:
+    """The textfile (checks/parsers/exposition.py): every metric with HELP and TYPE, label values escaped."""
     states, drained = nodes
-    out = ["# HELP kiln_slurm_up 1 when the Slurm daemon answers (slurmctld: scontrol ping; slurmdbd: sacctmgr).",
-           "# TYPE kiln_slurm_up gauge",
-           f'kiln_slurm_up{{daemon="slurmctld"}} {ping}', f'kiln_slurm_up{{daemon="slurmdbd"}} {dbd}',
-           "# HELP kiln_slurm_nodes Nodes per Slurm state.", "# TYPE kiln_slurm_nodes gauge"]
-    out += [f'kiln_slurm_nodes{{state="{_label(s)}"}} {n}' for s, n in sorted(states.items())]
-    out += ["# HELP kiln_slurm_node_drained 1 for each drained node; by is kiln (reason starts with kiln:) or person.",
-            "# TYPE kiln_slurm_node_drained gauge"]
-    out += [f'kiln_slurm_node_drained{{slurm_node="{_label(n)}",by="{by}",reason="{_label(r)}"}} 1'
-            for n, by, r in drained]
-    out += ["# HELP kiln_slurm_jobs Jobs per state and account.", "# TYPE kiln_slurm_jobs gauge"]
-    out += [f'kiln_slurm_jobs{{account="{_label(a)}",state="{_label(s)}"}} {n}'
-            for a, v in sorted(jobs.items()) for s, n in sorted(v["states"].items())]
-    out += ["# HELP kiln_slurm_jobs_pending Pending jobs per account and reason.", "# TYPE kiln_slurm_jobs_pending gauge"]
-    out += [f'kiln_slurm_jobs_pending{{account="{_label(a)}",reason="{_label(r)}"}} {n}'
-            for a, v in sorted(jobs.items()) for r, n in sorted(v["pending"].items())]
-    out += ["# HELP kiln_slurm_gpus_allocated GPUs held by running jobs, per account (from tres-alloc).",
-            "# TYPE kiln_slurm_gpus_allocated gauge"]
-    out += [f'kiln_slurm_gpus_allocated{{account="{_label(a)}"}} {v["gpus"]}' for a, v in sorted(jobs.items())]
+    out = Exposition()
+    up = "1 when the Slurm daemon answers (slurmctld: scontrol ping; slurmdbd: sacctmgr)."
+    out.add("kiln_slurm_up", "gauge", up, ping, {"daemon": "slurmctld"})
+    out.add("kiln_slurm_up", "gauge", up, dbd, {"daemon": "slurmdbd"})
+    out.add("kiln_slurm_nodes", "gauge", "Nodes per Slurm state.")
+    for state, n in sorted(states.items()):
+        out.add("kiln_slurm_nodes", "gauge", "Nodes per Slurm state.", n, {"state": state})
+    text = "1 for each drained node; by is kiln (reason starts with kiln:) or person."
+    out.add("kiln_slurm_node_drained", "gauge", text)
+    for node, by, reason in drained:
+        out.add("kiln_slurm_node_drained", "gauge", text, 1, {"slurm_node": node, "by": by, "reason": reason})
+    out.add("kiln_slurm_jobs", "gauge", "Jobs per state and account.")
+    for account, v in sorted(jobs.items()):
+        for state, n in sorted(v["states"].items()):
+            out.add("kiln_slurm_jobs", "gauge", "Jobs per state and account.", n, {"account": account, "state": state})
+    text = "Pending jobs per account and reason."
+    out.add("kiln_slurm_jobs_pending", "gauge", text)
+    for account, v in sorted(jobs.items()):
+        for reason, n in sorted(v["pending"].items()):
+            out.add("kiln_slurm_jobs_pending", "gauge", text, n, {"account": account, "reason": reason})
+    text = "GPUs held by running jobs, per account (from tres-alloc)."
+    out.add("kiln_slurm_gpus_allocated", "gauge", text)
+    for account, v in sorted(jobs.items()):
+        out.add("kiln_slurm_gpus_allocated", "gauge", text, v["gpus"], {"account": account})
     helps = {"dbd_agent_queue": "Messages slurmctld holds for slurmdbd (sdiag).",
              "scheduler_last_cycle_microseconds": "The main scheduler's last cycle (sdiag).",
              "scheduler_mean_cycle_microseconds": "The main scheduler's mean cycle (sdiag)."}
     for key, value in sorted(sdiag.items()):
-        out += [f"# HELP kiln_slurm_{key} {helps[key]}", f"# TYPE kiln_slurm_{key} gauge", f"kiln_slurm_{key} {value}"]
-    out += list(usage)
-    out += ["# HELP kiln_slurm_collected_timestamp_seconds When kiln's Slurm collector last ran.",
-            "# TYPE kiln_slurm_collected_timestamp_seconds gauge", f"kiln_slurm_collected_timestamp_seconds {now:.0f}"]
-    return "\n".join(out) + "\n"
+        out.add(f"kiln_slurm_{key}", "gauge", helps[key], value)
+    usage_metrics(out, counters or {}, config or {})
+    out.add("kiln_slurm_collected_timestamp_seconds", "gauge", "When kiln's Slurm collector last ran.", int(now))
+    return out.text()
 
 
 def _run(args: list[str]) -> tuple[int, str]:
@@ -188,18 +188,13 @@ def collect() -> str:
     _, jobs = _run(squeue.jobs_command(sep, JOB_FIELDS))
     _, sdiag = _run(SDIAG_COMMAND)
     return exposition(int(ping_up(ping)), int(dbd_rc == 0), parse_nodes(nodes, sep), parse_jobs(jobs, sep), parse_sdiag(sdiag),
-                      time.time(), usage_lines(_json(COUNTERS), _json(SUMMARY_CONFIG)))
+                      time.time(), _json(COUNTERS), _json(SUMMARY_CONFIG))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     directory = args[0] if args else "/var/lib/prometheus/node-exporter"
-    text = collect()
-    tmp = os.path.join(directory, ".kiln-slurm.prom.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, os.path.join(directory, "kiln-slurm.prom"))
+    write(directory, "kiln-slurm.prom", collect())
     return 0
 
 

@@ -15,6 +15,7 @@ import re
 import bcrypt
 import yaml
 
+from checks.parsers.exposition import Exposition
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT, alert_rules)
@@ -88,15 +89,13 @@ def _bracket(addr: str) -> str:
 def node_textfile(cluster: Cluster, host: Host) -> str:
     """What the node must have, for rules that compare (GPUs missing, a fabric port slower than its rate):
     kiln-node.prom, static."""
-    gpus = host.gpu_count if scraped_gpus(cluster, host) else 0
-    text = ("# HELP kiln_node_gpus_expected GPUs the inventory gives this node (0: no GPU metrics expected).\n"
-            "# TYPE kiln_node_gpus_expected gauge\n"
-            f"kiln_node_gpus_expected {gpus}\n")
+    out = Exposition()
+    out.add("kiln_node_gpus_expected", "gauge", "GPUs the inventory gives this node (0: no GPU metrics expected).",
+            host.gpu_count if scraped_gpus(cluster, host) else 0)
     if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.rate_gbps:
-        text += ("# HELP kiln_node_fabric_rate_gbps_expected The rate each of the node's fabric ports must run at.\n"
-                 "# TYPE kiln_node_fabric_rate_gbps_expected gauge\n"
-                 f"kiln_node_fabric_rate_gbps_expected {host.fabric.rate_gbps:g}\n")
-    return text
+        out.add("kiln_node_fabric_rate_gbps_expected", "gauge", "The rate each of the node's fabric ports must run at.",
+                host.fabric.rate_gbps)
+    return out.text()
 
 
 DCGM_EXPORTER_DROPIN = "/etc/systemd/system/nvidia-dcgm-exporter.service.d/kiln.conf"

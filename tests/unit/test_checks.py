@@ -430,7 +430,7 @@ def test_prometheus_textfile(tmp_path):
     text = (tmp_path / "kiln.prom").read_text()
     assert 'kiln_check_ok{check="GPU_ECC_UNCORRECTED",suite="gpu",severity="fail"} 0' in text
     assert 'kiln_check_ok{check="GPU_COUNT",suite="gpu",severity="ok"} 1' in text
-    assert "kiln_check_duration_seconds 0.250" in text and "# TYPE kiln_check_ok gauge" in text
+    assert "kiln_check_duration_seconds 0.25" in text and "# TYPE kiln_check_ok gauge" in text
 
 
 def test_checks_run_on_python_3_9():

@@ -214,7 +214,8 @@ def test_team_names_with_dollars_are_drawn_as_text():
 
 
 def test_a_metrics_label_cut_after_its_escape_stays_one_label():
-    label = slurm_metrics._label("x" * 199 + "\\" + "tail")
+    from checks.parsers.exposition import label_value
+    label = label_value("x" * 199 + "\\" + "tail")
     assert not label.endswith("\\") or label.endswith("\\\\")
     reason = "y" * 199 + '"'
     text = slurm_metrics.exposition(1, 1, ({"drained": 1}, [("n1", "person", reason)]), {}, {}, 1e9)

@@ -12,6 +12,8 @@ Commands that change Slurm (scontrol update/reboot/requeue, sacctmgr add/modify,
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 import re
 from pathlib import Path
 
@@ -224,3 +226,40 @@ def test_tres_lists_and_sacctmgr_rows():
     assert tres("cpu=2,,mem=1G")["mem"] == "1G"
     rows, left = sacctmgr.read("vision|60\nlanguage|40|extra\n", ("account", "fairshare"))
     assert rows == [{"account": "vision", "fairshare": "60"}] and left.bad == 1
+
+
+# --- the one textfile writer -------------------------------------------------------------------------
+
+def test_every_prom_file_is_written_by_the_one_writer():
+    """No module but checks/parsers/exposition.py writes ``# HELP``/``# TYPE`` lines itself."""
+    for module, path in _modules():
+        if module == "checks.parsers.exposition":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = _flat(node) if isinstance(node, (ast.Constant, ast.JoinedStr)) else ""
+            assert not re.match(r"# (HELP|TYPE) ", text), f"{path.relative_to(REPO)}:{node.lineno} writes exposition"
+
+
+def test_the_writer_refuses_what_node_exporter_would_drop_the_file_for(tmp_path):
+    from checks.parsers.exposition import Exposition, write
+    out = Exposition()
+    out.add("kiln_x", "gauge", "A help\\with a newline\nin it.", 1, {"reason": 'r"\n\\' + "y" * 300})
+    out.add("kiln_y", "summary", "s", 1.5, suffix="_sum")
+    out.add("kiln_x", "gauge", "A help\\with a newline\nin it.", float("nan"), {"reason": "b"})
+    for bad in (lambda: out.add("kiln x", "gauge", "h", 1), lambda: out.add("kiln_x", "counter", "h", 1),
+                lambda: out.add("kiln_z", "gauge", "h", True), lambda: out.add("kiln_z", "gauge", "h", "1"),
+                lambda: out.add("kiln_z", "gauge", "h", 1, {"bad-label": "x"}),
+                lambda: out.add("kiln_z", "gauge", "h", 1, suffix="_sum")):
+        with pytest.raises(ValueError):
+            bad()
+    text = out.text()
+    assert text.split("\n")[:4] == ["# HELP kiln_x A help\\\\with a newline\\nin it.", "# TYPE kiln_x gauge",
+                                    'kiln_x{reason="r\\"\\n\\\\' + "y" * 196 + '"} 1', 'kiln_x{reason="b"} NaN']
+    assert "kiln_y_sum 1.5" in text
+    write(str(tmp_path), "kiln.prom", text)
+    assert (tmp_path / "kiln.prom").read_text() == text and oct((tmp_path / "kiln.prom").stat().st_mode)[-3:] == "644"
+    assert [p.name for p in tmp_path.iterdir()] == ["kiln.prom"]
+    promtool = shutil.which("promtool")
+    if promtool:
+        check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert "error" not in (check.stdout + check.stderr).lower(), check.stdout + check.stderr

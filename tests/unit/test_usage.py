@@ -118,14 +118,15 @@ def test_usage_counters_become_prometheus_counters(tmp_path):
     counters = {"vision": {"jobs": 2, "gpu_seconds": 9000.0, "measured_gpu_seconds": 7200.0,
                            "useful_gpu_seconds": 4320.0, "cost": 661089.71},
                 'evil"} 1\nkiln_x{a="': {"jobs": 1}, "language": {"jobs": "1; rm", "gpu_seconds": -5}}
-    lines = slurm_metrics.usage_lines(counters, {"currency": "EUR", "share_targets": {"vision": 0.6, "language": 0.4}})
-    text = "\n".join(lines)
+    config = {"currency": "EUR", "share_targets": {"vision": 0.6, "language": 0.4}}
+    exposition = slurm_metrics.exposition(1, 1, ({}, []), {}, {}, 0, counters, config)
+    lines = exposition.split("\n")
+    text = exposition
     assert 'kiln_usage_gpu_seconds_total{account="vision"} 9000' in lines
     assert 'kiln_usage_cost_total{account="vision",currency="EUR"} 661089.71' in lines
     assert 'kiln_usage_share_target{account="language"} 0.4' in lines
     assert "evil" not in text and 'kiln_usage_jobs_total{account="language"}' not in text  # not kiln's: left out
     assert 'kiln_usage_gpu_seconds_total{account="language"}' not in text
-    exposition = slurm_metrics.exposition(1, 1, ({}, []), {}, {}, 0, lines)
     if shutil.which("promtool"):
         check = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
