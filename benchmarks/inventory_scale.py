@@ -128,7 +128,7 @@ def listed(runs: int) -> None:
         kiln_s, ansible_s = statistics.median(w for w, _ in cli), statistics.median(w for w, _ in ansible)
         rows.append((nodes, kiln_s, max(m for _, m in cli), ansible_s, max(m for _, m in ansible)))
     print(f"one host per line, each with its own ansible_host; median of {runs} runs\n")
-    print(f"{'hosts':>6} {'kiln validate s':>16} {'kiln MB':>8} {'ansible-inventory s':>20} {'MB':>6} {'kiln/ansible':>13} "
+    print(f"{'hosts':>6} {'kiln validate s':>16} {'kiln MB':>8} {'ansible-inventory s':>20} {'MB':>6} {'time ratio':>13} "
           f"{'kiln ms per host added':>23}")
     previous = None
     for nodes, kiln_s, kiln_mb, ansible_s, ansible_mb in rows:

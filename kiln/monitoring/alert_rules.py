@@ -3,7 +3,7 @@
 Pure data and one function. ``rules(thresholds, interval)`` gives Prometheus' rule file as a dict
 (``yaml.safe_dump`` writes it): every inventory value that reaches a rule is an integer of
 ``AlertThresholds``, put into the expression as a number, so no value can change a rule's shape.
-tests/monitoring/rules_test.yml proves each rule with ``promtool test rules``: it fires on its fault's
+tests/unit/monitoring/rules_test.yml proves each rule with ``promtool test rules``: it fires on its fault's
 series and stays quiet on healthy and flapping ones.
 
 Metric sources: node_exporter (``up{job="node"}``, ``node_systemd_unit_state``, ``node_filesystem_*``,

@@ -63,3 +63,24 @@ def test_the_check_reference_is_complete_and_generated():
     assert _ids_in_code() == set(CHECKS)
     assert (REPO / "docs" / "checks.md").read_text() == markdown(), "regenerate: kiln check --reference > docs/checks.md"
     assert "docs/checks.md" in (REPO / "README.md").read_text()
+
+
+def test_every_path_the_code_and_docs_name_exists():
+    """A docstring, comment or doc that points at a file (``kiln/monitoring/alert_rules.py``, or one of its
+    names: ``checks/repairs.ladder``) points at one that exists. SOURCES.md names files of other projects."""
+    pattern = re.compile(r"(?<![\w/.{-])((?:deploy|roles|templates|checks|kiln|tests|benchmarks|docs)/"
+                         r"[A-Za-z0-9_/-]+(?:\.[A-Za-z0-9_]+)*)")
+    missing = []
+    for root in ("kiln", "checks", "roles", "tests", "benchmarks", "docs", "templates"):
+        for path in (REPO / root).rglob("*"):
+            if path.suffix not in (".py", ".md", ".j2") or "__pycache__" in path.parts or path.name == "SOURCES.md":
+                continue
+            for ref in pattern.findall(path.read_text(errors="replace")):
+                ref = ref.rstrip(".")
+                stem, _, _ = ref.rpartition(".")
+                if ref.endswith("/") or "{" in ref or ref.startswith(MADE_AT_RUN_TIME):
+                    continue
+                if not ((REPO / ref).exists() or (REPO / f"{ref}.py").exists() or (REPO / f"{stem}.py").exists()
+                        or any((REPO / ref).parent.glob(f"{(REPO / ref).name}*"))):
+                    missing.append(f"{path.relative_to(REPO)}: {ref}")
+    assert not missing, missing
