@@ -77,28 +77,8 @@ def bootstrap_commands(os: str, root: str) -> list[str]:
 # --- the live bases (Debian) ---
 
 CACHE = Path("/var/cache/kiln/bases")
-RECIPE_VERSION = "4"
+RECIPE_VERSION = "5"  # 5: no testbed shortcut (container cgroup unit, masked network-online wait)
 
-# Container nodes on a host with the hybrid cgroup layout (Debian 12's): the node's own v1 freezer and
-# devices cgroups remounted writable early in boot, before Slurm's proctrack/cgroup and
-# ConstrainDevices need them. On a unified hierarchy (Debian 13 nodes, VMs) there is nothing to remount
-# and the unit does nothing.
-CGROUP_RW_UNIT = """[Unit]
-Description=kiln: make this node's freezer and devices cgroups writable (container nodes, hybrid cgroups)
-DefaultDependencies=no
-After=sys-fs-cgroup.mount
-Before=sysinit.target
-ConditionPathIsDirectory=/sys/fs/cgroup/freezer
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=-/bin/mount -o remount,bind,rw /sys/fs/cgroup/freezer
-ExecStart=-/bin/mount -o remount,bind,rw /sys/fs/cgroup/devices
-
-[Install]
-WantedBy=sysinit.target
-"""
 APT_RETRIES = 'Acquire::Retries "5";\nAcquire::http::Timeout "30";\nAPT::Install-Recommends "false";\n'
 
 
@@ -113,7 +93,7 @@ def apt_sources(os: str) -> str:
 
 def recipe_hash(os: str) -> str:
     base = BASES[os]
-    text = "\n".join([RECIPE_VERSION, os, base.release, base.mirror, *base.packages, CGROUP_RW_UNIT,
+    text = "\n".join([RECIPE_VERSION, os, base.release, base.mirror, *base.packages,
                       apt_sources(os), APT_RETRIES])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -174,16 +154,12 @@ def _customize(os: str, root: Path) -> None:
     for key in (root / "etc" / "ssh").glob("ssh_host_*"):
         key.unlink()  # each machine gets its own host keys
     (root / "etc" / "machine-id").write_text("")
-    unit = root / "etc" / "systemd" / "system" / "kiln-cgroup-rw.service"
-    unit.write_text(CGROUP_RW_UNIT)
-    wants = root / "etc" / "systemd" / "system" / "sysinit.target.wants"
-    wants.mkdir(parents=True, exist_ok=True)
-    (wants / "kiln-cgroup-rw.service").symlink_to("/etc/systemd/system/kiln-cgroup-rw.service")
+    # A base is what production images are built from: nothing only the testbed's container nodes need
+    # (the testbed adds that to a node's own disk when it boots one, kiln/testbed/node_files.py), and
+    # systemd-networkd-wait-online left as Debian ships it, so network-online.target (NFS mounts, slurmd)
+    # waits for the node's network.
     run_step(["chroot", str(root), "systemctl", "enable", "systemd-networkd"], "enable systemd-networkd", 120,
              BaseBuildError)
-    # No DNS in nodes and no NIC to wait for beyond the first: do not hold boot for it.
-    run_step(["chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service"],
-             "mask systemd-networkd-wait-online", 120, BaseBuildError)
     (root / "etc" / "apt" / "sources.list").write_text("")
     (root / "etc" / "apt" / "sources.list.d" / "debian.sources").write_text(apt_sources(os))
     (root / "etc" / "apt" / "apt.conf.d" / "80kiln-retries").write_text(APT_RETRIES)

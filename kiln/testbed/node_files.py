@@ -49,6 +49,26 @@ done
 exec /usr/bin/apt-get "$@"
 """
 
+# Testbed container nodes only (never in an image): on a host with the hybrid cgroup layout (Debian
+# 12's), the node's own v1 freezer and devices cgroups remounted writable early in boot, before Slurm's
+# proctrack/cgroup and ConstrainDevices need them. On a unified hierarchy (Debian 13 nodes, VMs) there is nothing to remount
+# and the unit does nothing.
+CGROUP_RW_UNIT = """[Unit]
+Description=kiln: make this node's freezer and devices cgroups writable (container nodes, hybrid cgroups)
+DefaultDependencies=no
+After=sys-fs-cgroup.mount
+Before=sysinit.target
+ConditionPathIsDirectory=/sys/fs/cgroup/freezer
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=-/bin/mount -o remount,bind,rw /sys/fs/cgroup/freezer
+ExecStart=-/bin/mount -o remount,bind,rw /sys/fs/cgroup/devices
+"""
+# ... pulled in by sysinit.target through a drop-in (a regular file: node files are written, not linked)
+CGROUP_RW_WANTED = "[Unit]\nWants=kiln-cgroup-rw.service\n"
+
 
 def node_files(testbed: "Testbed", node: "Node", nodes: list["Node"], host_key: tuple[str, str]) -> dict[str, tuple[str, int]]:
     """The files a new node gets before its first boot: hostname, address, host key, root's key, apt proxy,
@@ -80,6 +100,8 @@ def node_files(testbed: "Testbed", node: "Node", nodes: list["Node"], host_key: 
             "/etc/machine-id": (hashlib.md5(f"{testbed.name}/{node.name}/{time.time()}".encode()).hexdigest() + "\n", 0o444),
             "/etc/systemd/network/10-kiln-host0.network": (f"[Match]\nName=host0\n\n{network}", 0o644),
             "/usr/local/sbin/apt-get": (APT_GET_WRAPPER, 0o755),
+            "/etc/systemd/system/kiln-cgroup-rw.service": (CGROUP_RW_UNIT, 0o644),
+            "/etc/systemd/system/sysinit.target.d/kiln-cgroup-rw.conf": (CGROUP_RW_WANTED, 0o644),
         }
     return files | {
         "/etc/hostname": (f"{node.name}\n", 0o644),

@@ -10,6 +10,7 @@ import pytest
 import re
 import time
 
+from kiln.testbed.inventory import NFS_MOUNT
 from tests.testbed.slurm_helpers import job_state, ok, on, wait_for
 
 
@@ -98,3 +99,37 @@ def test_nouveau_is_blacklisted_in_the_initramfs_and_absent_after_a_slurm_reboot
     on(vms, node, "modprobe -b nouveau")
     assert "nouveau" not in ok(vms, node, "lsmod")
     assert ok(vms, node, "modprobe -n -v nouveau").strip(), "the kernel has a nouveau module to keep out"
+
+
+def _monotonic(tb, node: str, unit: str, prop: str = "ActiveEnterTimestampMonotonic") -> int:
+    return int(ok(tb, node, f"systemctl show -p {prop} --value {unit}").strip() or 0)
+
+
+@pytest.mark.proves("images", "storage", tier="vm")
+def test_a_production_image_waits_for_the_network_before_it_mounts_nfs(vms):
+    """The VMs boot from images built for production (tests/vm/cluster.py): Debian's
+    systemd-networkd-wait-online is active there (the testbed's container shortcut is in no image), and
+    at boot the NFS mount of /etc/fstab comes only after network-online.target, which waited for the
+    node's address. The node is the one the reboot test above rebooted (rebooted here if it was not)."""
+    node = vms.computes[-1]
+    mount = ok(vms, node, f"systemd-escape -p --suffix=mount {NFS_MOUNT}").strip()
+    booted_with_it = _monotonic(vms, node, mount) < 300 * 1_000_000  # mounted at boot, not by a deploy since
+    if not booted_with_it:
+        boot_id = ok(vms, node, "cat /proc/sys/kernel/random/boot_id").strip()
+        ok(vms, vms.controller, f"scontrol reboot nextstate=resume reason=kiln-vm-test {node}")
+        wait_for(lambda: (on(vms, node, "cat /proc/sys/kernel/random/boot_id", timeout=20).stdout.strip() or boot_id)
+                 != boot_id, timeout=420, interval=5, what=f"{node} to boot again")
+        wait_for(lambda: on(vms, node, f"findmnt -n {NFS_MOUNT}", timeout=20).stdout.strip() != "", timeout=240,
+                 interval=3, what=f"{NFS_MOUNT} mounted on {node}")
+    assert ok(vms, node, "systemctl is-enabled systemd-networkd-wait-online.service").strip() == "enabled"
+    assert ok(vms, node, "systemctl is-active systemd-networkd-wait-online.service").strip() == "active"
+    assert on(vms, node, "systemctl cat kiln-cgroup-rw.service").returncode != 0  # the container unit: not here
+    after = ok(vms, node, f"systemctl show -p After --value {mount}").split()
+    assert "network-online.target" in after, after
+    waited = _monotonic(vms, node, "systemd-networkd-wait-online.service")
+    online = _monotonic(vms, node, "network-online.target")
+    mounted = _monotonic(vms, node, mount)
+    print(f"{node}: wait-online done {waited / 1e6:.2f} s, network-online {online / 1e6:.2f} s, "
+          f"{NFS_MOUNT} mounted {mounted / 1e6:.2f} s after boot")
+    assert 0 < waited <= online <= mounted, (waited, online, mounted)
+    assert ok(vms, node, f"findmnt -n -o FSTYPE {NFS_MOUNT}").strip() == "nfs4"
