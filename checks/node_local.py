@@ -25,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +36,7 @@ from checks.drain_reasons import KILNS, classify  # noqa: E402
 from checks.slurm import KILN_PREFIX, node_state, show_node  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
 from checks.verdict import Verdict  # noqa: E402
+from checks.version import installed  # noqa: E402
 
 EXPECT = "/etc/kiln/node-checks.json"
 LOCK = "/run/kiln-node-check.lock"
@@ -138,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-drain", action="store_true", help="report only; do not drain or resume in Slurm")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--lock", default=LOCK, help=f"held while checking: one run at a time (default {LOCK})")
+    ap.add_argument("--version", action="store_true", help="the version of kiln's host programs here, and exit")
     args = ap.parse_args(argv)
+    if args.version:
+        print(installed(Path(__file__).resolve().parent) or "kiln's host programs (no VERSION: not installed by kiln)")
+        return 0
     start = time.monotonic()
     lock = one_at_a_time(args.lock, LOCK_WAIT[args.mode])
     if lock is None:

@@ -132,6 +132,8 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SYSTEM_SWAP": ("system", "fail", "swap is on", "swapoff -a and remove it from /etc/fstab", ""),
     "SYSTEM_TIME_SYNC": ("system", "warn", "the clock is not synchronised", "check chrony and its servers",
                          "kiln_check_time_sync, kiln_ntp_servers"),
+    "SYSTEM_KILN_PROGRAMS": ("system", "warn", "kiln's host programs on the node are another version than the "
+                             "operator's kiln", "kiln deploy (the health role installs them)", ""),
     # --- drift (against the image the node was booted from) ---
     "DRIFT_IMAGE": ("drift", "ok", "which image the node was booted from (or none: nothing to compare)", "", ""),
     "DRIFT_MANIFEST_UNREADABLE": ("drift", "warn", "/etc/kiln/image-manifest.json is not JSON",

@@ -1,26 +1,31 @@
 """System suite: kernel as pinned, swap off, locked memory for jobs, time synchronised.
 
 Expectations (``expect["system"]``): kernel (pin, "" = any), memlock_unlimited (bool), time_sync (bool:
-False in containers, whose clock is the host's).
+False in containers, whose clock is the host's), host_programs (the version line of kiln's host programs,
+checks/version.py: a host that has them runs these).
 """
 
 from __future__ import annotations
 
 from checks.node import Node
 from checks.verdict import Verdict, fail, ok, warn
+from checks.version import FILE as VERSION_FILE
+
+INSTALLED = "/usr/local/lib/kiln/checks"  # where the health role installs the host programs
 
 
 KERNEL = "uname -r"
 SWAP = "swapon --show --noheadings"
 MEMLOCK = "cat /proc/$(pidof -s slurmd || echo self)/limits"
 TIME_SYNC = "timedatectl show -p NTPSynchronized --value"
+HOST_PROGRAMS = f"cat {INSTALLED}/{VERSION_FILE} 2>/dev/null || true"
 
 
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks the node (for the remote runner to fetch at once)."""
     system = expect.get("system") or {}
     return [KERNEL, SWAP] + ([MEMLOCK] if system.get("memlock_unlimited", True) else []) + \
-        ([TIME_SYNC] if system.get("time_sync", True) else [])
+        ([TIME_SYNC] if system.get("time_sync", True) else []) + ([HOST_PROGRAMS] if system.get("host_programs") else [])
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -45,4 +50,11 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         synced = node.run(TIME_SYNC).stdout.strip()
         verdicts.append(ok("SYSTEM_TIME_SYNC", "clock synchronised") if synced == "yes" else
                         warn("SYSTEM_TIME_SYNC", "clock not synchronised: check chrony (chronyc tracking)"))
+    wanted = system.get("host_programs")
+    if wanted:
+        here = node.run(HOST_PROGRAMS).stdout.strip()
+        if here:  # a host without kiln's host programs (no health, monitoring or remediation role) has none
+            verdicts.append(ok("SYSTEM_KILN_PROGRAMS", here) if here == wanted else
+                            warn("SYSTEM_KILN_PROGRAMS", f"kiln's host programs here are {here[:80]!r}, this kiln's "
+                                 f"are {wanted!r}: kiln deploy brings them level"))
     return verdicts

@@ -24,6 +24,9 @@ import json
 from importlib.resources import files
 from pathlib import Path
 
+from checks.version import FILE as VERSION_FILE
+from checks.version import package_files, version_line
+from kiln import __version__
 from kiln.check.expectations import node_expectations
 from roles.context import NodeContext
 from roles.operations import managed_directory, pinned_packages
@@ -46,8 +49,7 @@ exec /usr/local/sbin/kiln-node-check --mode {mode}
 
 def check_files() -> dict[str, bytes]:
     """Relative path under /usr/local/lib/kiln -> content, for every file of the checks package."""
-    return {str(p.relative_to(CHECKS.parent)): p.read_bytes()
-            for p in sorted(CHECKS.rglob("*.py")) if "__pycache__" not in p.parts and not p.name.startswith("test_")}
+    return package_files(CHECKS)
 
 
 def install(ctx: NodeContext) -> None:
@@ -57,8 +59,11 @@ def install(ctx: NodeContext) -> None:
     for directory in (LIB, f"{LIB}/checks", f"{LIB}/checks/parsers", "/etc/kiln"):
         ctx.watch_path(directory)
         managed_directory(name=f"health: {directory}", ctx=ctx, path=directory, user="root", group="root", mode="755")
-    for rel, content in check_files().items():
+    files = check_files()
+    for rel, content in files.items():
         ctx.put(f"{LIB}/{rel}", content, mode="644", name=f"health: {rel}")
+    ctx.put(f"{LIB}/checks/{VERSION_FILE}", version_line(__version__, files) + "\n", mode="644",
+            name="health: the host programs' version")
     ctx.put("/usr/local/sbin/kiln-node-check", RUNNER, mode="755", name="health: kiln-node-check")
     for mode in ("prolog", "epilog"):
         ctx.put(f"/usr/local/sbin/kiln-node-check-{mode}", HOOK.format(mode=mode), mode="755",

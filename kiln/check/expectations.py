@@ -6,12 +6,24 @@ role for the node-local runner, so both runners check the same expectations.
 
 from __future__ import annotations
 
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+
 from checks.parsers.kernel_log import log_command
+from checks.version import package_files, version_line
+from kiln import __version__
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS
 from kiln.shell import command
 from kiln.versions import upstream
+
+
+@cache
+def host_programs() -> str:
+    """The version line of the host programs this kiln installs (checks/version.py)."""
+    return version_line(__version__, package_files(Path(str(files("checks")))))
 
 
 def _monitoring(cluster: Cluster, host: Host) -> dict:
@@ -45,7 +57,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "monitoring": _monitoring(cluster, host),
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
-                   "time_sync": cluster.setting("check_time_sync")},
+                   "time_sync": cluster.setting("check_time_sync"), "host_programs": host_programs()},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),
                   "ignore_units": cluster.setting("drift_ignore_units")},
         "textfile_dir": cluster.setting("check_textfile_dir"),

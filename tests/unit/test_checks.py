@@ -470,3 +470,32 @@ def test_the_inventory_overrides_the_models_nvlink_count():
     assert expected_nvlinks({"model": "h100", "nvlinks": 0}) == 0
     assert expected_nvlinks({"model": "h100"}) is None  # a PCIe H100 without NVSwitch: not checked by default
     assert expected_nvlinks({"model": "h100", "nvswitch": True}) == 18
+
+
+def test_host_programs_of_another_version_warn_and_a_host_without_them_is_not_judged(tmp_path):
+    """SYSTEM_KILN_PROGRAMS: the VERSION line the deploy wrote beside the host programs against this kiln's."""
+    from checks import system
+    from checks.version import installed, package_files, version_line
+    from kiln.check.expectations import host_programs
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    (package / "sub" / "b.py").write_text("B = 2\n")
+    (package / "test_nodes.py").write_text("x\n")  # the pytest entry is not installed on hosts
+    line = version_line("0.1.0", package_files(package))
+    assert list(package_files(package)) == ["pkg/a.py", "pkg/sub/b.py"]
+    (package / "a.py").write_text("A = 3\n")
+    assert version_line("0.1.0", package_files(package)) != line  # one module changed: another version
+    (package / "VERSION").write_text(line + "\n")
+    assert installed(package) == line and installed(tmp_path) == ""
+    wanted = host_programs()
+    assert wanted.startswith("kiln-host-programs ") and wanted == host_programs()
+
+    def verdicts(answer: str) -> list:
+        node = Node("n1", lambda c: Result(0, answer if c == system.HOST_PROGRAMS else "", ""), local=True)
+        return [v for v in system.run(node, {"system": {"host_programs": wanted, "memlock_unlimited": False,
+                                                        "time_sync": False}}) if v.id == "SYSTEM_KILN_PROGRAMS"]
+    assert [v.severity for v in verdicts(wanted + "\n")] == ["ok"]
+    stale = verdicts("kiln-host-programs 0.0.9 0123456789ab\n")
+    assert [v.severity for v in stale] == ["warn"] and "kiln deploy" in stale[0].message
+    assert verdicts("") == []  # no host programs on this host: nothing to compare
