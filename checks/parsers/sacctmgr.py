@@ -3,7 +3,9 @@
 ``sacctmgr`` has no field separator of the caller's choosing: ``-P`` separates fields with ``|``. What it
 prints here is named by kiln's inventory (accounts, users, QoS: names kiln validates, no ``|`` nor a
 newline) or by Slurm (numbers, TRES, times), and reservations' names and flags, which an admin sets. A
-line with any other number of fields is left out and counted, never guessed.
+line with any other number of fields is left out and counted, never guessed. Text: sacctmgr has no
+``--json`` on 22.05 (seen on the testbed: "unrecognized option"); nor have sshare and sreport, which kiln
+does not read yet.
 """
 
 from __future__ import annotations

@@ -3,6 +3,12 @@
 Asked one node a line (``-N``) with a separator made for the call (checks/parsers/delimited.py) and the
 node's name first and last: a drain reason (an admin's or a tool's free text) holding a newline and
 another node's line stays that reason's text.
+
+Text, not ``sinfo --json``, by choice: Slurm 22.05 (Debian 12) prints JSON that holds these fields
+(openapi v0.0.38: ``state``, ``reason``, ``reason_changed_at``), but the releases kiln runs print it in
+different shapes (24.11 on Debian 13: data_parser v0.0.40+, states as lists, times as ``{set, infinite,
+number}`` objects), and every node's every field on each call; the framed text is the same on both
+releases, holds only what kiln reads, and no value can forge it.
 """
 
 from __future__ import annotations

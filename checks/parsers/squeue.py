@@ -3,6 +3,10 @@
 Asked with ``-O`` (the only form that prints ``tres-alloc``), each field's suffix a separator made for the
 call (checks/parsers/delimited.py), and the job's id first and last: a reason, an account or a node list
 never moves a field, and a job name (never asked for) cannot reach the answer at all.
+
+Text, not ``squeue --json``, by choice, as for sinfo (checks/parsers/sinfo.py): 22.05's JSON holds the
+fields, but its shape differs on 24.11 and it carries every field of every job on each call (the Slurm
+collector asks every 30 s).
 """
 
 from __future__ import annotations
