@@ -6,7 +6,7 @@ never moves a field, and a job name (never asked for) cannot reach the answer at
 
 Text, not ``squeue --json``, by choice, as for sinfo (checks/parsers/sinfo.py): 22.05's JSON holds the
 fields, but its shape differs on 24.11 and it carries every field of every job on each call (the Slurm
-collector asks every 30 s).
+collector asks at every scrape, 30 s by default).
 """
 
 from __future__ import annotations
