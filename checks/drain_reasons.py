@@ -22,10 +22,25 @@ PATCH_PREFIX = "kiln: patch"  # drained by a rollout (kiln patch), which resumes
 REPAIR_PREFIX = "kiln: repair"  # rebooted by kiln-remediate for a repair; resumed once its checks pass
 ESCALATED_PREFIX = "kiln: escalated"  # kiln-remediate gave up: waits for a person, never resumed by kiln
 CHECK_ID = r"[A-Z][A-Z0-9_]{1,63}"  # a check id as kiln's verdicts and drain reasons write it
-# The reasons Slurm itself sets, and kiln's check id for each
-SLURM_REASONS = {"Not responding": "SLURM_NOT_RESPONDING", "Kill task failed": "SLURM_KILL_TASK_FAILED",
-                 "Node unexpectedly rebooted": "SLURM_UNEXPECTED_REBOOT", "Prolog error": "SLURM_PROLOG_ERROR",
-                 "Epilog error": "SLURM_EPILOG_ERROR", "Low RealMemory": "SLURM_LOW_MEMORY"}
+# The reasons slurmctld itself sets (its source: node_mgr.c, gres.c, job_mgr.c, proc_req.c; the same
+# words on 22.05 and later), each the start of the reason, and kiln's check id for it. The numbers in
+# some ("Low RealMemory (reported:... < ...)", "gres/gpu count reported lower than configured (3 < 4)")
+# follow the words; ``slurm_gres_found`` reads the GPU counts.
+SLURM_REASONS = {
+    "Not responding": "SLURM_NOT_RESPONDING",
+    "Kill task failed": "SLURM_KILL_TASK_FAILED",                 # a step that would not die (UnkillableStep)
+    "batch job complete failure": "SLURM_BATCH_COMPLETE_FAILURE",  # the batch host's epilog/teardown failed
+    "Node unexpectedly rebooted": "SLURM_UNEXPECTED_REBOOT",
+    "Prolog error": "SLURM_PROLOG_ERROR",
+    "Epilog error": "SLURM_EPILOG_ERROR",
+    "Low RealMemory": "SLURM_LOW_MEMORY",                           # slurmd found less memory than configured
+    "Low socket*core*thread count": "SLURM_LOW_CPUS",               # ... fewer CPUs ("..., Low CPUs")
+    "Low CPUs": "SLURM_LOW_CPUS",
+    "Low TmpDisk": "SLURM_LOW_TMP_DISK",
+    "gres/gpu count reported lower than configured": "SLURM_GRES_LOW",  # slurmd found fewer GPUs (INVALID_REG)
+    "Duplicate jobid": "SLURM_DUPLICATE_JOB",
+}
+_GRES_LOW = re.compile(r"gres/gpu count reported lower than configured \((\d{1,6}) < (\d{1,6})\)")
 _KILN_REASON = re.compile(rf"^kiln: ({CHECK_ID})\b")
 KILNS = ("kiln", "repair", "rollout", "escalated")  # the classes whose reason kiln wrote
 
@@ -34,6 +49,12 @@ KILNS = ("kiln", "repair", "rollout", "escalated")  # the classes whose reason k
 class Drain:
     by: str
     check: str | None = None
+
+
+def slurm_gres_found(reason: str) -> tuple[int, int] | None:
+    """(GPUs slurmd found, GPUs configured) from Slurm's own GRES drain reason, or None."""
+    m = _GRES_LOW.match(reason)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def classify(reason: str) -> Drain:

@@ -118,7 +118,8 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SLURM_SLURMD": ("slurm", "fail", "slurmd is not active on a compute node", "start slurmd; read its log", ""),
     "SLURM_REGISTERED": ("slurm", "fail", "the controller does not know the node, or has it down",
                          "check slurm.conf and the node's slurmd log", ""),
-    "SLURM_GRES": ("slurm", "fail", "Slurm's GPU count for the node differs from the inventory",
+    "SLURM_GRES": ("slurm", "fail", "Slurm's GPU count for the node differs from the inventory, or slurmd "
+                   "registered fewer GPUs than configured (Slurm drained it: INVALID_REG)",
                    "redeploy (gres.conf) and restart slurmd", "kiln_gpu_count"),
     "SLURM_DRAINED_BY_PERSON": ("slurm", "warn", "the node is drained by a person (not kiln)",
                                 "kiln leaves it drained; resume it when its reason is dealt with", ""),

@@ -32,11 +32,16 @@ SAFE_UNDER_JOBS = {"restart:slurmd", "restart:munge"}  # jobs keep running when 
 LADDERS: dict[str, tuple[str, ...]] = {
     # Slurm's own reasons
     "SLURM_NOT_RESPONDING": ("restart:slurmd", "restart:munge", ESCALATE),
-    "SLURM_KILL_TASK_FAILED": (REBOOT, ESCALATE),
+    "SLURM_KILL_TASK_FAILED": (REBOOT, ESCALATE),        # processes stuck in the kernel: only a reboot frees them
+    "SLURM_BATCH_COMPLETE_FAILURE": (REBOOT, ESCALATE),  # the same, seen from the batch host's job end
     "SLURM_UNEXPECTED_REBOOT": ("restart:slurmd", ESCALATE),
-    "SLURM_PROLOG_ERROR": (ESCALATE,),
+    "SLURM_PROLOG_ERROR": (ESCALATE,),                   # a site script failed: its owner reads why
     "SLURM_EPILOG_ERROR": (ESCALATE,),
-    "SLURM_LOW_MEMORY": (ESCALATE,),
+    "SLURM_LOW_MEMORY": (REBOOT, ESCALATE),              # DIMMs lost at boot come back, or need a person
+    "SLURM_LOW_CPUS": (REBOOT, ESCALATE),                # CPUs offlined (a kernel MCE) come back at boot
+    "SLURM_LOW_TMP_DISK": (ESCALATE,),                   # configuration or a full disk: a person's
+    "SLURM_GRES_LOW": (RESET, REBOOT, ESCALATE),         # a GPU slurmd no longer sees: NVIDIA's reset, then reboot
+    "SLURM_DUPLICATE_JOB": ("restart:slurmd", ESCALATE),
     # kiln's checks
     "SLURM_SLURMD": ("restart:slurmd", REBOOT, ESCALATE),
     "SLURM_MUNGE": ("restart:munge", REBOOT, ESCALATE),

@@ -10,6 +10,7 @@ import re
 import shlex
 
 from checks.drain_reasons import ESCALATED_PREFIX, KILN_PREFIX, PATCH_PREFIX, REPAIR_PREFIX, classify  # noqa: F401
+from checks.drain_reasons import slurm_gres_found
 from checks.node import Node
 from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes
 from checks.verdict import Verdict, fail, ok, warn
@@ -72,13 +73,21 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     else:
         verdicts.append(ok("SLURM_REGISTERED", f"{name} is {state}"))
     reason = fields.get("Reason", "")
-    if "DRAIN" in state and classify(reason).by in ("person", "slurm"):
+    if "DRAIN" in state and classify(reason).by == "person":
         verdicts.append(warn("SLURM_DRAINED_BY_PERSON", f"{name} is drained by a person: {reason!r}; kiln leaves it so"))
     gpus = slurm.get("gpus", 0)
     if gpus:
         gres = fields.get("Gres", "")
         have = sum(int(n) for n in re.findall(r"gpu(?::[\w.-]+)?:(\d+)", gres))
-        verdicts.append(ok("SLURM_GRES", f"Gres={gres}") if have == gpus else
-                        fail("SLURM_GRES", f"Slurm sees {have} GPUs (Gres={gres or 'none'}), the inventory says {gpus}: "
-                             "check gres.conf and the device files, restart slurmd"))
+        found = slurm_gres_found(reason) if "INVALID_REG" in state or classify(reason).check == "SLURM_GRES_LOW" else None
+        if have != gpus:
+            verdicts.append(fail("SLURM_GRES", f"Slurm sees {have} GPUs (Gres={gres or 'none'}), the inventory says "
+                                 f"{gpus}: check gres.conf and the device files, restart slurmd"))
+        elif found is not None or "INVALID_REG" in state:
+            # slurm.conf has the count, but slurmd registered fewer (Slurm's reason says how many it found)
+            seen = f"{found[0]} of {found[1]}" if found else "not all"
+            verdicts.append(fail("SLURM_GRES", f"slurmd found {seen} GPUs at its registration ({state}: {reason!r}): "
+                                 "a GPU is lost or its device file missing; nvidia-smi on the node"))
+        else:
+            verdicts.append(ok("SLURM_GRES", f"Gres={gres}"))
     return verdicts

@@ -236,6 +236,10 @@ def test_old_driver_field_name_is_retried(node):
     ("systemctl is-active slurmd", Result(3, "failed\n"), ["SLURM_SLURMD"]),
     ("munge -n | unmunge >/dev/null", Result(1, "", "unmunge: Error: Invalid credential"), ["SLURM_MUNGE"]),
     ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 Gres=gpu:h100:3 State=IDLE\n"), ["SLURM_GRES"]),
+    # slurm.conf says 4, slurmd registered 3: Slurm drains it (INVALID_REG) with its own reason
+    ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=IDLE+DRAIN+INVALID_REG "
+                                              "Reason=gres/gpu count reported lower than configured (3 < 4) "
+                                              "[slurm@2026-12-03T10:00:00]\n"), ["SLURM_GRES"]),
     ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=DOWN+NOT_RESPONDING\n"),
      ["SLURM_REGISTERED"]),
     ("scontrol -o show node gpu01", Result(1, "", "Node gpu01 not found"), ["SLURM_REGISTERED"]),

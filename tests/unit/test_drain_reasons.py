@@ -21,6 +21,16 @@ from tests.conftest import REPO
     ("Not responding", "slurm", "SLURM_NOT_RESPONDING"),
     ("Kill task failed", "slurm", "SLURM_KILL_TASK_FAILED"),
     ("Node unexpectedly rebooted", "slurm", "SLURM_UNEXPECTED_REBOOT"),
+    ("batch job complete failure", "slurm", "SLURM_BATCH_COMPLETE_FAILURE"),
+    ("Prolog error", "slurm", "SLURM_PROLOG_ERROR"),
+    ("Epilog error", "slurm", "SLURM_EPILOG_ERROR"),
+    ("Low RealMemory (reported:257000 < 100.00% of configured:515000)", "slurm", "SLURM_LOW_MEMORY"),
+    ("Low socket*core*thread count, Low CPUs", "slurm", "SLURM_LOW_CPUS"),
+    ("Low CPUs", "slurm", "SLURM_LOW_CPUS"),
+    ("Low TmpDisk", "slurm", "SLURM_LOW_TMP_DISK"),
+    ("gres/gpu count reported lower than configured (3 < 4)", "slurm", "SLURM_GRES_LOW"),
+    ("Duplicate jobid", "slurm", "SLURM_DUPLICATE_JOB"),
+    ("not responding since lunch", "person", None),  # Slurm's words, but not at the start: a person's
     ("disk swap tomorrow", "person", None),
     ("KILN: GPU_XID_79 typed by hand", "person", None),
     (" kiln: GPU_XID_79", "person", None),
@@ -41,3 +51,14 @@ def test_no_module_reads_a_drain_reason_but_the_classifier():
                 if re.search(r"startswith\((KILN|PATCH|REPAIR|ESCALATED)_PREFIX|startswith\([\"']kiln:", line):
                     found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not found, "drain reasons read outside checks/drain_reasons.py:\n" + "\n".join(found)
+
+
+def test_every_slurm_reason_has_a_ladder_and_the_gres_counts_are_read():
+    from checks.drain_reasons import SLURM_REASONS, slurm_gres_found
+    from checks.repairs import ESCALATE, LADDERS, REBOOT, RESET
+    for check in set(SLURM_REASONS.values()):
+        assert check in LADDERS and LADDERS[check][-1] == ESCALATE, check
+    assert LADDERS["SLURM_GRES_LOW"] == (RESET, REBOOT, ESCALATE)  # a GPU slurmd lost: reset, then reboot
+    assert slurm_gres_found("gres/gpu count reported lower than configured (3 < 4)") == (3, 4)
+    assert slurm_gres_found("gres/gpu count reported lower than configured (x < 4)") is None
+    assert slurm_gres_found("Not responding") is None
