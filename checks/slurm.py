@@ -79,7 +79,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     if gpus:
         gres = fields.get("Gres", "")
         have = sum(int(n) for n in re.findall(r"gpu(?::[\w.-]+)?:(\d+)", gres))
-        found = slurm_gres_found(reason) if "INVALID_REG" in state or classify(reason).check == "SLURM_GRES_LOW" else None
+        found = slurm_gres_found(reason)  # Slurm's own reason for a GRES count lower than configured
         if have != gpus:
             verdicts.append(fail("SLURM_GRES", f"Slurm sees {have} GPUs (Gres={gres or 'none'}), the inventory says "
                                  f"{gpus}: check gres.conf and the device files, restart slurmd"))
