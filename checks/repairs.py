@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from checks.drain_reasons import CHECK_ID, SLURM_REASONS, classify  # noqa: F401 - CHECK_ID and SLURM_REASONS read here
-from checks.parsers.xid_catalog import FATAL, NVLINK, SERVICE
+from checks.parsers.xid_catalog import FATAL, NVLINK, SERVICE, SXID_MIN
 from checks.parsers.xid_catalog import REBOOT as XID_REBOOT
 from checks.parsers.xid_catalog import RESET as XID_RESET
 
@@ -83,9 +83,13 @@ def ladder(check: str) -> tuple[str, ...]:
     """The steps for a check id, the last always ``escalate``."""
     if check in LADDERS:
         return LADDERS[check]
-    m = re.fullmatch(r"GPU_XID_(\d{1,4})", check)
+    m = re.fullmatch(r"GPU_XID_(\d{1,6})", check)
     if m and int(m.group(1)) == 154:  # the driver asks for a recovery: a reset, else a reboot
         return (RESET, REBOOT, ESCALATE)
+    if m and int(m.group(1)) >= SXID_MIN:
+        # a fatal NVSwitch SXid: NVIDIA's Fabric Manager guide resets the switches with their GPUs, which a
+        # reboot does (a GPU reset alone leaves the SXid lines, which kiln's Xid check keeps, in the log)
+        return (REBOOT, ESCALATE)
     if m and int(m.group(1)) in FATAL:
         return _XID_STEPS.get(FATAL[int(m.group(1))][1], (REBOOT, ESCALATE))
     return DEFAULT

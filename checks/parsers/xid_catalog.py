@@ -36,7 +36,6 @@ FATAL: dict[int, tuple[str, str]] = {
     80: ("corrupted data sent to the GPU", RESET),
     81: ("VGA subsystem error", RESET),
     92: ("high single-bit ECC error rate", RESET),
-    94: ("contained ECC error", "restart the application; reset the GPU if it recurs"),
     95: ("uncontained ECC error", RESET),
     110: ("security fault", REBOOT),
     119: ("GSP RPC timeout", RESET),
@@ -53,6 +52,14 @@ FATAL: dict[int, tuple[str, str]] = {
     149: ("NVLink error (Blackwell)", NVLINK),
     150: ("NVLink error (Blackwell)", NVLINK),
 }
+# Errors the GPU contained to one application: NVIDIA's catalog asks to restart the application, not the
+# node (reported as a warning that names the action; never drains)
+CONTAINED: dict[int, tuple[str, str]] = {
+    94: ("contained ECC error", "restart the application (the GPU contained the error); reset the GPU if it "
+         "recurs"),
+}
+# NVSwitch SXid codes are five digits (11004 ... 24007); GPU Xids stay under 1000
+SXID_MIN = 10_000
 # Errors an application causes: reported, never drain a node
 APPLICATION_XIDS: dict[int, str] = {
     8: "GPU stopped processing (the application's channel)",
@@ -79,6 +86,8 @@ def classify(code: int, message: str = "") -> tuple[str, str]:
             ("fail", f"the driver asks for recovery action {action}: {todo}")
     if code in FATAL:
         return "fail", FATAL[code][1]
+    if code in CONTAINED:
+        return "warn", f"Xid {code}, {CONTAINED[code][0]}: {CONTAINED[code][1]}"
     if code in APPLICATION_XIDS:
         return "ok", APPLICATION
     return "warn", f"Xid {code} is not in kiln's catalog: look it up in NVIDIA's Xid catalog"

@@ -146,7 +146,7 @@ def test_gpu_driver_lines_from_before_the_last_gpu_reset_are_not_counted():
     from checks.node import Node, Result
     log = read("kernel-xid/gpud-dmesg-time-format-iso.log")
     burst = 1731672123  # 2024-11-15T12:02:03Z
-    assert check_xids(Node("gpu01", lambda c: Result(0, log, "")), "cat log")[0].id == "GPU_XID_94"  # the last
+    assert check_xids(Node("gpu01", lambda c: Result(0, log, "")), "cat log")[0].id == "GPU_XID_63"  # the last fatal
     text, dropped = after_gpu_reset(f"{RESET_MARK}{burst + 120}.250\n" + log)
     assert dropped == 11 and parse_xids(text) == []
     (v,) = check_xids(Node("gpu01", lambda c: Result(0, f"{RESET_MARK}{burst + 120}\n" + log, "")), "cat log")
@@ -574,3 +574,24 @@ def test_bridged_nvlink_counts_active_links_and_leaves_unbridged_slots_alone():
     assert missing.severity == "fail" and "gpu0: 8 of 12 bridged links active" in missing.message
     listed = check_nvlink(node, 12)  # read as an NVSwitch-style layout, the unbridged slots fail
     assert [v.severity for v in listed] == ["fail", "ok"]
+
+
+def test_a_contained_ecc_error_asks_to_restart_the_application_and_never_drains():
+    """NVIDIA's catalog: Xid 94, a contained ECC error, needs the application restarted, not the node."""
+    from checks.gpu import check_xids
+    from checks.node import Node, Result
+    line = "2024-11-15T12:02:03,521616+00:00 NVRM: Xid (PCI:0000:19:00): 94, pid=1248209, name=python3.10, Ch 00000008\n"
+    (v,) = check_xids(Node("gpu01", lambda c: Result(0, line, "")), "cat log")
+    assert (v.id, v.severity) == ("GPU_XID", "warn") and "restart the application" in v.message
+
+
+def test_every_fatal_code_has_its_catalog_ladder_and_a_fatal_sxid_of_five_digits_is_rebooted():
+    from checks.parsers.xid_catalog import FATAL, NVLINK, REBOOT, RESET, SERVICE
+    from checks.repairs import ESCALATE, ladder
+    steps = {RESET: ("reset", "reboot", ESCALATE), REBOOT: ("reboot", ESCALATE), SERVICE: (ESCALATE,),
+             NVLINK: ("restart:nvidia-fabricmanager", "reset", "reboot", ESCALATE)}
+    for code, (_, action) in FATAL.items():
+        assert ladder(f"GPU_XID_{code}") == steps.get(action, ("reboot", ESCALATE)), code
+    for sxid in (11004, 12028, 20034, 24007):
+        assert ladder(f"GPU_XID_{sxid}") == ("reboot", ESCALATE), sxid
+    assert ladder("GPU_XID_94") == (ESCALATE,)  # never drained for it; a person's if ever asked
