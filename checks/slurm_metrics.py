@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from checks.drain_reasons import KILNS, classify
+from checks.drain_reasons import classify
 from checks.parsers import sacctmgr, sinfo, squeue
 from checks.parsers.delimited import separator
 from checks.parsers.exposition import Exposition, write
@@ -50,10 +50,13 @@ USAGE = (("jobs", "jobs", "Finished GPU jobs per account (counted at their end b
 
 
 def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
-    """(nodes per base state, [(node, who drained it, reason)]) from ``sinfo.nodes_command(sep)``'s
-    output (a drain reason holding a newline and another node's line stays that reason's text). A node
-    listed once per partition counts once; ``drained``/``draining``/``drain`` are drained; records that do
-    not parse whole count as state ``unreadable``."""
+    """(nodes per base state, [(node, who drained it, the check behind it)]) from
+    ``sinfo.nodes_command(sep)``'s output. Who: the drain reason's class (checks/drain_reasons.py: kiln,
+    rollout, repair, escalated, slurm, person); the check: its id where the class has one, else ''. The
+    reason's own text is never a label: a label that changes restarts every rule's ``for:`` clock, and
+    free text has no place in a series' name. A node listed once per partition counts once;
+    ``drained``/``draining``/``drain`` are drained; records that do not parse whole count as state
+    ``unreadable``."""
     nodes, framed = sinfo.read_nodes(text, sep)
     seen = {n.name: (n.state, n.reason.strip()) for n in nodes.values()}
     states: dict[str, int] = {"unreadable": framed.bad} if framed.bad else {}
@@ -62,7 +65,8 @@ def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, st
         base = state.rstrip("*~#!%$@^-+").lower() or "unknown"
         states[base] = states.get(base, 0) + 1
         if base.startswith("drain") or "drain" in base:
-            drained.append((node, "kiln" if classify(reason).by in KILNS else "person", reason))
+            drain = classify(reason)
+            drained.append((node, drain.by or "person", drain.check or ""))
     return states, drained
 
 
@@ -144,10 +148,11 @@ def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: 
     out.add("kiln_slurm_nodes", "gauge", "Nodes per Slurm state.")
     for state, n in sorted(states.items()):
         out.add("kiln_slurm_nodes", "gauge", "Nodes per Slurm state.", n, {"state": state})
-    text = "1 for each drained node; by is kiln (reason starts with kiln:) or person."
+    text = ("1 for each drained node; by: who drained it (kiln, rollout, repair, escalated, slurm, person), check: "
+            "the check behind the drain.")
     out.add("kiln_slurm_node_drained", "gauge", text)
-    for node, by, reason in drained:
-        out.add("kiln_slurm_node_drained", "gauge", text, 1, {"slurm_node": node, "by": by, "reason": reason})
+    for node, by, check in drained:
+        out.add("kiln_slurm_node_drained", "gauge", text, 1, {"slurm_node": node, "by": by, "check": check})
     out.add("kiln_slurm_jobs", "gauge", "Jobs per state and account.")
     for account, v in sorted(jobs.items()):
         for state, n in sorted(v["states"].items()):

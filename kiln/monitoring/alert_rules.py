@@ -92,10 +92,10 @@ ALERTS: tuple[Alert, ...] = (
           "warning", "", "kiln's node checks on {{ $labels.node }} last ran {{ $value | humanizeDuration }} ago",
           "slurmd runs them (HealthCheckProgram): is slurmd running? kiln-node-check on the node by hand"),
     Alert("KilnNodeDrainedByChecks", 'kiln_slurm_node_drained{by="kiln"} == 1', "drained_seconds", "warning", "",
-          "{{ $labels.slurm_node }} is drained by kiln's checks: {{ $labels.reason }}",
+          "{{ $labels.slurm_node }} is drained by kiln's check {{ $labels.check }}",
           "the reason names the check; fix the node, its next passing health check resumes it"),
-    Alert("KilnNodeEscalated", 'kiln_slurm_node_drained{by="kiln",reason=~"kiln: escalated.*"} == 1', "0s",
-          "critical", "", "{{ $labels.slurm_node }} needs a person: {{ $labels.reason }}",
+    Alert("KilnNodeEscalated", 'kiln_slurm_node_drained{by="escalated"} == 1', "0s",
+          "critical", "", "{{ $labels.slurm_node }} needs a person: kiln-remediate escalated it",
           "kiln-remediate tried what it may (the reason says what and why it stopped): service the node, then "
           "scontrol update nodename=NODE state=resume"),
     Alert("KilnRemediationBreakerOpen", "kiln_remediation_breaker_open == 1", "0s", "critical", "",

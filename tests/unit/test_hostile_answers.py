@@ -218,8 +218,9 @@ def test_a_metrics_label_cut_after_its_escape_stays_one_label():
     label = label_value("x" * 199 + "\\" + "tail")
     assert not label.endswith("\\") or label.endswith("\\\\")
     reason = "y" * 199 + '"'
-    text = slurm_metrics.exposition(1, 1, ({"drained": 1}, [("n1", "person", reason)]), {}, {}, 1e9)
-    line = next(x for x in text.split("\n") if x.startswith("kiln_slurm_node_drained{"))
+    text = slurm_metrics.exposition(1, 1, ({"drained": 1}, []), {"a": {"states": {}, "pending": {reason: 1}, "gpus": 0}},
+                                    {}, 1e9)
+    line = next(x for x in text.split("\n") if x.startswith("kiln_slurm_jobs_pending{"))
     assert line.endswith('"} 1') and line.count('reason="') == 1
     promtool = shutil.which("promtool")
     if promtool:
