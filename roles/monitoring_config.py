@@ -95,6 +95,10 @@ def node_textfile(cluster: Cluster, host: Host) -> str:
     if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.rate_gbps:
         out.add("kiln_node_fabric_rate_gbps_expected", "gauge", "The rate each of the node's fabric ports must run at.",
                 host.fabric.rate_gbps)
+    if host.fabric.type in ("infiniband", "roce", "rxe"):
+        text = "1 for each HCA the inventory gives this node (fabric alerts watch these ports only)."
+        for hca in host.fabric.hcas:
+            out.add("kiln_node_fabric_hca_expected", "gauge", text, 1, {"device": hca})
     return out.text()
 
 

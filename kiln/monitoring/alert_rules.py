@@ -36,6 +36,14 @@ FATAL_XIDS = "|".join(str(code) for code in sorted(FATAL))
 _THROTTLE_BITS = " or ".join(f"(floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / {bit}) % 2 == 1)" for bit in (8, 32, 64, 128))
 STORAGE_TYPES = "nfs|nfs4|fuse.glusterfs|lustre|beegfs|ceph"
 
+def _listed_hcas(expr: str) -> str:
+    """``expr`` over fabric ports, kept to the HCAs the inventory lists for the node (kiln-node.prom's
+    ``kiln_node_fabric_hca_expected``, as the node check reads them); a node whose inventory lists none
+    keeps every port. An unused or storage port never alerts where the inventory names the HCAs."""
+    return (f"({expr}) and on (node, device) kiln_node_fabric_hca_expected == 1"
+            f" or ({expr}) unless on (node) kiln_node_fabric_hca_expected")
+
+
 ALERTS: tuple[Alert, ...] = (
     # node!="": kiln's own targets only (a package's default config scrapes localhost:9100 until kiln's replaces it)
     Alert("KilnNodeDown", 'up{job="node",node!=""} == 0', "node_down_seconds", "critical", "NODE_UNREACHABLE",
@@ -72,11 +80,12 @@ ALERTS: tuple[Alert, ...] = (
           "increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m])) > $nvlink_errors_per_10m", "0s", "warning",
           "GPU_NVLINK_INACTIVE", "GPU {{ $labels.gpu }} of {{ $labels.node }}: {{ $value }} NVLink errors in 10 minutes",
           "check the fabric manager and NVLink state (nvidia-smi nvlink -s); reset the GPUs when the node is idle"),
-    Alert("KilnFabricPortDown", 'node_infiniband_state_id != 4', "node_down_seconds", "critical", "FABRIC_PORT_DOWN",
+    Alert("KilnFabricPortDown", _listed_hcas("node_infiniband_state_id != 4"), "node_down_seconds", "critical",
+          "FABRIC_PORT_DOWN",
           "{{ $labels.device }} port {{ $labels.port }} of {{ $labels.node }} is not Active",
           "check the cable, the switch port and the subnet manager"),
-    Alert("KilnFabricPortDegraded",
-          "node_infiniband_rate_bytes_per_second * 8 / 1e9 < on(node) group_left() kiln_node_fabric_rate_gbps_expected",
+    Alert("KilnFabricPortDegraded", _listed_hcas(
+          "node_infiniband_rate_bytes_per_second * 8 / 1e9 < on(node) group_left() kiln_node_fabric_rate_gbps_expected"),
           "node_down_seconds", "warning", "FABRIC_RATE",
           "{{ $labels.device }} port {{ $labels.port }} of {{ $labels.node }} runs at {{ $value }} Gb/s, below its rate",
           "check the cable and the switch port (a link trained down to fewer lanes or a lower speed)"),

@@ -343,7 +343,8 @@ def served_metrics() -> set[str]:
     import re
     collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP),
                                          slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
-    node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected"}  # kiln-node.prom
+    node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected",
+                  "kiln_node_fabric_hca_expected"}  # kiln-node.prom
     assert all(f"\"{name}\"" in (REPO / "roles" / "monitoring_config.py").read_text() for name in node_files)
     from checks import node_local
     kiln_prom = {"kiln_check_ok", "kiln_check_last_run_timestamp_seconds", "kiln_check_duration_seconds"}
@@ -520,3 +521,19 @@ def test_a_target_not_scraped_yet_is_waited_for_not_called_down(tmp_path):
         assert found["MONITORING_TARGETS"].failed and "unknown" in found["MONITORING_TARGETS"].message
     finally:
         server.shutdown()
+
+
+def test_kiln_node_prom_names_the_hcas_the_fabric_alerts_watch():
+    """A node whose inventory names its HCAs gets one series each; the fabric alerts watch those ports only
+    (promtool: tests/unit/monitoring/rules_test.yml), as the node's fabric check does."""
+    from kiln.inventory import load_cluster
+    cluster = load_cluster(REPO / "tests" / "inventories" / "fabric")
+    named = [h for h in cluster.hosts.values() if h.fabric.type in ("infiniband", "roce") and h.fabric.hcas]
+    assert named
+    for host in named:
+        text = conf.node_textfile(cluster, host)
+        for hca in host.fabric.hcas:
+            assert f'kiln_node_fabric_hca_expected{{device="{hca}"}} 1' in text
+    for host in cluster.hosts.values():
+        if host.fabric.type == "none":
+            assert "kiln_node_fabric_hca_expected" not in conf.node_textfile(cluster, host)
