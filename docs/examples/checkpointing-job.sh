@@ -2,7 +2,7 @@
 # A batch job that survives maintenance: it saves its state when told to, is requeued, and continues
 # from that state where it starts again. See docs/checkpointing.md.
 #
-#   sbatch --requeue --signal=B:USR1@120 docs/examples/checkpointing-job.sh
+#   sbatch --requeue --signal=B:USR1@120 --comment=kiln:checkpoint docs/examples/checkpointing-job.sh
 #
 # Told to checkpoint (SIGUSR1 from `kiln patch --notify USR1`, or from Slurm itself 120 s before the
 # time limit with --signal=B:USR1@120), it writes its step to $CHECKPOINT_DIR/<job id>.step on shared
@@ -10,6 +10,7 @@
 # job requeues itself after REQUEUE_AFTER seconds). Started again, it reads that file and goes on.
 #SBATCH --job-name=checkpointing-example
 #SBATCH --requeue
+#SBATCH --comment=kiln:checkpoint
 #SBATCH --open-mode=append
 #SBATCH --output=checkpointing-example-%j.out
 set -u

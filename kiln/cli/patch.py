@@ -29,7 +29,8 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK,
 @click.option("--drain-timeout", default="1h", show_default=True,
               help="how long to wait for a drained node's jobs (e.g. 90s, 30m, 2h); then it is left unpatched")
 @click.option("--notify", "notify", default=None, metavar="SIGNAL",
-              help="send SIGNAL (e.g. USR1) to the jobs on each drained node, batch shell and steps, to checkpoint")
+              help="send SIGNAL (e.g. USR1) to the jobs on each drained node that asked for it (their comment holds "
+              "kiln:checkpoint), batch shell and steps, to checkpoint; other jobs are never signalled")
 @click.option("--grace", default="0s", show_default=True,
               help="how long signalled jobs get to checkpoint (with --notify) before a requeue")
 @click.option("--requeue", is_flag=True, help="after the grace, requeue the jobs still there that Slurm may "

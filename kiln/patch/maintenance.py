@@ -3,10 +3,12 @@
 - A maintenance reservation (``Flags=MAINT,IGNORE_JOBS``) on the batch's nodes from ``lead`` seconds
   on, made before the batch is drained: until then Slurm starts a job there only if it ends before the
   reservation (short jobs keep running up to the window); removed once the batch is back.
-- Once drained, with ``--notify``: each job on the nodes is sent the signal (its batch shell and every
-  step), given ``--grace`` to checkpoint; then, with ``--requeue``, a job still running there that Slurm
-  may requeue (a batch job, ``Requeue=1``) is requeued, and starts again elsewhere from its checkpoint.
-  Any other job is waited for, never killed.
+- Once drained, with ``--notify``: each job on the nodes that asked to be told (its comment holds
+  ``kiln:checkpoint``: ``sbatch --comment=kiln:checkpoint``) is sent the signal (its batch shell and every
+  step), given ``--grace`` to checkpoint; then, with ``--requeue``, such a job still running there that
+  Slurm may requeue (a batch job, ``Requeue=1``) is requeued, and starts again elsewhere from its
+  checkpoint. A job that did not ask is never signalled (one that traps nothing would die of it), and it
+  and any other job are waited for, never killed.
 
 Every signal and requeue is journalled before it is sent. A resumed rollout never signals a job twice
 (a ``begin`` record counts as sent) and requeues a job again only if Slurm's restart count shows the
@@ -122,7 +124,15 @@ class Maintenance:
         for node, ids in on_nodes.items():
             for job in ids:
                 nodes_of.setdefault(job, []).append(node)
+        asked = self.rollout.slurm.opted_in(sorted(nodes_of))
         for job, nodes in nodes_of.items():
+            if job not in asked:
+                if not self._records("job", job=job, phase="note", batch=index):
+                    self.rollout.record("job", job=job, phase="note", nodes=nodes, batch=index,
+                                        path="waited for (did not ask to be signalled)")
+                    self.rollout.say(f"job {job} on {', '.join(nodes)}: did not ask to be signalled "
+                                     "(--comment=kiln:checkpoint); waiting for it to end")
+                continue
             if self._records("job", job=job, action="signal", batch=index):
                 continue  # sent before a crash (or its begin was written): never twice
             self.rollout.record("job", job=job, action="signal", phase="begin", nodes=nodes, batch=index)

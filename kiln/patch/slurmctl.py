@@ -7,6 +7,7 @@ times; maintenance reservations; signal a job (never cancel one) and requeue it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from checks.node import Node, Result
@@ -16,6 +17,10 @@ from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_re
 from kiln.hostlist import HostListError, expand
 from kiln.shell import command
 from kiln.patch.plan import SlurmNode, parse_nodes
+
+
+# The word a job's comment holds to ask for kiln patch's --notify signal (and its --requeue)
+OPT_IN = "kiln:checkpoint"
 
 
 class SlurmError(RuntimeError):
@@ -120,6 +125,22 @@ class SlurmControl:
                 return {}  # none of them is known any more
             raise SlurmError(f"squeue -j {','.join(ids)} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}")
         return parse_jobs(out.stdout, sep)
+
+    def opted_in(self, ids: list[str]) -> set[str]:
+        """Which of ``ids`` asked to be told before maintenance: their comment (squeue's Comment, the job's
+        own ``--comment``) holds the word ``OPT_IN`` (``sbatch --comment=kiln:checkpoint``)."""
+        if not ids:
+            return set()
+        sep = separator()
+        out = self.node.run(command(*squeue.jobs_command(sep, ("Comment",), "-j", ",".join(ids))))
+        if out.rc != 0:
+            if "invalid job id" in (out.stdout + out.stderr).lower():
+                return set()
+            raise SlurmError(f"squeue -j {','.join(ids)} exited {out.rc}: {(out.stderr or out.stdout).strip()[:300]}")
+        rows, framed = squeue.read_jobs(out.stdout, sep, ("Comment",))
+        if framed.bad:  # never signal on a guess
+            raise SlurmError(framed.problem("squeue"))
+        return {row["JobID"] for row in rows if OPT_IN in re.split(r"[\s,;]+", row["Comment"])}
 
     def signal(self, job: str, signal: str) -> None:
         """``signal`` to the job's batch shell and every one of its steps (what sbatch --signal=B: and its

@@ -96,6 +96,40 @@ def test_jobs_are_signalled_given_their_grace_then_requeued_or_waited_for(cluste
     assert "<td>101</td>" in page and "signalled USR1, then waited for (not requeueable)" in page
 
 
+def test_a_job_that_did_not_ask_is_never_signalled_nor_requeued_only_waited_for(cluster, tmp_path):
+    """--notify tells only the jobs whose comment asks for it (kiln:checkpoint): a job that traps nothing
+    would die of the signal."""
+    names = compute_of(cluster)
+    slurm = FakeSlurm(names)
+    slurm.running = {"201": (names[0], Job("201", "RUNNING", True, True, 0)),
+                     "202": (names[0], Job("202", "RUNNING", True, True, 0))}
+    slurm.not_asking = {"202"}
+    threading.Timer(0.5, lambda: slurm.running.pop("202", None)).start()  # it ends on its own
+    rollout, journal = make(cluster, tmp_path, Recorder(), slurm, notify="USR1", grace=0.1, requeue=True)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None
+    assert [c for c in slurm.calls if c[0] in ("signal", "requeue")] == [("signal", "201", "USR1"), ("requeue", "201")]
+    paths = job_paths(journal.records)
+    assert paths["202"]["path"] == ["waited for (did not ask to be signalled)"]
+    assert paths["201"]["path"] == ["signalled USR1", "requeued"]
+
+
+def test_the_opt_in_is_a_word_of_the_jobs_comment():
+    from kiln.patch.slurmctl import SlurmControl
+    from checks.node import Result
+    from tests.slurm_framing import frame
+
+    class Controller:
+        name = "ctl1"
+
+        def run(self, command: str) -> Result:
+            import re
+            sep = re.search(r"JobID:(\|k[0-9a-f]{16}\|)", command).group(1)
+            return Result(0, frame("1|kiln:checkpoint\n2|run 7, kiln:checkpoint\n3|not-kiln:checkpointed\n"
+                                   "4|\n5|kiln:checkpoint\n6|forged\n", 2, sep), "")
+    assert SlurmControl(Controller()).opted_in(["1", "2", "3", "4", "5", "6"]) == {"1", "2", "5"}
+
+
 def test_without_requeue_a_signalled_job_is_waited_for_and_never_requeued(cluster, tmp_path):
     names = compute_of(cluster)
     slurm = FakeSlurm(names)

@@ -51,6 +51,7 @@ class FakeSlurm:
         self.running = {}
         self.requeued = {}
         self.on_signal = lambda job: None
+        self.not_asking: set[str] = set()  # jobs whose comment does not ask for the signal
 
     def nodes(self) -> dict[str, SlurmNode]:
         return {n: SlurmNode(n, s, r, "1") for n, (s, r) in self.state.items()}
@@ -96,6 +97,9 @@ class FakeSlurm:
 
     def start_now(self, job):
         self.calls.append(("start_now", job))
+
+    def opted_in(self, ids):
+        return set(ids) - self.not_asking
 
     def signal(self, job, signal):
         self.calls.append(("signal", job, signal))
