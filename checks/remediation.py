@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,11 +37,12 @@ from checks.parsers.exposition import Exposition, write  # noqa: E402
 from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes  # noqa: E402
 from checks.parsers.slurm_values import SLURM_ENV, epoch  # noqa: E402
 from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
-                                       breaker, decide, judge, replay)
+                                       breaker, decide, judge, most_severe, replay)
 
 CONFIG = "/etc/kiln/remediation.json"
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
 LOCK = "/run/kiln-remediate.lock"
+CHECK_ID_RE = re.compile(repairs.CHECK_ID)
 
 
 def parse_views(sinfo_text: str, scontrol: str, nodes: list[str], sep: str) -> list[NodeView]:
@@ -142,7 +144,9 @@ class Remediator:
             n = history.node(view.name)
             d = decide(view, n, self.settings, now, history.breaker_open)
             if d.action == "open":
-                self.act(view, d)
+                faults = self.faults(view.name, d.check)
+                d = Decision("open", d.why, check=most_severe(faults))
+                self.act(view, d, faults=faults)
                 history = replay(read_journal(self.journal)) if not self.dry_run else history
                 n = history.node(view.name)
                 if self.dry_run:
@@ -157,7 +161,16 @@ class Remediator:
                 self.act(view, d, repeated=d.action == "hold" and d.why == n.last_held)
         return self.decisions
 
-    def act(self, view: NodeView, d: Decision, repeated: bool = False) -> None:
+    def faults(self, name: str, check: str) -> list[str]:
+        """Every fault the node has now: its drain reason's check, then each check it fails (read on the
+        node; none added when its checks cannot be read, nor in a dry run, which touches no node)."""
+        if self.dry_run:
+            return [check]
+        _, failing = self.check(name)
+        ids = [line.split(" ", 1)[0] for line in failing]
+        return list(dict.fromkeys([check, *(i for i in ids if CHECK_ID_RE.fullmatch(i))]))
+
+    def act(self, view: NodeView, d: Decision, repeated: bool = False, faults: list[str] | None = None) -> None:
         """Report the decision and carry it out; a hold said on the last look too is reported, not
         written again."""
         name = view.name
@@ -168,7 +181,8 @@ class Remediator:
         if self.dry_run:
             return
         if d.action == "open":
-            self.log("fault", name, check=d.check, reason=view.reason, drained_at=view.drained_at)
+            self.log("fault", name, check=d.check, reason=view.reason, drained_at=view.drained_at,
+                     faults=faults or [d.check])
         elif d.action in ("hold", "release"):
             self.log("held" if d.action == "hold" else "released", name, why=d.why)
         elif d.action == "return":
@@ -187,6 +201,10 @@ class Remediator:
         passed, before = self.check(name) if d.step != repairs.REBOOT else (False, [view.reason])
         self.log("step", name, step=d.step, check=d.check, before=before)
         if d.step == repairs.REBOOT:
+            if view.state.endswith("*"):
+                # Slurm reboots a node through its slurmd (RebootProgram): one that does not answer (slurmd
+                # stopped beside the fault that needs the reboot) gets its slurmd back first
+                self.ssh(name, "restart slurmd")
             # not ASAP: Slurm would undrain the node after its reboot; a drained node's plain reboot keeps
             # it drained until the checks pass on it (its HealthCheckProgram or the next look resumes it)
             reason = f"{REPAIR_PREFIX} reboot {d.check}"

@@ -155,6 +155,19 @@ def judge(check: str, passed: bool, failing: list[str]) -> tuple[str, str]:
     return "ok", ids[0]
 
 
+# How heavy a ladder's first step is: a fault that needs a person first, then a reboot (which also
+# restarts every service and resets every GPU), a GPU reset, a service restart
+_WEIGHT = {repairs.ESCALATE: 4, repairs.REBOOT: 3, repairs.RESET: 2}
+
+
+def most_severe(checks: list[str]) -> str:
+    """Of the faults a node has at once (its drain reason's and those its checks fail now), the one whose
+    ladder it climbs: the heaviest first step, the first given on a tie. A node whose slurmd stopped
+    (restart) and whose GPU fell off the bus (Xid 79: reboot) is rebooted, which cures both."""
+    known = [c for c in checks if c and c != "UNKNOWN"] or list(checks[:1])
+    return max(known, key=lambda c: (_WEIGHT.get(repairs.ladder(c)[0], 1), -known.index(c)))
+
+
 def owner(view: NodeView) -> str:
     """Who holds the node out of service: "" (in service), "kiln" (a check or kiln's repair), "slurm"
     (Slurm's own reason), "rollout", "escalated" or "person" (a ``kiln:`` reason naming no check, too)."""

@@ -300,3 +300,27 @@ def test_a_node_back_and_failing_anew_before_the_next_look_gets_a_new_episode(tm
     assert "escalated" not in [e["event"] for e in read_journal(fake.config["journal"])]
     text = metrics(read_journal(fake.config["journal"]), T0 + 300)
     assert 'kiln_remediation_repairs_total{kind="reboot",result="ok"} 1' in text
+
+
+def test_a_node_with_several_faults_climbs_the_ladder_of_its_most_severe(tmp_path):
+    """slurmd stopped (Slurm: Not responding) while the kernel log holds an Xid 79: the node is rebooted
+    (Xid 79's ladder, which a reboot of slurmd's node cures too), never restarted twice and escalated;
+    the journal names both faults."""
+    from checks.remediation_policy import most_severe
+    assert most_severe(["SLURM_NOT_RESPONDING", "GPU_XID_79"]) == "GPU_XID_79"
+    assert most_severe(["SLURM_SLURMD", "GPU_ECC_UNCORRECTED"]) == "GPU_ECC_UNCORRECTED"  # reset over restart
+    assert most_severe(["GPU_XID_79", "GPU_REMAP_FAILURE"]) == "GPU_REMAP_FAILURE"  # a person's first
+    assert most_severe(["SLURM_SLURMD", "SLURM_MUNGE"]) == "SLURM_SLURMD"  # a tie: the drain's own
+    assert most_severe(["UNKNOWN"]) == "UNKNOWN"
+    fake = _FakeCluster(tmp_path, [("n1", "down*", "Not responding"), ("n2", "idle", "none")])
+    r = fake.remediator(lambda: T0)
+    r.check = lambda node: (False, ["SLURM_SLURMD slurmd is inactive", "GPU_XID_79 Xid 79 (GPU has fallen off the bus)"])
+    r.look()
+    events = read_journal(fake.config["journal"])
+    fault = next(e for e in events if e["event"] == "fault")
+    assert fault["check"] == "GPU_XID_79" and fault["faults"] == ["SLURM_NOT_RESPONDING", "SLURM_SLURMD", "GPU_XID_79"]
+    step = next(e for e in events if e["event"] == "step")
+    assert step["step"] == "reboot" and step["check"] == "GPU_XID_79"
+    # slurmd restarted only so that Slurm can deliver the reboot (it reboots through slurmd), then the reboot
+    assert [c[-1] for c in fake.calls if c[0] == "ssh"] == ["restart slurmd"]
+    assert any(c[:2] == ["scontrol", "reboot"] and c[-1] == "n1" for c in fake.calls)
