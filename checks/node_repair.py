@@ -4,9 +4,11 @@ The key's line in root's authorized_keys forces this program (``restrict,command
 what the controller asked for arrives in ``SSH_ORIGINAL_COMMAND`` and must be one of:
 
     restart UNIT     restart one of the units in UNITS and wait until it is active (30 s)
-    reset            reset the node's GPUs (nvidia-smi -r), only when no process uses them; record when
-                     (RESET_FILE: the Xid check counts no GPU driver line from before it); then restart
-                     the fabric manager where it runs (NVSwitch GPUs are reset together)
+    reset            reset the node's GPUs as NVIDIA documents it: refused while a job's process uses
+                     them; each GPU client that runs (GPU_CLIENTS, then the units named one a line in
+                     EXTRA_CLIENTS) stopped, refused if any process still holds a GPU, ``nvidia-smi -r``,
+                     the clients started again; a reset that took is recorded (RESET_FILE: the Xid
+                     check counts no GPU driver line from before it)
     check            kiln's node checks, report only (kiln-node-check --no-drain --json)
 
 Anything else is refused (exit 2) and nothing runs. Standard library only (the node's python3).
@@ -15,6 +17,7 @@ Anything else is refused (exit 2) and nothing runs. Standard library only (the n
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +28,13 @@ if __package__ in (None, ""):  # run as a file: the checks package is beside it
 from checks.parsers.kernel_log import RESET_FILE  # noqa: E402
 
 UNITS = ("slurmd", "munge", "nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")
+# What holds the GPUs open on a node kiln deploys, stopped in this order before a reset and started in
+# the reverse order after it: nvidia-smi -r fails while any process uses a GPU (NVIDIA: "there can't be
+# any applications using these devices", monitoring ones included)
+GPU_CLIENTS = ("nvidia-dcgm-exporter", "nvidia-dcgm", "nvidia-persistenced", "nvidia-fabricmanager")
+EXTRA_CLIENTS = "/etc/kiln/gpu-clients"  # a site's own GPU clients (the testbed lists its stand-ins)
+UNIT_NAME = re.compile(r"[A-Za-z0-9@_.-]{1,64}")
+GPU_DEVICE = re.compile(r"/dev/nvidia(\d+|ctl|-uvm|-uvm-tools|-modeset|-caps/.*)")
 CHECK = ["/usr/local/sbin/kiln-node-check", "--mode", "prolog", "--no-drain", "--json"]
 
 
@@ -66,19 +76,53 @@ def mark_reset(path: str, when: float) -> None:
     os.replace(tmp, path)
 
 
+def gpu_clients(extra: str | None = None) -> list[str]:
+    """The GPU client units kiln knows of and those a site names, in stop order."""
+    try:
+        with open(extra or EXTRA_CLIENTS) as f:
+            named = [line.strip() for line in f if UNIT_NAME.fullmatch(line.strip())]
+    except OSError:
+        named = []
+    return list(dict.fromkeys([*GPU_CLIENTS, *named]))
+
+
+def gpu_holders(proc: str = "/proc") -> list[str]:
+    """'pid name' of each process that holds a GPU device open."""
+    found = []
+    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+        try:
+            fds = os.listdir(os.path.join(proc, pid, "fd"))
+            if any(GPU_DEVICE.fullmatch(os.readlink(os.path.join(proc, pid, "fd", fd))) for fd in fds):
+                with open(os.path.join(proc, pid, "comm")) as f:
+                    found.append(f"{pid} {f.read().strip()}")
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
 def reset() -> int:
     busy = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
     if busy.returncode == 0 and busy.stdout.strip():
         print(f"GPUs in use by {len(busy.stdout.split())} process(es): not reset")
         return 1
-    out = _run(["nvidia-smi", "-r"], timeout=300)
-    print((out.stdout + out.stderr).strip()[:500])
-    if out.returncode != 0:
-        return 1
-    mark_reset(RESET_FILE, time.time())
-    if _run(["systemctl", "is-active", "--quiet", "nvidia-fabricmanager.service"]).returncode == 0:
-        return restart("nvidia-fabricmanager")
-    return 0
+    running = [u for u in gpu_clients() if _run(["systemctl", "is-active", "--quiet", f"{u}.service"]).returncode == 0]
+    for unit in running:
+        _run(["systemctl", "stop", f"{unit}.service"])
+    try:
+        held = gpu_holders()
+        if held:
+            print(f"GPUs still held by {', '.join(held[:5])} with kiln's clients stopped: not reset")
+            return 1
+        out = _run(["nvidia-smi", "-r"], timeout=300)
+        print((out.stdout + out.stderr).strip()[:500])
+        if out.returncode != 0:
+            return 1
+        mark_reset(RESET_FILE, time.time())
+        return 0
+    finally:
+        for unit in reversed(running):  # back as they were, whatever the reset did
+            if _run(["systemctl", "start", f"{unit}.service"]).returncode != 0:
+                print(f"{unit} did not start again after the reset")
 
 
 def main() -> int:

@@ -32,6 +32,9 @@ def simulator_files(fabric: bool = True) -> dict[str, tuple[str, int]]:
     for unit in UNITS:
         files[f"/etc/systemd/system/{unit}"] = ((SIMULATORS / unit).read_text(), 0o644)
     files["/etc/kiln-sim/dcgm-counters.csv"] = (COUNTERS.read_text(), 0o644)
+    # kiln-node-repair stops the GPU clients before a reset (NVIDIA: no process may hold a GPU): the
+    # stand-in of dcgm-exporter runs under its own unit name
+    files["/etc/kiln/gpu-clients"] = ("kiln-sim-dcgm-exporter\n", 0o644)
     return files
 
 

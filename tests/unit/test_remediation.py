@@ -324,3 +324,55 @@ def test_a_node_with_several_faults_climbs_the_ladder_of_its_most_severe(tmp_pat
     # slurmd restarted only so that Slurm can deliver the reboot (it reboots through slurmd), then the reboot
     assert [c[-1] for c in fake.calls if c[0] == "ssh"] == ["restart slurmd"]
     assert any(c[:2] == ["scontrol", "reboot"] and c[-1] == "n1" for c in fake.calls)
+
+
+def test_a_gpu_reset_stops_the_gpu_clients_first_and_refuses_while_any_process_holds_a_gpu(tmp_path, monkeypatch):
+    """NVIDIA: nvidia-smi -r fails while any process uses a GPU, monitoring ones included. kiln-node-repair
+    stops each client that runs (DCGM's exporter and hostengine, persistenced, the fabric manager, and a
+    site's own from /etc/kiln/gpu-clients), refuses if something still holds a GPU, resets, and starts
+    the clients again in the reverse order whatever happened."""
+    import subprocess
+    monkeypatch.setattr(node_repair, "RESET_FILE", str(tmp_path / "gpu-reset"))
+    extra = tmp_path / "gpu-clients"
+    extra.write_text("kiln-sim-dcgm-exporter\nnot a unit; rm -rf /\n")
+    monkeypatch.setattr(node_repair, "EXTRA_CLIENTS", str(extra))
+    active = {"nvidia-dcgm-exporter", "nvidia-persistenced", "kiln-sim-dcgm-exporter"}
+    calls = []
+
+    def run(args, timeout=120):
+        calls.append(args)
+        if args[:3] == ["systemctl", "is-active", "--quiet"]:
+            return subprocess.CompletedProcess(args, 0 if args[3][:-8] in active else 3, "", "")
+        return subprocess.CompletedProcess(args, 0, "GPU 00000000:18:00.0 was successfully reset." if args[:2] ==
+                                           ["nvidia-smi", "-r"] else "", "")
+    monkeypatch.setattr(node_repair, "_run", run)
+    holders = [["123 python3"]]
+    monkeypatch.setattr(node_repair, "gpu_holders", lambda: holders[0])
+    assert node_repair.gpu_clients(str(extra)) == [*node_repair.GPU_CLIENTS, "kiln-sim-dcgm-exporter"]
+    assert node_repair.reset() == 1  # something still holds a GPU with the clients stopped: refused
+    assert ["nvidia-smi", "-r"] not in calls
+    started = [a[2] for a in calls if a[:2] == ["systemctl", "start"]]
+    assert started == ["kiln-sim-dcgm-exporter.service", "nvidia-persistenced.service", "nvidia-dcgm-exporter.service"]
+    calls.clear()
+    holders[0] = []
+    assert node_repair.reset() == 0
+    order = [a[1:3] if a[0] == "systemctl" else a[:2] for a in calls if a[:2] != ["systemctl", "is-active"]
+             and a[:1] != ["nvidia-smi"] or a[:2] == ["nvidia-smi", "-r"]]
+    assert order == [["stop", "nvidia-dcgm-exporter.service"], ["stop", "nvidia-persistenced.service"],
+                     ["stop", "kiln-sim-dcgm-exporter.service"], ["nvidia-smi", "-r"],
+                     ["start", "kiln-sim-dcgm-exporter.service"], ["start", "nvidia-persistenced.service"],
+                     ["start", "nvidia-dcgm-exporter.service"]]
+
+
+def test_the_testbeds_nvidia_smi_refuses_a_reset_while_a_gpu_client_runs(tmp_path):
+    """The stand-in refuses as the driver does: a GPU client (known by the name it runs under) is running."""
+    import importlib.util
+    from tests.conftest import REPO
+    spec = importlib.util.spec_from_file_location("simstate", REPO / "kiln" / "testbed" / "simulators" / "simstate.py")
+    simstate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(simstate)
+    for pid, argv in (("10", b"/usr/bin/python3\0-IS\0/usr/local/bin/dcgm-exporter\0"), ("11", b"nv-fabricmanager\0infinity\0"),
+                      ("12", b"/usr/sbin/sshd\0-D\0"), ("13", b"python3\0train.py\0--dcgm-exporter\0")):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "cmdline").write_bytes(argv)
+    assert sorted(simstate.gpu_clients(str(tmp_path))) == ["10 dcgm-exporter", "11 nv-fabricmanager"]

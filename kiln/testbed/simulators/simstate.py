@@ -80,6 +80,27 @@ def xid(state: dict, gpu: dict, code: int, app: bool = False) -> None:
     state["kernel_log"].append({"t": time.time(), "line": line})
 
 
+# Programs that hold the GPUs open while they run (the real ones open /dev/nvidia*; kiln's stand-ins do
+# not, so they are known by the name they run under): a GPU reset is refused while any runs
+GPU_CLIENTS = ("nv-hostengine", "dcgm-exporter", "nvidia-persistenced", "nv-fabricmanager")
+
+
+def gpu_clients(proc: str = "/proc") -> list[str]:
+    """'pid name' of each running GPU client."""
+    found = []
+    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        names = {os.path.basename(w.decode(errors="replace")) for w in words[:3] if w}  # argv0, or a script's path
+        hit = sorted(names & set(GPU_CLIENTS))
+        if hit:
+            found.append(f"{pid} {hit[0]}")
+    return found
+
+
 def reset_gpus(state: dict) -> list[str]:
     """``nvidia-smi -r``: every GPU without a persistent fault gets its healthy fields back (the kernel
     log keeps its Xid lines, as dmesg does); a persistent Xid fault's GPU logs its Xid again (the fault
