@@ -595,3 +595,50 @@ def test_every_fatal_code_has_its_catalog_ladder_and_a_fatal_sxid_of_five_digits
     for sxid in (11004, 12028, 20034, 24007):
         assert ladder(f"GPU_XID_{sxid}") == ("reboot", ESCALATE), sxid
     assert ladder("GPU_XID_94") == (ESCALATE,)  # never drained for it; a person's if ever asked
+
+
+# --- nvidia-smi -q ---
+
+@pytest.mark.parametrize("name, driver, gpus", [
+    ("azdiag-nvidia-smi-q.out", "460.32.03", 8), ("azhc-orig_nvsmi8_output.txt", "535.86.10", 8),
+    ("gpud-nvidia-smi-query.535.129.03.out.0.valid.a10", "535.129.03", 1),
+    ("gpud-nvidia-smi-query.535.154.05.out.0.valid", "535.154.05", 8),
+    ("gpud-nvidia-smi-query.535.154.05.out.2.valid", "535.154.05", 8),
+    ("gpud-nvidia-smi-query.535.161.08.out.0.valid", "535.161.08", 8),
+    ("gpud-nvidia-smi-query.535.183.01.out.0.valid", "535.183.01", 8),
+    ("gpud-nvidia-smi-query.560.35.03.out.0.valid", "560.35.03", 1),
+    ("gpuexp-linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.load.q", "590.48.01", 1),
+    ("gpuexp-linux-x86_64__nvidia-h100-mig__590.48.01.idle.q", "590.48.01", 1),
+    ("gpuexp-linux-x86_64__nvidia-h200__590.48.01.load.q", "590.48.01", 1),
+])
+def test_nvidia_smi_q_is_read_whole_on_every_recorded_driver(name, driver, gpus):
+    from checks.parsers import nvidia_smi_q as q
+    parsed = q.read(read(f"nvidia-smi-q/{name}"))
+    assert parsed["driver"] == driver and len(parsed["gpus"]) == gpus
+    for gpu in parsed["gpus"].values():
+        assert isinstance(gpu, dict) and gpu
+
+
+def test_nvidia_smi_q_sections_kiln_reads():
+    from checks.parsers import nvidia_smi_q as q
+    a10 = next(iter(q.read(read("nvidia-smi-q/gpud-nvidia-smi-query.535.129.03.out.0.valid.a10"))["gpus"].values()))
+    assert q.remapped_rows(a10) == {"correctable": "0", "uncorrectable": "4", "pending": "Yes", "failure": "No"}
+    assert q.ecc_mode(a10) == ("Enabled", "Enabled")
+    h100 = q.read(read("nvidia-smi-q/gpud-nvidia-smi-query.535.161.08.out.0.valid"))["gpus"]
+    first = next(iter(h100.values()))
+    assert q.clock_event_reasons(first) == ["HW Slowdown", "HW Power Brake Slowdown"]  # nested reasons too
+    assert q.fabric(first) == {"state": "Completed", "status": "Success", "clique": "", "health": ""}
+    h200 = next(iter(q.read(read("nvidia-smi-q/gpuexp-linux-x86_64__nvidia-h200__590.48.01.load.q"))["gpus"].values()))
+    assert q.fabric(h200) == {"state": "Completed", "status": "Success", "clique": "0", "health": "N/A"}
+    titan = next(iter(q.read(read("nvidia-smi-q/gpud-nvidia-smi-query.560.35.03.out.0.valid"))["gpus"].values()))
+    assert q.remapped_rows(titan) is None and q.fabric(titan) is None  # N/A: no such hardware
+    old = next(iter(q.read(read("nvidia-smi-q/azdiag-nvidia-smi-q.out"))["gpus"].values()))
+    assert q.ecc_mode(old) == ("Enabled", "Enabled")  # "Ecc Mode" on driver 460
+
+
+def test_nvidia_smi_q_cut_short_is_an_error_never_a_partial_pass():
+    from checks.parsers import nvidia_smi_q as q
+    with pytest.raises(CheckError, match="says 8 GPUs but lists 1"):
+        q.read(read("nvidia-smi-q/gpud-nvidia-smi-query.535.183.01.out.0.invalid"))
+    with pytest.raises(CheckError, match="Attached GPUs"):
+        q.read("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
