@@ -60,6 +60,9 @@ class AlertThresholds(Strict):
     dbd_queue_seconds: int = Field(600, ge=0, le=86400, description="... for this long")
     team_gpu_limit_pending_seconds: int = Field(3600, ge=0, le=30 * 86400, description="a team's jobs pending "
                                                 "on its GPU limit this long: KilnTeamAtGPULimit")
+    disk_free_percent: int = Field(10, ge=1, le=99, description="a local filesystem with less free space than "
+                                   "this share: KilnDiskAlmostFull")
+    disk_free_seconds: int = Field(300, ge=0, le=86400, description="... for this long")
 
 
 class Alerting(Strict):

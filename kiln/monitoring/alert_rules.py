@@ -114,6 +114,26 @@ ALERTS: tuple[Alert, ...] = (
     Alert("KilnSlurmdDown", 'node_systemd_unit_state{name="slurmd.service",state="active"} == 0',
           "slurm_daemon_seconds", "critical", "SLURM_SLURMD", "slurmd is not active on {{ $labels.node }}",
           "systemctl start slurmd; journalctl -u slurmd"),
+    Alert("KilnMungeDown", 'node_systemd_unit_state{name="munge.service",state="active"} == 0',
+          "slurm_daemon_seconds", "critical", "SLURM_MUNGE", "munge is not active on {{ $labels.node }}: Slurm "
+          "refuses its messages", "systemctl start munge; check /etc/munge/munge.key matches the controller's"),
+    Alert("KilnMariaDBDown", 'node_systemd_unit_state{name="mariadb.service",state="active"} == 0',
+          "slurm_daemon_seconds", "critical", "", "MariaDB is not active on {{ $labels.node }}: slurmdbd has no "
+          "database", "systemctl status mariadb; its log (journalctl -u mariadb)"),
+    Alert("KilnFabricManagerDown", 'node_systemd_unit_state{name="nvidia-fabricmanager.service",state="active"} == 0',
+          "slurm_daemon_seconds", "critical", "GPU_FABRIC_MANAGER", "the NVIDIA fabric manager is not active on "
+          "{{ $labels.node }}: its NVSwitch GPUs cannot run CUDA", "systemctl start nvidia-fabricmanager; "
+          "/var/log/fabricmanager.log"),
+    Alert("KilnClockNotSynchronised", 'node_systemd_unit_state{name="chrony.service",state="active"} == 0',
+          "slurm_daemon_seconds", "warning", "SYSTEM_TIME_SYNC", "chrony is not active on {{ $labels.node }}: its "
+          "clock drifts (Slurm, munge and TLS need the nodes' clocks to agree)", "systemctl start chrony; "
+          "chronyc tracking"),
+    Alert("KilnDiskAlmostFull",
+          f'node_filesystem_avail_bytes{{fstype!~"tmpfs|overlay|squashfs|{STORAGE_TYPES}"}} * 100 / '
+          f'node_filesystem_size_bytes{{fstype!~"tmpfs|overlay|squashfs|{STORAGE_TYPES}"}} < $disk_free_percent',
+          "disk_free_seconds", "warning", "", "{{ $labels.mountpoint }} on {{ $labels.node }} has "
+          "{{ $value | humanize }}% free", "free space there (Slurm's spool and logs, /tmp, container images) "
+          "before jobs and daemons fail to write"),
     Alert("KilnSlurmctldDown", 'kiln_slurm_up{daemon="slurmctld"} == 0', "slurm_daemon_seconds", "critical", "",
           "slurmctld does not answer (scontrol ping on {{ $labels.node }})",
           "systemctl status slurmctld on the controller; its log in /var/log/slurm"),

@@ -73,7 +73,8 @@ def test_every_path_the_code_and_docs_name_exists():
     missing = []
     for root in ("kiln", "checks", "roles", "tests", "benchmarks", "docs", "templates"):
         for path in (REPO / root).rglob("*"):
-            if path.suffix not in (".py", ".md", ".j2") or "__pycache__" in path.parts or path.name == "SOURCES.md":
+            if path.suffix not in (".py", ".md", ".j2", ".yml", ".sh") or "__pycache__" in path.parts \
+                    or path.name == "SOURCES.md":
                 continue
             for ref in pattern.findall(path.read_text(errors="replace")):
                 ref = ref.rstrip(".")
