@@ -95,6 +95,8 @@ def node_textfile(cluster: Cluster, host: Host) -> str:
     if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.rate_gbps:
         out.add("kiln_node_fabric_rate_gbps_expected", "gauge", "The rate each of the node's fabric ports must run at.",
                 host.fabric.rate_gbps)
+    out.add("kiln_node_time_sync_expected", "gauge", "1 where the node keeps its own clock with chrony (0 in "
+            "containers, whose clock is the host's: kiln_check_time_sync).", int(bool(cluster.setting("check_time_sync"))))
     if host.fabric.type in ("infiniband", "roce", "rxe"):
         text = "1 for each HCA the inventory gives this node (fabric alerts watch these ports only)."
         for hca in host.fabric.hcas:

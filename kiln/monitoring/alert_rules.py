@@ -124,7 +124,8 @@ ALERTS: tuple[Alert, ...] = (
           "slurm_daemon_seconds", "critical", "GPU_FABRIC_MANAGER", "the NVIDIA fabric manager is not active on "
           "{{ $labels.node }}: its NVSwitch GPUs cannot run CUDA", "systemctl start nvidia-fabricmanager; "
           "/var/log/fabricmanager.log"),
-    Alert("KilnClockNotSynchronised", 'node_systemd_unit_state{name="chrony.service",state="active"} == 0',
+    Alert("KilnClockNotSynchronised", 'node_systemd_unit_state{name="chrony.service",state="active"} == 0 '
+          'and on (node) kiln_node_time_sync_expected == 1',
           "slurm_daemon_seconds", "warning", "SYSTEM_TIME_SYNC", "chrony is not active on {{ $labels.node }}: its "
           "clock drifts (Slurm, munge and TLS need the nodes' clocks to agree)", "systemctl start chrony; "
           "chronyc tracking"),

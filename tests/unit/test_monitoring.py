@@ -344,7 +344,7 @@ def served_metrics() -> set[str]:
     collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP),
                                          slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
     node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected",
-                  "kiln_node_fabric_hca_expected"}  # kiln-node.prom
+                  "kiln_node_fabric_hca_expected", "kiln_node_time_sync_expected"}  # kiln-node.prom
     assert all(f"\"{name}\"" in (REPO / "roles" / "monitoring_config.py").read_text() for name in node_files)
     from checks import node_local
     kiln_prom = {"kiln_check_ok", "kiln_check_last_run_timestamp_seconds", "kiln_check_duration_seconds"}
