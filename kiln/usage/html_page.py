@@ -135,7 +135,8 @@ def page(data: dict) -> str:
                   team_columns=[("team", "team"), ("jobs", "jobs"), ("gpu_hours", "GPU-h"), ("cpu_hours", "CPU-h"),
                                 ("share", "share used of target"), ("gpu_limit", "GPU limit"), ("cost", money),
                                 ("cost_per_useful_gpu_hour", f"{cur} per useful GPU-h"),
-                                ("idle_gpu_hours", "idle GPU-h"), ("pending_hours", "pending h")],
+                                ("idle_gpu_hours", "idle GPU-h"), ("lost_gpu_hours", "lost GPU-h (requeued, preempted, node failed)"),
+                                ("pending_hours", "pending h")],
                   reservation_columns=[("reservation", "reservation"), ("nodes", "nodes"), ("window", "window (UTC)"),
                                        ("gpus", "GPUs"), ("reserved_gpu_hours", "reserved GPU-h"),
                                        ("used_gpu_hours", "used GPU-h"), ("used", "used")])

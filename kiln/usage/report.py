@@ -93,6 +93,11 @@ def reservation_figures(reservations: list[Reservation], jobs: list[Job], cluste
     return out
 
 
+# The runs whose GPU-hours were spent but whose work ended with the run (the job, requeued, starts again):
+# sacct -D's state of each earlier run, and why it was lost
+LOST = {"REQUEUED": "requeue", "PREEMPTED": "preemption", "NODE_FAIL": "node_failure"}
+
+
 def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices: dict[str, float],
            currency: str, reservations: list[Reservation] = ()) -> dict:
     teams = {t.name: t for t in cluster.teams}
@@ -101,7 +106,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
     total_shares = sum(t.shares for t in cluster.teams) or 1
     per_team: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     per_user: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
-    rows, types = [], {}
+    rows, types, counted = [], {}, set()
     for job in jobs:
         seconds = _seconds_in(job, since, until)
         gpu_h, cpu_h = job.gpus * seconds / 3600, job.cpus * seconds / 3600
@@ -113,9 +118,16 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
         pending = 0.0
         if job.submit is not None and since <= job.submit < until:
             pending = max(0.0, (job.start if job.start is not None else until) - job.submit)
+        lost = LOST.get(job.state)
+        first_run = job.job_id not in counted  # sacct -D: one record per run, under the job's id
+        counted.add(job.job_id)
         for acc in (per_team[job.account], per_user[(job.account, job.user)]):
-            acc["jobs"] += 1
+            acc["jobs"] += 1 if first_run else 0
+            acc["runs"] += 1
             acc["gpu_hours"] += gpu_h
+            if lost:
+                acc["lost_gpu_hours"] += gpu_h
+                acc[f"lost_gpu_hours_{lost}"] += gpu_h
             acc["cpu_hours"] += cpu_h
             acc["cost"] += cost
             acc["useful_gpu_hours"] += useful
@@ -133,7 +145,10 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
 
     def figures(acc: dict) -> dict:
         useful = acc["useful_gpu_hours"]
-        return {"jobs": int(acc["jobs"]), "gpu_hours": _round(acc["gpu_hours"]), "cpu_hours": _round(acc["cpu_hours"]),
+        return {"jobs": int(acc["jobs"]), "runs": int(acc["runs"]),
+                "gpu_hours": _round(acc["gpu_hours"]), "cpu_hours": _round(acc["cpu_hours"]),
+                "lost_gpu_hours": _round(acc["lost_gpu_hours"]),
+                **{f"lost_gpu_hours_{why}": _round(acc[f"lost_gpu_hours_{why}"]) for why in LOST.values()},
                 "cost": _round(acc["cost"], 2), "useful_gpu_hours": _round(useful),
                 "idle_gpu_hours": _round(acc["idle_gpu_hours"]),
                 "measured_share": _round(acc["measured_gpu_hours"] / acc["gpu_hours"]) if acc["gpu_hours"] else None,

@@ -24,9 +24,10 @@ ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:gpu_util=63.5,gpu_mem_util=4
 
 
 def command(since: str, until: str, sep: str) -> list[str]:
-    """Every job (all users, allocations only) that ran or waited in [since, until), fields separated by
-    ``sep`` (checks.parsers.delimited.separator(): new for each call)."""
-    return ["sacct", "-a", "-X", "-n", "-P", f"--delimiter={sep}", "--noconvert", "-S", since, "-E", until,
+    """Every run of every job (all users, allocations only; ``-D``: a requeued, preempted or node-failed
+    run too, each with its own state and times, under the job's id) that ran or waited in [since,
+    until), fields separated by ``sep`` (checks.parsers.delimited.separator(): new for each call)."""
+    return ["sacct", "-a", "-X", "-D", "-n", "-P", f"--delimiter={sep}", "--noconvert", "-S", since, "-E", until,
             "-o", ",".join(FIELDS)]
 
 

@@ -25,7 +25,7 @@ def _submit(tb, user: str, account: str, args: str, seconds: int) -> str:
 
 def _sacct_gpu_hours(tb, since: str, until: str) -> dict[str, float]:
     """GPU-hours per account from sacct's own fields, clipped to [since, until) by hand."""
-    text = ok(tb, tb.controller, f"TZ=UTC sacct -a -X -n -P -S {since} -E {until} -o Account,Start,End,AllocTRES")
+    text = ok(tb, tb.controller, f"TZ=UTC sacct -a -X -D -n -P -S {since} -E {until} -o Account,Start,End,AllocTRES")
     lo, hi = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp() for t in (since, until))
     out: dict[str, float] = {}
     for line in text.splitlines():

@@ -29,6 +29,28 @@ SACCT = """101|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T10:
 106|ann|alpha|normal|gpu|CANCELLED by 0|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:30:00|1800|billing=1,cpu=1,gres/gpu=2,mem=1G,node=2|gpu[01-02]||kiln:gpu_util=1e9;rm|broken-comment
 not a job line
 """
+# sacct -D: each run of a job that was preempted, requeued by a rollout, or lost its node, under one id
+RUNS = """201|ben|beta|scavenger|gpu|PREEMPTED|2026-11-07T08:00:00|2026-11-07T08:00:00|2026-11-07T09:00:00|3600|billing=2,cpu=2,gres/gpu=2,node=1|gpu02|||scav
+201|ben|beta|scavenger|gpu|COMPLETED|2026-11-07T09:00:00|2026-11-07T10:00:00|2026-11-07T11:00:00|3600|billing=2,cpu=2,gres/gpu=2,node=1|gpu01|||scav
+202|ann|alpha|normal|gpu|REQUEUED|2026-11-08T08:00:00|2026-11-08T08:00:00|2026-11-08T08:30:00|1800|billing=4,cpu=4,gres/gpu=4,node=1|gpu01|||ckpt
+202|ann|alpha|normal|gpu|NODE_FAIL|2026-11-08T08:30:00|2026-11-08T08:32:00|2026-11-08T09:02:00|1800|billing=4,cpu=4,gres/gpu=4,node=1|gpu02|||ckpt
+202|ann|alpha|normal|gpu|COMPLETED|2026-11-08T09:02:00|2026-11-08T09:05:00|2026-11-08T10:05:00|3600|billing=4,cpu=4,gres/gpu=4,node=1|gpu03|||ckpt
+"""
+
+
+def test_every_run_of_a_requeued_preempted_or_node_failed_job_counts_and_its_lost_time_is_named(cluster):
+    """sacct -D gives each run its own record: a job is counted once, its runs each, and the GPU-hours of a
+    run that ended by preemption, requeue or node failure are shown as lost, per cause."""
+    assert "-D" in sacct.command("a", "b", SEP)
+    runs, problem = sacct.read(frame(RUNS, 15), SEP)
+    assert len(runs) == 5 and not problem
+    data = report(runs, cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), {"gpu_a": 2.0}, "EUR")
+    teams = {t["team"]: t for t in data["teams"]}
+    assert (teams["beta"]["jobs"], teams["beta"]["runs"]) == (1, 2) and teams["beta"]["gpu_hours"] == 4.0
+    assert teams["beta"]["lost_gpu_hours"] == 2.0 and teams["beta"]["lost_gpu_hours_preemption"] == 2.0
+    assert (teams["alpha"]["jobs"], teams["alpha"]["runs"]) == (1, 3) and teams["alpha"]["gpu_hours"] == 8.0
+    assert teams["alpha"]["lost_gpu_hours_requeue"] == 2.0 and teams["alpha"]["lost_gpu_hours_node_failure"] == 2.0
+    assert teams["alpha"]["lost_gpu_hours"] == 4.0 and data["totals"]["lost_gpu_hours"] == 6.0
 
 
 @pytest.fixture(scope="module")
