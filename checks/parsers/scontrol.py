@@ -116,14 +116,20 @@ def show_nodes(text: str) -> dict[str, dict[str, str]]:
         if line.startswith(" Reason=", cut):
             m = re.match(r" Reason=(.*?) \[[^\[\]]*@[^\[\]]*\](?= Comment=| Extra=|$)", line[cut:])
             fields["Reason"] = [(m.group(1) if m else line[cut + 8:]).strip()]
-        doubled = [k for k, v in fields.items() if len(v) > 1]
-        if doubled:
-            raise SlurmRecordError(f"{doubled[0]}= is given twice in one node record")
-        name = fields["NodeName"][0]
-        if name in out:
-            raise SlurmRecordError(f"node {name!r} is listed twice")
-        out[name] = {k: v[0] for k, v in fields.items()}
+        _add_record(out, fields, "NodeName", "node")
     return out
+
+
+def _add_record(out: dict[str, dict[str, str]], fields: dict[str, list[str]], key: str, what: str) -> None:
+    """One ``-o`` record into ``out`` under its ``key`` field; a key given twice in it, or a record listed
+    twice, makes the answer unreadable."""
+    doubled = [k for k, v in fields.items() if len(v) > 1]
+    if doubled:
+        raise SlurmRecordError(f"{doubled[0]}= is given twice in one {what} record")
+    name = fields[key][0]
+    if name in out:
+        raise SlurmRecordError(f"{what} {name!r} is listed twice")
+    out[name] = {k: v[0] for k, v in fields.items()}
 
 
 def show_node_command(name: str | None = None) -> list[str]:
@@ -154,13 +160,7 @@ def show_reservations(text: str) -> dict[str, dict[str, str]]:
             raise SlurmRecordError(f"a line of no reservation: {line[:80]!r}")
         fields: dict[str, list[str]] = {}
         _words(line, fields, continues=True)
-        doubled = [k for k, v in fields.items() if len(v) > 1]
-        if doubled:
-            raise SlurmRecordError(f"{doubled[0]}= is given twice in one reservation record")
-        name = fields["ReservationName"][0]
-        if name in out:
-            raise SlurmRecordError(f"reservation {name!r} is listed twice")
-        out[name] = {k: v[0] for k, v in fields.items()}
+        _add_record(out, fields, "ReservationName", "reservation")
     return out
 
 

@@ -5,8 +5,6 @@ here, and one is opened in headless Chromium, whose DOM is read after the page r
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
@@ -15,6 +13,7 @@ import pytest
 from checks.verdict import Verdict
 from kiln.check.report import as_html
 from kiln.patch import report as rollout_report
+from tests.browser import chromium
 
 HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>', "'><svg onload=alert(3)>",
            "</td></tr></table><h1>forged</h1>", "&lt;already&gt; &amp;"]
@@ -96,20 +95,10 @@ def test_the_usage_page_shows_teams_users_jobs_and_reservations_as_text():
     assert len(images) == 3 and all(a["src"].startswith("data:image/svg+xml;base64,") for a in images)
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return name
-    reason = "no Chromium on this machine to open a page in (apt-get install chromium)"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI installs Chromium, but: {reason}")
-    pytest.skip(reason)
-
-
 def test_a_hostile_check_page_opened_in_chromium_runs_nothing_and_shows_the_text(tmp_path):
     """Chromium loads the page and prints its DOM as it stands after load: an injected element would be
     in it (and a script would have changed the title)."""
-    browser = _chromium()
+    browser = chromium()
     results = {h: [Verdict("GPU_XID_79", "fail", h, "gpu")] for h in HOSTILE}
     page = tmp_path / "check.html"
     page.write_text(as_html(results, "c<script>document.title='pwned'</script>"), encoding="utf-8")

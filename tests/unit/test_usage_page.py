@@ -3,8 +3,6 @@ nothing fetched, and the plots visible in headless Chromium (screenshot kept in 
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from datetime import datetime, timezone
 
@@ -13,6 +11,7 @@ import pytest
 from kiln.inventory import load_cluster
 from kiln.usage import html_page, sacct
 from kiln.usage.report import report
+from tests.browser import chromium
 from tests.conftest import REPO
 from tests.slurm_framing import SEP, frame
 from tests.unit import usage_month
@@ -74,20 +73,10 @@ def test_the_page_escapes_slurms_values_and_fetches_nothing(data):
     assert html_page.page(data) == text  # the same report gives the same page
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return name
-    reason = "no Chromium on this machine for the page's screenshot (apt-get install chromium)"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI installs Chromium, but: {reason}")
-    pytest.skip(reason)
-
-
 def test_the_page_shows_its_plots_in_headless_chromium(tmp_path):
     from PIL import Image
 
-    browser = _chromium()
+    browser = chromium()
     cluster = load_cluster(usage_month.write_inventory(tmp_path / "inventory"))
     month = report(sacct.read(frame(usage_month.sacct_month(2000), 15), SEP)[0], cluster, usage_month.START, usage_month.END,
                    cluster.setting("usage_gpu_hour_prices"), "EUR",
