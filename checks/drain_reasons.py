@@ -8,7 +8,8 @@ Classes (``Drain.by``):
 + ``rollout``: a rolling patch drained it (``kiln: patch ...``);
 + ``escalated``: kiln-remediate gave up and waits for a person (``kiln: escalated ...``);
 + ``slurm``: Slurm's own reason (``Not responding``, ``Kill task failed``, ...: ``check`` is kiln's id for it);
-+ ``person``: anything else (a person's or another tool's words);
++ ``tool``: another health tool's (``TOOL_PREFIXES``: LBNL NHC writes ``NHC: ...``): never kiln's to touch;
++ ``person``: anything else (a person's words, or a tool's kiln cannot tell from a person's);
 + ``""``: no reason.
 """
 
@@ -43,6 +44,9 @@ SLURM_REASONS = {
 _GRES_LOW = re.compile(r"gres/gpu count reported lower than configured \((\d{1,6}) < (\d{1,6})\)")
 _KILN_REASON = re.compile(rf"^kiln: ({CHECK_ID})\b")
 KILNS = ("kiln", "repair", "rollout", "escalated")  # the classes whose reason kiln wrote
+# How other node health tools begin the reasons they drain with (Slurm's HealthCheckProgram of another site
+# tool): LBNL Node Health Check writes "NHC: <check>: <message>"
+TOOL_PREFIXES = ("NHC:",)
 
 
 @dataclass(frozen=True)
@@ -72,4 +76,6 @@ def classify(reason: str) -> Drain:
     for text, check in SLURM_REASONS.items():
         if reason.startswith(text):
             return Drain("slurm", check)
+    if reason.startswith(TOOL_PREFIXES):
+        return Drain("tool")
     return Drain("person")

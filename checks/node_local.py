@@ -61,7 +61,7 @@ def drain_or_resume(node: Node, name: str, verdicts: list[Verdict]) -> str:
     fields = node_state(out.stdout)
     state, reason = fields.get("State", ""), fields.get("Reason", "")
     drained = "DRAIN" in state
-    by_person = drained and classify(reason).by in ("person", "slurm")  # not kiln's to resume
+    by_person = drained and classify(reason).by in ("person", "slurm", "tool")  # not kiln's to resume
     if drained and classify(reason).by == "rollout":
         return "left to the rollout"
     if drained and classify(reason).by == "escalated":

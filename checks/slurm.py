@@ -73,8 +73,9 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     else:
         verdicts.append(ok("SLURM_REGISTERED", f"{name} is {state}"))
     reason = fields.get("Reason", "")
-    if "DRAIN" in state and classify(reason).by == "person":
-        verdicts.append(warn("SLURM_DRAINED_BY_PERSON", f"{name} is drained by a person: {reason!r}; kiln leaves it so"))
+    if "DRAIN" in state and classify(reason).by in ("person", "tool"):
+        who = "a person" if classify(reason).by == "person" else "another health tool"
+        verdicts.append(warn("SLURM_DRAINED_BY_PERSON", f"{name} is drained by {who}: {reason!r}; kiln leaves it so"))
     gpus = slurm.get("gpus", 0)
     if gpus:
         gres = fields.get("Gres", "")

@@ -31,6 +31,8 @@ from tests.conftest import REPO
     ("gres/gpu count reported lower than configured (3 < 4)", "slurm", "SLURM_GRES_LOW"),
     ("Duplicate jobid", "slurm", "SLURM_DUPLICATE_JOB"),
     ("not responding since lunch", "person", None),  # Slurm's words, but not at the start: a person's
+    ("NHC: check_fs_mount: /scratch not mounted", "tool", None),  # another health tool's: never touched
+    ("nhc said so", "person", None),
     ("disk swap tomorrow", "person", None),
     ("KILN: GPU_XID_79 typed by hand", "person", None),
     (" kiln: GPU_XID_79", "person", None),
@@ -62,3 +64,20 @@ def test_every_slurm_reason_has_a_ladder_and_the_gres_counts_are_read():
     assert slurm_gres_found("gres/gpu count reported lower than configured (3 < 4)") == (3, 4)
     assert slurm_gres_found("gres/gpu count reported lower than configured (x < 4)") is None
     assert slurm_gres_found("Not responding") is None
+
+
+def test_another_tools_drain_is_left_alone_everywhere():
+    """A node another health tool drained (NHC) is held by kiln-remediate as a person's is, never resumed
+    by kiln's node check, and reported by the Slurm suite."""
+    from checks.node import Node, Result
+    from checks.node_local import drain_or_resume
+    from checks.remediation_policy import NodeView, owner
+    reason = "NHC: check_fs_mount: /scratch not mounted"
+    assert owner(NodeView("n1", "drained", reason)) == "person"
+    commands = []
+
+    def run(command):
+        commands.append(command)
+        return Result(0, f"NodeName=n1 State=IDLE+DRAIN Reason={reason} [root@2026-12-03T10:00:00]\n")
+    assert drain_or_resume(Node("n1", run, local=True), "n1", []) == "left drained by a person"
+    assert not [c for c in commands if "update" in c]
