@@ -148,7 +148,7 @@ def exposition(ping: int, dbd: int, nodes: tuple, jobs: dict, sdiag: dict, now: 
     out.add("kiln_slurm_nodes", "gauge", "Nodes per Slurm state.")
     for state, n in sorted(states.items()):
         out.add("kiln_slurm_nodes", "gauge", "Nodes per Slurm state.", n, {"state": state})
-    text = ("1 for each drained node; by: who drained it (kiln, rollout, repair, escalated, slurm, person), check: "
+    text = ("1 for each drained node; by: who drained it (kiln, rollout, repair, escalated, slurm, tool, person), check: "
             "the check behind the drain.")
     out.add("kiln_slurm_node_drained", "gauge", text)
     for node, by, check in drained:
