@@ -41,6 +41,7 @@ NOT_IN_FSTAB = ("beegfs", "gpfs")
 FINDMNT = "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS"
 FSTAB = "cat /etc/fstab"
 TIMEOUT = 10
+CLEANUP_SECONDS = 5  # removing a cut-off throughput test's file
 # the probe's exit codes per mount (and bounded's NO_ANSWER)
 NOT_MOUNTED, NOT_WRITABLE, DF_FAILED = 3, 4, 5
 WRITE_MARK = "@@kiln-write-error "  # the probe's line with touch's error on a mount root cannot write to
@@ -66,7 +67,9 @@ def probe_command(mounts: list[dict], node_name: str, seconds: int = TIMEOUT) ->
 
 def throughput_command(path: str, node_name: str, mib: int, seconds: int) -> str:
     """Write ``mib`` MiB to a test file on the mount and flush it, read it back past the page cache, remove
-    it; prints ``write: <dd's summary>`` and ``read: <dd's summary>``. Bounded by ``seconds``."""
+    it; prints ``write: <dd's summary>`` and ``read: <dd's summary>``. Bounded by ``seconds``; a test cut
+    off there still has its file removed (a second, short bound: a mount too slow for that keeps it, and
+    the next run's write replaces it)."""
     test_file = shlex.quote(f"{path.rstrip('/')}/.kiln-throughput-{node_name}")
     body = (f"export LC_ALL=C; mountpoint -q {shlex.quote(path)} || exit {NOT_MOUNTED}\n"
             f"w=$(dd if=/dev/zero of={test_file} bs=1M count={mib} conv=fdatasync 2>&1) || "
@@ -75,7 +78,8 @@ def throughput_command(path: str, node_name: str, mib: int, seconds: int) -> str
             f"r=$( (sync; echo 1 > /proc/sys/vm/drop_caches) 2>/dev/null; dd if={test_file} of=/dev/null bs=1M 2>&1)\n"
             f"rm -f {test_file}\n"
             "echo \"write: $(echo \"$w\" | tail -n 1)\"; echo \"read: $(echo \"$r\" | tail -n 1)\"")
-    return bounded(body, seconds)
+    remove = bounded(f"rm -f {test_file}", CLEANUP_SECONDS)
+    return f"{bounded(body, seconds)}; rc=$?; [ $rc = 0 ] || {remove} </dev/null >/dev/null 2>&1; exit $rc"
 
 
 def _throughput_plan(expect: dict) -> list[tuple[dict, int, str]]:

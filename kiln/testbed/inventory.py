@@ -39,6 +39,11 @@ HEALTH_CHECK_INTERVAL = 10  # seconds; short so tests see a node drain and resum
 # the emulator translates): every 10 s, the two compute VMs kept the host's 2 cores 97% busy with
 # nothing else running (each VM's QEMU: 55 CPU-seconds a minute; 1 with the checks off). Every 60 s.
 VM_HEALTH_CHECK_INTERVAL = 60
+# Seconds a mount has to answer kiln check's probe on a VM (kiln_check_storage_timeout; 10 by default).
+# Under software emulation with the host's 2 cores busy (two other VMs, a health run, kiln check's own
+# commands), a healthy GlusterFS (FUSE) or NFS mount was seen taking over 10 s to answer one probe: the
+# default would report a live mount as dead. A dead mount is still reported, in this time.
+VM_STORAGE_TIMEOUT = 30
 
 # Two teams, so fair-share, per-team GPU limits, QoS and pam_slurm_adopt can be shown with real users.
 TESTBED_TEAMS = [
@@ -69,7 +74,8 @@ NSPAWN_SETTINGS = {"kiln_remediation": REMEDIATION, "kiln_slurm_cgroup_plugin": 
 # VMs have their own kernel: what a real node runs (cgroup v2; cores, memory and devices constrained;
 # jobacct_gather/cgroup follows from the constraints; reboots through RebootProgram are real).
 VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_cores_memory": True,
-               "kiln_slurm_constrain_devices": True, "kiln_health_check_interval": VM_HEALTH_CHECK_INTERVAL}
+               "kiln_slurm_constrain_devices": True, "kiln_health_check_interval": VM_HEALTH_CHECK_INTERVAL,
+               "kiln_check_storage_timeout": VM_STORAGE_TIMEOUT}
 
 
 # Monitoring on the testbed: scrape every 10 s; a node down 20 s, a daemon stopped 20 s, a drained node

@@ -175,6 +175,27 @@ def test_throughput_bound_follows_the_floor_and_a_cut_off_test_is_below_it():
         "/nfs: the test file was not written and read back within 44 s, below the floor of 1 MB/s"), verdict
 
 
+def test_a_throughput_test_cut_off_at_its_bound_leaves_no_test_file(tmp_path):
+    """The real command on a real directory, its bound too short for its writes (a slow mount): the node
+    gets NO_ANSWER and the test file is gone all the same."""
+    from checks.storage import throughput_command
+    data = tmp_path / "data"
+    data.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mountpoint").write_text("#!/bin/sh\ntest -d \"$2\"\n")
+    # a dd that writes its file, then is slow: the bound cuts it off with the file on the mount
+    (bin_dir / "dd").write_text("#!/bin/sh\nfor a; do case $a in of=*) : > \"${a#of=}\";; esac; done\nexec sleep 30\n")
+    for tool in ("mountpoint", "dd"):
+        (bin_dir / tool).chmod(0o755)
+    node = local_node("n1", timeout=60)
+    started = time.monotonic()
+    out = node.run(f"PATH={bin_dir}:$PATH; " + throughput_command(str(data), "n1", 8, 2))
+    assert out.rc == NO_ANSWER, out
+    assert time.monotonic() - started < 10
+    assert not list(data.iterdir())
+
+
 def test_health_check_never_runs_the_throughput_test():
     """The health role's expectations turn it off, whatever the inventory says."""
     from dataclasses import replace
