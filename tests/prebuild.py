@@ -1,0 +1,80 @@
+"""Build, ahead of the tests that boot them, what the live tiers boot from: the debootstrapped bases
+(Debian 12 and 13), then the VM tier's two qcow2 images and the Vagrant cluster's two boxes.
+
+``.ci/run`` starts this in the background before the README's test command. The bases come first, at
+normal priority: the shared nspawn testbed comes up minutes into the run and waits on its base. The
+VM images and boxes follow at the lowest CPU priority (nice 19): they use what the nspawn tier leaves
+idle (its tests mostly wait on Slurm, timers and reboots) and take nothing from its timing. Every build
+goes through kiln's own image store (``kiln.image.build``): one build at a time under its lock, and a
+test that asks for an image this is still building waits for it and finds it built. The inventories are
+the ones the tests write (``tests/vm/cluster.py``, ``kiln vagrant box``), so the image names, which are
+digests of their recipes, are the same; a build that fails here is built again by its test, which then
+reports the failure.
+
+    python -m tests.prebuild [--bases-only]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VAGRANT_COMPUTE = 2  # tests/vm/test_vagrant.py: kiln vagrant box --compute 2
+
+
+def _say(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+def bases() -> None:
+    from kiln.image.base import ensure_base
+    for os_name in ("debian12", "debian13"):
+        ensure_base(os_name, _say)
+
+
+def vm_images(workdir: Path) -> None:
+    from kiln.testbed.testbed import Testbed
+    from tests.vm.cluster import VM_NAME, VM_NODES, VM_OS, build_image
+    inventory = workdir / "vm" / "testbed"
+    Testbed(VM_NAME, progress=_say, node_kind="vm", node_os=VM_OS).write_inventory(VM_NODES, inventory)
+    for target in (("--node-type", "testbed_compute"), ("--group", "slurm_controller")):
+        _say(f"VM tier image {' '.join(target)}: {build_image(inventory, *target)}")
+
+
+def vagrant_boxes(workdir: Path) -> None:
+    from kiln import vagrant as vg
+    from kiln.image.build import build
+    from kiln.image.recipe import recipe
+    from kiln.inventory.validate import load_cluster
+    inventory = workdir / "vagrant"
+    vg.write_inventory(inventory, VAGRANT_COMPUTE, Path(__file__).resolve().parents[1])
+    cluster = load_cluster(inventory)
+    for target in ("slurm_controller", vg.NODE_TYPE):
+        result = build(cluster, recipe(cluster, target), ["dir", "vagrant-box"], progress=_say)
+        _say(f"Vagrant box {target}: {result.name} ({'cached' if result.cached else f'{result.seconds:.0f} s'})")
+
+
+def main(argv: list[str]) -> int:
+    started = time.monotonic()
+    bases()
+    _say(f"bases ready after {time.monotonic() - started:.0f} s")
+    if "--bases-only" in argv:
+        return 0
+    os.nice(19)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="kiln-prebuild-") as tmp:
+        for step in (vm_images, vagrant_boxes):
+            try:
+                step(Path(tmp))
+            except (Exception, AssertionError) as exc:  # noqa: BLE001 - the test that boots it builds it again
+                failed += 1
+                _say(f"{step.__name__} failed (its tests build it again): {exc}")
+    _say(f"done after {time.monotonic() - started:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
