@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from checks import repairs  # noqa: E402
+from checks.alertmanager import AlertmanagerError, expire_silences, make_silences  # noqa: E402
 from checks.parsers import sinfo  # noqa: E402
 from checks.parsers.delimited import separator  # noqa: E402
 from checks.parsers.exposition import Exposition, write  # noqa: E402
@@ -187,7 +188,9 @@ class Remediator:
             self.log("held" if d.action == "hold" else "released", name, why=d.why)
         elif d.action == "return":
             self.log("returned", name, why=d.why)
+            self.unsilence(name)
         elif d.action == "escalate":
+            self.unsilence(name)  # a person's turn: its alerts page
             reason = f"{ESCALATED_PREFIX} {d.check}: {d.why}; needs a person"[:200]
             done = self.scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
             self.log("escalated", name, check=d.check, why=d.why, reason=reason, rc=done.returncode)
@@ -208,6 +211,7 @@ class Remediator:
             # not ASAP: Slurm would undrain the node after its reboot; a drained node's plain reboot keeps
             # it drained until the checks pass on it (its HealthCheckProgram or the next look resumes it)
             reason = f"{REPAIR_PREFIX} reboot {d.check}"
+            self.silence(name, f"reboot for {d.check}")
             done = self.scontrol("reboot", f"reason={reason}", name)
             if done.returncode != 0:
                 self.log("result", name, step=d.step, result="failed",
@@ -218,12 +222,50 @@ class Remediator:
             self.resume(name)
             return
         words = "reset" if d.step == repairs.RESET else "restart " + d.step.split(":", 1)[1]
+        if d.step == repairs.RESET:
+            self.silence(name, f"GPU reset for {d.check}")
         done = self.ssh(name, words)
         if done.returncode != 0:
             self.log("result", name, step=d.step, result="failed", before=before,
                      detail=(done.stderr or done.stdout).strip()[:300] or f"rc {done.returncode}")
             return
         self.verify(name, d, before)
+
+    # --- silences: a reboot or GPU reset is planned work, and pages nobody while it lasts ---
+    def silence(self, name: str, work: str) -> None:
+        """Silence the node's alerts in Alertmanager (the config's ``alertmanager``: url, password_file)
+        from now until the reboot's bound and a margin; expired when the node returns or is escalated.
+        Where Alertmanager does not answer the repair goes on: its alerts fire."""
+        am = self.config.get("alertmanager")
+        if not am:
+            return
+        now = self.clock()
+        try:
+            with open(am["password_file"]) as f:
+                password = f.read().strip()
+            ids = make_silences(am["url"], password, [name], now, now + self.settings.reboot_timeout_seconds + 300,
+                                f"kiln-remediate {name}: {work}", "kiln-remediate")
+        except (OSError, KeyError, AlertmanagerError) as e:
+            self.log("silence_failed", name, why=str(e)[:300])
+            return
+        self.log("silenced", name, ids=ids, work=work)
+
+    def unsilence(self, name: str) -> None:
+        """End the node's silences that kiln-remediate made and has not ended (the journal has them)."""
+        am = self.config.get("alertmanager")
+        events = read_journal(self.journal) if am else []
+        ended = {i for e in events if e.get("event") == "unsilenced" for i in e.get("ids", [])}
+        ids = [i for e in events if e.get("event") == "silenced" and e.get("node") == name
+               for i in e.get("ids", []) if i not in ended]
+        if not ids:
+            return
+        try:
+            with open(am["password_file"]) as f:
+                expire_silences(am["url"], f.read().strip(), ids)
+        except (OSError, KeyError, AlertmanagerError) as e:
+            self.log("silence_failed", name, why=f"not ended, it ends with its window: {e}"[:300])
+            return
+        self.log("unsilenced", name, ids=ids)
 
     def verify(self, name: str, d: Decision, before: list[str] | None) -> None:
         for attempt in range(3):  # a restarted slurmd takes a few seconds to register
@@ -247,9 +289,11 @@ class Remediator:
         now = shown[name].state if name in shown else ""
         if now and not NodeView(name, now).out_of_service:
             self.log("resumed", name, rc=0, detail=f"already {now} in Slurm")
+            self.unsilence(name)
             return
         done = self.scontrol("update", f"nodename={name}", "state=resume")
         self.log("resumed", name, rc=done.returncode, detail=(done.stderr or done.stdout).strip()[:200])
+        self.unsilence(name)
 
 
 def metrics(events: list[dict], now: float) -> str:

@@ -7,7 +7,10 @@ Defaults (every setting in ``kiln_remediation``, kiln/inventory/monitoring_schem
   /etc/kiln/remediation.json (the settings, each compute node's address), the key
   /etc/kiln/remediation/id_ed25519 (0600, ``secrets/<cluster>/remediation_ed25519``), the compute nodes'
   host keys from the inventory's known_hosts (/etc/kiln/remediation/known_hosts: strict checking), and
-  kiln-remediate.service (restarted when its settings change). Journal and audit trail:
+  kiln-remediate.service (restarted when its settings change). Where kiln deploys monitoring: the
+  first monitoring host's Alertmanager in the settings and its password (user kiln) in
+  /etc/kiln/remediation/alertmanager.password (0600), so a reboot or GPU reset is silenced while it
+  lasts (checks/alertmanager.py). Journal and audit trail:
   /var/lib/kiln/remediation/journal.jsonl; metrics: kiln-remediation.prom in ``kiln_check_textfile_dir``.
 + compute nodes: /usr/local/sbin/kiln-node-repair (checks/node_repair.py) and one line in root's
   authorized_keys: the key may run only that program (``restrict,command=...``), only from the
@@ -23,6 +26,8 @@ from pathlib import Path
 from pyinfra.operations import server
 
 from kiln.known_hosts import known_hosts_lines
+from kiln.monitoring import ALERTMANAGER_PORT
+from kiln.monitoring.alerts import base_url
 from kiln.secrets import public_ssh_key
 from kiln.shell import quote
 from roles import health
@@ -36,6 +41,7 @@ UNIT = "/etc/systemd/system/kiln-remediate.service"
 CONFIG = "/etc/kiln/remediation.json"
 KEY = "/etc/kiln/remediation/id_ed25519"
 KNOWN_HOSTS = "/etc/kiln/remediation/known_hosts"
+ALERTMANAGER_PASSWORD = "/etc/kiln/remediation/alertmanager.password"
 REMEDIATE = """#!/usr/bin/python3
 # kiln-remediate (kiln's remediation role); see /usr/local/lib/kiln/checks/remediation.py
 import sys
@@ -81,7 +87,9 @@ def config(ctx: NodeContext) -> dict:
     return {"settings": s.model_dump(), "key": KEY, "known_hosts": KNOWN_HOSTS,
             "textfile_dir": ctx.cluster.setting("check_textfile_dir") if ctx.cluster.monitored else "",
             "nodes": {h.name: {"address": h.address, "port": int(h.connection.get("ssh_port", 22))}
-                      for h in ctx.cluster.compute}}
+                      for h in ctx.cluster.compute},
+            **({"alertmanager": {"url": base_url(ctx.cluster, ALERTMANAGER_PORT), "password_file": ALERTMANAGER_PASSWORD}}
+               if ctx.cluster.monitored else {})}
 
 
 def known_hosts(ctx: NodeContext) -> str:
@@ -142,6 +150,9 @@ def _controller(ctx: NodeContext, enabled: bool) -> None:
         ctx.put(KEY, ctx.secrets.remediation_key, mode="600", secret=True, name="remediation: the SSH key"),
         ctx.put(KNOWN_HOSTS, known_hosts(ctx), mode="644", name="remediation: the compute nodes' host keys"),
     ]
+    if ctx.cluster.monitored:
+        changed.append(ctx.put(ALERTMANAGER_PASSWORD, ctx.secrets.monitoring_password + "\n", mode="600", secret=True,
+                               name="remediation: Alertmanager's password (silences for its repairs)"))
     service = ctx.put(UNIT, SERVICE, mode="644", name="remediation: kiln-remediate.service")
     server.shell(name="remediation: reload systemd (if the unit changed)", commands=[DAEMON_RELOAD],
                  _if=when_changed(service))

@@ -9,13 +9,11 @@ is not reachable directly).
 
 from __future__ import annotations
 
-import base64
 import re
-import json
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 
+from checks.alertmanager import AlertmanagerError, request
 from kiln.hostlist import HostListError, fold
 from kiln.inventory.model import MONITORING, Cluster
 from kiln.monitoring import ALERTMANAGER_PORT, PROMETHEUS_PORT
@@ -36,19 +34,19 @@ def _base(cluster: Cluster, port: int) -> str:
     return f"http://{'[' + address + ']' if ':' in address else address}:{port}"
 
 
-def get(cluster: Cluster, password: str, port: int, path: str, timeout: float = 10.0):
-    """The JSON at ``path`` of the first monitoring host's Prometheus or Alertmanager."""
-    url = _base(cluster, port) + path
-    token = base64.b64encode(f"kiln:{password}".encode()).decode()
-    request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+def base_url(cluster: Cluster, port: int) -> str:
+    """``http://ADDRESS:PORT`` of the first monitoring host."""
+    return _base(cluster, port)
+
+
+def get(cluster: Cluster, password: str, port: int, path: str, timeout: float = 10.0, method: str = "GET",
+        body=None):
+    """The JSON at ``path`` of the first monitoring host's Prometheus or Alertmanager (``method`` and a
+    JSON ``body`` for the API's writes; an empty answer is None)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http to the cluster)
-            return json.loads(response.read(16 << 20))
-    except OSError as e:
-        raise MonitoringError(f"{url.split('?')[0]} did not answer ({e}): is kiln deploy done, and the "
-                              "cluster network reachable from here?") from None
-    except ValueError:
-        raise MonitoringError(f"{url.split('?')[0]} answered something that is not JSON") from None
+        return request(_base(cluster, port) + path, password, method, body, timeout)
+    except AlertmanagerError as e:
+        raise MonitoringError(str(e)) from None
 
 
 def _strings(value) -> bool:
@@ -101,6 +99,7 @@ class Folded:
     since: str          # the earliest start
     summary: str        # the first alert's summary
     runbook: str
+    silences: tuple = ()  # held back: the silences that hold these alerts ("kiln patch: kiln patch r1 batch 2 ...")
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -120,18 +119,19 @@ def _hosts(hosts: list[str]) -> str:
 
 
 def folded(alerts: list[dict]) -> list[Folded]:
-    """One line per alert name: the hosts it fires on (the ``slurm_node`` label for Slurm's view of a
-    node, else ``node``), how many alerts, since when; critical first."""
-    by_name: dict[str, list[dict]] = {}
+    """One line per alert name (and, for held-back alerts, per set of silences holding them): the hosts
+    it fires on (the ``slurm_node`` label for Slurm's view of a node, else ``node``), how many alerts,
+    since when; critical first."""
+    by_name: dict[tuple, list[dict]] = {}
     for a in alerts:
-        by_name.setdefault(a.get("labels", {}).get("alertname", "?"), []).append(a)
+        by_name.setdefault((a.get("labels", {}).get("alertname", "?"), tuple(a.get("silences", ()))), []).append(a)
     out = []
-    for name, group in by_name.items():
+    for (name, holding), group in by_name.items():
         labels = [a.get("labels", {}) for a in group]
         hosts = sorted({lb.get("slurm_node") or lb.get("node") or lb.get("instance") or "-" for lb in labels})
         severity = "critical" if any(lb.get("severity") == "critical" for lb in labels) else labels[0].get("severity", "")
         out.append(Folded(name, severity, _hosts(hosts), len(group),
                           min(a.get("startsAt", "") for a in group),
                           group[0].get("annotations", {}).get("summary", ""),
-                          group[0].get("annotations", {}).get("runbook") or RUNBOOKS.get(name, "")))
+                          group[0].get("annotations", {}).get("runbook") or RUNBOOKS.get(name, ""), holding))
     return sorted(out, key=lambda f: (f.severity != "critical", f.alert))

@@ -10,6 +10,12 @@
   checkpoint. A job that did not ask is never signalled (one that traps nothing would die of it), and it
   and any other job are waited for, never killed.
 
+- Alertmanager silences (kiln/monitoring/silences.py) on the nodes of each batch and each rebooted
+  service node, from the batch's reservation start to the end of its window, so planned work pages
+  nobody; expired when the batch is back (or, for a resumed rollout, when it resumes: the interrupted
+  batch gets new ones). A node outside the work still alerts. Where Alertmanager does not answer the
+  rollout goes on and says so: its alerts will fire.
+
 Every signal and requeue is journalled before it is sent. A resumed rollout never signals a job twice
 (a ``begin`` record counts as sent) and requeues a job again only if Slurm's restart count shows the
 first requeue never happened.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import re
 import time
 
+from kiln.monitoring.alerts import MonitoringError
 from kiln.patch.slurmctl import SlurmError
 
 # the signals a job may be asked to checkpoint on (names without SIG; numbers as Linux has them)
@@ -96,6 +103,7 @@ class Maintenance:
             time.sleep(wait)
 
     def release(self, index: int) -> None:
+        self.unsilence(f"batch {index + 1}")
         name = reservation_name(self.rollout.rollout_id, index)
         if self._records("reservation", name=name, phase="released"):
             return
@@ -112,6 +120,38 @@ class Maintenance:
                 self.rollout.slurm.delete_reservation(r["name"])
                 again.append(r["name"])
         return again
+
+    # --- silences ---
+    def silence(self, work: str, nodes: list[str]) -> None:
+        """Silence every alert of ``nodes`` for ``work`` (``batch 2``, a service node's name) until the end of
+        the maintenance window; an earlier silence of the same work (a resumed rollout's) is ended first."""
+        silences = self.rollout.silences
+        if not silences.enabled:
+            return
+        self.unsilence(work)
+        now = time.time()
+        comment = f"kiln patch {self.rollout.rollout_id} {work}: planned maintenance of {', '.join(nodes)}"
+        try:
+            ids = silences.make(nodes, now, now + self.options.window, comment)
+        except MonitoringError as e:
+            self.rollout.record("silence", work=work, phase="failed", nodes=nodes, why=str(e))
+            self.rollout.say(f"{work}: no silence made ({e}); alerts of {', '.join(nodes)} will fire")
+            return
+        self.rollout.record("silence", work=work, phase="made", nodes=nodes, ids=ids)
+
+    def unsilence(self, work: str | None = None) -> None:
+        """End the silences made for ``work`` (every work's when None) and not yet ended."""
+        ended = {i for r in self._records("silence", phase="expired") for i in r["ids"]}
+        for r in self._records("silence", phase="made"):
+            if (work is not None and r["work"] != work) or not set(r["ids"]) - ended:
+                continue
+            try:
+                self.rollout.silences.expire([i for i in r["ids"] if i not in ended])
+            except MonitoringError as e:
+                self.rollout.say(f"{r['work']}: its silence was not ended ({e}); it ends with its window")
+                continue
+            self.rollout.record("silence", work=r["work"], phase="expired", ids=r["ids"])
+            ended |= set(r["ids"])
 
     # --- signal, grace, requeue ---
     def notify(self, index: int, batch: list[str]) -> None:

@@ -22,6 +22,7 @@ import roles
 from checks.verdict import Verdict
 from kiln.check.remote import RemoteCheck
 from kiln.inventory.model import Cluster, Secrets
+from kiln.monitoring.silences import Silences
 from kiln.patch import plan as planning
 from kiln.patch.journal import Journal
 from kiln.patch.maintenance import Maintenance
@@ -102,7 +103,7 @@ class Rollout(ServiceNodes):
     def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
                  progress: Callable[[str], None] = print, *, slurm=None, checker=None,
                  apply: Callable = deploy_roles, check: Callable = check_nodes, configure: Callable = configure_roles,
-                 events=None):
+                 events=None, silences: Silences | None = None):
         """``events``: told each node's steps and result as they happen (kiln.cli.progress.Progress,
         which then also stamps ``progress``'s lines with the time)."""
         self.cluster, self.secrets, self.journal, self.options = cluster, secrets, journal, options
@@ -114,6 +115,7 @@ class Rollout(ServiceNodes):
         self.started = time.monotonic()
         self.rollout_id = ""
         self.maintenance = Maintenance(self)
+        self.silences = silences or Silences(cluster, secrets.monitoring_password, program="kiln patch")
         self._lock = threading.Lock()
         self._sampling = False
 
@@ -185,6 +187,7 @@ class Rollout(ServiceNodes):
                 outcome.results[r["node"]] = {"result": r["result"], "detail": r["detail"]}
         self._start_sampler()
         try:
+            self.maintenance.unsilence()  # a resumed rollout's: the work left is silenced anew
             self._reassert(outcome)
             self._run(plan, outcome)
         except SlurmError as e:
@@ -321,6 +324,8 @@ class Rollout(ServiceNodes):
         todo = [n for n in batch if not self.journal.done(n, "drain")]
         if todo:
             self.maintenance.reserve(index, batch)
+        self.maintenance.silence(f"batch {index + 1}", batch)  # from the reservation's start, before the drain
+        if todo:
             slurm = self.slurm.nodes()
             for n in todo:
                 self.begin(n, "drain", reason=reason)

@@ -93,6 +93,7 @@ class ServiceNodes:
         wants = self.options.reboot == "always" or (self.options.reboot == "needed" and
                                                     (self.journal.done(name, "apply") or {}).get("reboot_required"))
         if wants and not self.journal.done(name, "reboot"):
+            self.maintenance.silence(name, [name])
             node = self.checker.node(self.cluster.hosts[name])
             boot_id = node.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
             earlier = self.begin(name, "reboot", boot_id=boot_id)
@@ -101,11 +102,13 @@ class ServiceNodes:
             deadline = time.monotonic() + self.options.boot_timeout
             while node.run("cat /proc/sys/kernel/random/boot_id").stdout.strip() in ("", boot_id):
                 if time.monotonic() > deadline:
+                    self.maintenance.unsilence(name)  # a node that did not come back alerts
                     self.finish(name, "failed", "did not come back from its reboot", outcome)
                     return
                 time.sleep(self.poll())
             self.done(name, "reboot")
         failed = [v for v in self.check(self.cluster, [name]).get(name, []) if v.failed]
+        self.maintenance.unsilence(name)
         self.done(name, "check", failed=[v.id for v in failed])
         if failed:
             self.finish(name, "failed", f"{failed[0].id}: {failed[0].message}", outcome)

@@ -290,3 +290,74 @@ def test_a_lost_controller_pauses_the_rollout_and_resume_finishes_it_once_back(c
     if cancel_refused:
         down = slurm.calls.index(("set_down", first))
         assert slurm.calls[down + 1] == ("resume", (first,))
+
+
+class FakeSilences:
+    """Alertmanager's silences as the rollout uses them, writing into the fake Slurm's call log (so the
+    order of silence, drain, resume and expiry is one list); ``down`` plays an Alertmanager that does
+    not answer."""
+
+    def __init__(self, calls: list, down: bool = False):
+        self.calls, self.down, self.enabled, self.made = calls, down, True, 0
+
+    def make(self, nodes, starts, ends, comment):
+        from kiln.monitoring.alerts import MonitoringError
+        if self.down:
+            raise MonitoringError("http://mon01:9093/api/v2/silences did not answer (timed out)")
+        self.made += 1
+        self.calls.append(("silence", tuple(nodes), comment.split(":")[0], round(ends - starts)))
+        return [f"s{self.made}a", f"s{self.made}b"]
+
+    def expire(self, ids):
+        self.calls.append(("expire", tuple(ids)))
+        return list(ids)
+
+
+def make_silenced(cluster, tmp_path, recorder, slurm, silences, records=None, **options):
+    rollout, journal = make(cluster, tmp_path, recorder, slurm, records, **options)
+    rollout.silences = silences
+    return rollout, journal
+
+
+def test_each_batch_is_silenced_before_its_drain_and_the_silence_ends_when_it_is_back(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm, recorder = FakeSlurm(names), Recorder()
+    silences = FakeSilences(slurm.calls)
+    rollout, journal = make_silenced(cluster, tmp_path, recorder, slurm, silences, window=3600)
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None
+    for i, n in enumerate(names):
+        at = slurm.calls.index(("silence", (n,), f"kiln patch {rollout.rollout_id} batch {i + 1}", 3600))
+        assert slurm.calls[at + 1] == ("drain", (n,))
+        assert slurm.calls.index(("resume", (n,))) < slurm.calls.index(("expire", (f"s{i + 1}a", f"s{i + 1}b")))
+    made = [r for r in journal.records if r["event"] == "silence" and r["phase"] == "made"]
+    assert [r["ids"] for r in made] == [[f"s{i}a", f"s{i}b"] for i in range(1, len(names) + 1)]
+
+
+def test_a_resumed_rollout_ends_the_silence_it_left_and_silences_the_batch_anew(cluster, tmp_path):
+    from kiln.patch.plan import Plan
+    names = compute_of(cluster)
+    slurm, crashing = FakeSlurm(names), Recorder(crash_after=1)
+    rollout, journal = make_silenced(cluster, tmp_path, crashing, slurm, FakeSilences(slurm.calls))
+    with pytest.raises(KeyboardInterrupt):
+        rollout.run(rollout.start(names))  # dies in the second batch, its silence left
+    journal.close()
+    assert ("expire", ("s2a", "s2b")) not in slurm.calls
+    rollout, journal = make_silenced(cluster, tmp_path, Recorder(), slurm, FakeSilences(slurm.calls),
+                                     records=journals.read(tmp_path / "rollout.jsonl"))
+    rollout.run(Plan.from_dict(journal.start["plan"]))
+    resumed = slurm.calls[slurm.calls.index(("expire", ("s2a", "s2b"))):]
+    assert resumed[1][:2] == ("silence", (names[1],))  # the interrupted batch, silenced again
+    assert ("expire", ("s1a", "s1b")) in slurm.calls and resumed.count(("expire", ("s2a", "s2b"))) == 1
+
+
+def test_an_alertmanager_that_does_not_answer_stops_no_rollout(cluster, tmp_path):
+    names = compute_of(cluster)
+    slurm, recorder = FakeSlurm(names), Recorder()
+    said = []
+    rollout, journal = make_silenced(cluster, tmp_path, recorder, slurm, FakeSilences(slurm.calls, down=True))
+    rollout.progress = said.append
+    outcome = rollout.run(rollout.start(names))
+    assert outcome.stopped is None and set(outcome.results) == set(names)
+    assert any("no silence made" in line and "will fire" in line for line in said)
+    assert [r["phase"] for r in journal.records if r["event"] == "silence"] == ["failed"] * len(names)
