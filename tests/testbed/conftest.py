@@ -95,6 +95,7 @@ def pytest_collection_modifyitems(items):
     the VM tier (tests/vm) runs last, after the nspawn tests, and its lifecycle tests (which take the VM
     cluster down) last of all."""
     order = {"tests/testbed/test_patch.py": 1, "tests/testbed/test_patch_maintenance.py": 1,
+             "tests/testbed/test_planned_work_alerts.py": 1,
              "tests/testbed/test_patch_lost_nodes.py": 2, "tests/testbed/test_image.py": 3,
              # Debian 13 on a testbed of its own, once the shared Debian 12 one is done with (it takes that down)
              "tests/testbed/test_debian13.py": 3.5}

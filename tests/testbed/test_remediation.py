@@ -15,9 +15,10 @@ from datetime import datetime
 
 import pytest
 
-from tests.testbed.slurm_helpers import copy_inventory, job_state, kiln, ok, on, submit, wait_for
+from tests.testbed.slurm_helpers import alerts_firing, copy_inventory, job_state, kiln, ok, on, submit, wait_for
 
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
+SILENCE_EVENTS = ("silenced", "unsilenced", "silence_failed")
 REBOOTED = 5  # seconds a boot time must move to be a reboot
 
 
@@ -43,9 +44,11 @@ def fleet(slurm, tmp_path_factory):
     assert "kiln-remediation@" not in on(tb, tb.computes[0], "cat /root/.ssh/authorized_keys").stdout
 
 
-def _journal(tb, node: str | None = None) -> list[dict]:
+def _journal(tb, node: str | None = None, silences: bool = False) -> list[dict]:
+    """kiln-remediate's journal (of ``node``); its Alertmanager silences only with ``silences``."""
     events = [json.loads(line) for line in ok(tb, tb.controller, f"cat {JOURNAL} 2>/dev/null || true").splitlines()]
-    return [e for e in events if node is None or e.get("node") == node]
+    return [e for e in events if (node is None or e.get("node") == node)
+            and (silences or e["event"] not in SILENCE_EVENTS)]
 
 
 def _returned(tb, node: str) -> list[dict]:
@@ -160,14 +163,29 @@ def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
     tb.inject(node, "xid-79", 0)  # found by the node's own HealthCheckProgram (every 10 s here)
     wait_for(lambda: _state(tb, node)[1].startswith("kiln:"), timeout=60, interval=1, what=f"{node} drained")
     drained = time.monotonic() - t0
-    wait_for(lambda: _rebooted(tb, node, boot) and _in_service(tb, node), timeout=240, interval=2,
-             what=f"{node} rebooted and back in service")
+    # the reboot is planned work: from kiln-remediate's silence until the node returns, nothing of it pages
+    samples = []
+
+    def back_in_service() -> bool:
+        silenced_now = any(e["event"] == "silenced" for e in _journal(tb, node, silences=True))
+        if silenced_now:
+            samples.append(({a for a in alerts_firing(tb) if a[1] == node},
+                            json.loads(kiln("alerts", "-i", str(tb.inventory), "--json").stdout)["silenced"]))
+        return _rebooted(tb, node, boot) and _in_service(tb, node)
+    wait_for(back_in_service, timeout=240, interval=2, what=f"{node} rebooted and back in service")
     back = time.monotonic() - t0
     events = [e for e in _returned(tb, node) if e["event"] != "held"]  # held: settling
     assert [e["event"] for e in events] == ["fault", "step", "result", "returned"], events
     assert events[0]["check"] == "GPU_XID_79" and events[1]["step"] == "reboot" and events[2]["result"] == "ok"
     print(f"transient Xid 79: drained after {drained:.0f} s, rebooted and back in service {back - drained:.0f} s "
           f"later ({back:.0f} s from the fault)")
+    made = [e for e in _journal(tb, node, silences=True) if e["event"] in SILENCE_EVENTS]
+    assert [e["event"] for e in made][-2:] == ["silenced", "unsilenced"] and made[-1]["ids"] == made[-2]["ids"], made
+    assert samples and not set().union(*(f for f, _ in samples)), f"alerts fired during the repair: {samples}"
+    held = [h for _, folded in samples for h in folded if node in h["hosts"]]
+    assert held and all(s.startswith(f"kiln-remediate: kiln-remediate {node}: reboot for GPU_XID_79")
+                        for h in held for s in h["silences"]), held
+    print("held back during the repair: " + ", ".join(sorted({h["alert"] for h in held})))
 
 
 def test_uncorrected_ecc_errors_are_cleared_by_a_gpu_reset_without_a_reboot(fleet):
