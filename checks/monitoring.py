@@ -1,8 +1,12 @@
 """Monitoring suite, on hosts of the ``monitoring`` group: Prometheus scrapes every target it was given
-(none down), and kiln's alert rules are loaded and evaluate without error.
+(none down), kiln's alert rules are loaded and evaluate without error, and every series a rule reads is
+served by some target (MONITORING_SERIES: a rule whose series nobody serves can never fire; the metrics
+contract, kiln/monitoring/metrics_contract.py, says which series and who serves each).
 
 Expectations (``expect["monitoring"]``): prometheus (ADDRESS:PORT it listens on), rules (how many alert
-rules kiln ships), scrape_seconds (the scrape interval: how long a target not scraped yet is waited for). Prometheus' HTTP API is read on the node itself with the password kiln wrote there
+rules kiln ships), scrape_seconds (the scrape interval: how long a target not scraped yet is waited for),
+series (the contract's series this cluster needs: name, other names, the rules reading it, who serves it,
+and ``when``: a series whose presence makes it needed, "" for always). Prometheus' HTTP API is read on the node itself with the password kiln wrote there
 (/etc/prometheus/kiln-password, root's to read); Python's standard library asks it, so nothing else is
 needed on the node.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import urllib.parse
 
 from checks.node import Node
 from checks.verdict import Verdict, fail, ok
@@ -39,6 +44,23 @@ _ASK_TARGETS = ("import base64,json,sys,time,urllib.request;"
                 "print(t)")
 
 
+# The series held, asked again (every 2 s, for at most two scrape intervals and 5 s) while a needed one is
+# missing: right after a deploy, a node's first health check or the Slurm collector's first run may have
+# written a series Prometheus has not scraped yet. Argument 5: the needed series as JSON, a list of lists
+# of names (one of each list is enough).
+_ASK_SERIES = ("import base64,json,sys,time,urllib.request;"
+               "p=open(sys.argv[3]).read().strip();end=time.time()+float(sys.argv[4]);need=json.loads(sys.argv[5])\n"
+               "while True:\n"
+               " r=urllib.request.Request('http://'+sys.argv[1]+sys.argv[2],headers={'Authorization':'Basic '+"
+               "base64.b64encode(('kiln:'+p).encode()).decode()})\n"
+               " t=urllib.request.urlopen(r,timeout=10).read().decode()\n"
+               " try: held={x['metric'].get('__name__') for x in json.loads(t)['data']['result']}\n"
+               " except Exception: held=set()\n"
+               " if all(held & set(n) for n in need) or time.time()>end: break\n"
+               " time.sleep(2)\n"
+               "print(t)")
+
+
 def ask(address: str, path: str) -> str:
     return f"python3 -c {shlex.quote(_ASK)} {shlex.quote(address)} {shlex.quote(path)} {PASSWORD}"
 
@@ -48,12 +70,32 @@ def ask_targets(address: str, wait_seconds: int) -> str:
             f"{int(wait_seconds)}")
 
 
+def ask_series(address: str, series: list[dict], wait_seconds: int) -> str:
+    """Which of ``series`` (every name, and each ``when``) Prometheus holds, asked until each that is
+    needed always is there or ``wait_seconds`` have passed."""
+    names = sorted({n for s in series for n in [s["name"], *s.get("also", []), s.get("when", "")] if n})
+    promql = 'count by (__name__) ({__name__=~"' + "|".join(names) + '"})'
+    path = "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    need = json.dumps([[s["name"], *s.get("also", [])] for s in series if not s.get("when")], separators=(",", ":"))
+    return (f"python3 -c {shlex.quote(_ASK_SERIES)} {shlex.quote(address)} {shlex.quote(path)} {PASSWORD} "
+            f"{int(wait_seconds)} {shlex.quote(need)}")
+
+
 def commands(expect: dict) -> list[str]:
     mon = expect.get("monitoring") or {}
     if not mon:
         return []
     return [ask_targets(mon["prometheus"], int(mon.get("scrape_seconds") or 30) + 5),
-            ask(mon["prometheus"], "/api/v1/rules?type=alert")]
+            ask(mon["prometheus"], "/api/v1/rules?type=alert")] + \
+        ([ask_series(mon["prometheus"], mon["series"], 2 * int(mon.get("scrape_seconds") or 30) + 5)]
+         if mon.get("series") else [])
+
+
+def missing_series(data: dict, series: list[dict]) -> list[str]:
+    """'NAME (read by RULES; served by WHO)' for each needed series none of whose names Prometheus holds."""
+    held = {r.get("metric", {}).get("__name__") for r in data.get("data", {}).get("result", [])}
+    return [f"{s['name']} (read by {', '.join(s['rules'])}; {s['served_by']})" for s in series
+            if (not s.get("when") or s["when"] in held) and not held & {s["name"], *s.get("also", [])}]
 
 
 def _json(text: str) -> dict | None:
@@ -85,7 +127,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     mon = expect.get("monitoring") or {}
     if not mon:
         return []
-    first, second = commands(expect)
+    first, second, *third = commands(expect)
     out = node.run(first)
     targets = _json(out.stdout) if out.rc == 0 else None
     if targets is None:
@@ -105,4 +147,17 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                              + ": read /etc/prometheus/kiln-rules.yml and Prometheus' log"))
     else:
         verdicts.append(ok("MONITORING_RULES", f"kiln's {loaded} alert rules loaded and evaluating"))
+    if third:
+        out = node.run(third[0])
+        held = _json(out.stdout) if out.rc == 0 else None
+        missing = missing_series(held, mon["series"]) if held else None
+        if missing is None:
+            verdicts.append(fail("MONITORING_SERIES", "Prometheus did not answer which series it holds: "
+                                 "systemctl status prometheus"))
+        elif missing:
+            verdicts.append(fail("MONITORING_SERIES", f"{len(missing)} series kiln's rules read are served by no "
+                                 f"target, so those rules can never fire: {'; '.join(missing)}"))
+        else:
+            verdicts.append(ok("MONITORING_SERIES", f"every series kiln's rules read is served "
+                               f"({len(mon['series'])} needed here)"))
     return verdicts

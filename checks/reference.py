@@ -113,6 +113,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                            "exporter on that node, or check the node", "kiln_monitoring_dcgm_exporter_external"),
     "MONITORING_RULES": ("monitoring", "fail", "kiln's alert rules are not all loaded, or one fails to evaluate",
                          "read /etc/prometheus/kiln-rules.yml and Prometheus' log", "kiln_alert_thresholds"),
+    "MONITORING_SERIES": ("monitoring", "fail", "a series kiln's alert rules read is served by no target: the rule "
+                          "can never fire (a site's dcgm-exporter with its stock counters file, a collector off)",
+                          "serve it as the message says (for dcgm-exporter: kiln's counters file, "
+                          "templates/monitoring/dcgm-counters.csv); KilnMetricMissing names the nodes",
+                          "kiln_monitoring_dcgm_exporter_external"),
     # --- slurm ---
     "SLURM_MUNGE": ("slurm", "fail", "munge is not active", "start munge; check /etc/munge/munge.key", ""),
     "SLURM_SLURMD": ("slurm", "fail", "slurmd is not active on a compute node", "start slurmd; read its log", ""),

@@ -19,6 +19,7 @@ from checks.parsers.exposition import Exposition
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT, alert_rules)
+from kiln.monitoring.metrics_contract import health_checked, scraped_gpus
 
 USER = "kiln"  # the HTTP basic-auth user of every monitoring listener
 CONF = "/etc/prometheus"
@@ -58,13 +59,6 @@ def web_config(password: str) -> str:
     return _dump({"basic_auth_users": {USER: hashed}})
 
 
-def scraped_gpus(cluster: Cluster, host: Host) -> bool:
-    """A host whose dcgm-exporter Prometheus scrapes: it has GPUs, and kiln installs the exporter (the
-    dcgm_exporter pin) or the site runs one (kiln_monitoring_dcgm_exporter_external)."""
-    return bool(host.gpu_count) and bool(cluster.versions.get("dcgm_exporter")
-                                         or cluster.setting("monitoring_dcgm_exporter_external"))
-
-
 def targets(cluster: Cluster) -> dict[str, list[dict]]:
     """file_sd target lists per job: every kiln host's node_exporter, every scraped GPU node's dcgm-exporter.
     Prometheus reads a changed file without a restart, so a node added is scraped after one deploy."""
@@ -95,6 +89,8 @@ def node_textfile(cluster: Cluster, host: Host) -> str:
     if host.fabric.type in ("infiniband", "roce", "rxe") and host.fabric.rate_gbps:
         out.add("kiln_node_fabric_rate_gbps_expected", "gauge", "The rate each of the node's fabric ports must run at.",
                 host.fabric.rate_gbps)
+    out.add("kiln_node_health_check_expected", "gauge", "1 where slurmd runs kiln's node checks (they write "
+            "kiln.prom): their series must be there.", int(health_checked(cluster, host)))
     out.add("kiln_node_time_sync_expected", "gauge", "1 where the node keeps its own clock with chrony (0 in "
             "containers, whose clock is the host's: kiln_check_time_sync).", int(bool(cluster.setting("check_time_sync"))))
     if host.fabric.type in ("infiniband", "roce", "rxe"):

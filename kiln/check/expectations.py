@@ -15,7 +15,8 @@ from checks.version import package_files, version_line
 from kiln import __version__
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import PROMETHEUS_PORT
-from kiln.monitoring.alert_rules import ALERTS
+from kiln.monitoring.alert_rules import ALERTS, rules
+from kiln.monitoring.metrics_contract import needed
 from kiln.shell import command
 from kiln.versions import upstream
 
@@ -31,8 +32,9 @@ def _monitoring(cluster: Cluster, host: Host) -> dict:
     if not host.in_group(MONITORING):
         return {}
     address = f"[{host.address}]" if ":" in host.address else host.address
-    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(ALERTS),
-            "scrape_seconds": cluster.setting("monitoring_scrape_seconds")}
+    rendered = rules(cluster.setting("alert_thresholds"), cluster.setting("monitoring_scrape_seconds"))
+    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(rendered["groups"][0]["rules"]),
+            "scrape_seconds": cluster.setting("monitoring_scrape_seconds"), "series": needed(cluster, ALERTS)}
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from string import Template
 
 from checks.parsers.xid_catalog import FATAL
+from kiln.monitoring.metrics_contract import absent_rules
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,9 @@ class Alert:
 FATAL_XIDS = "|".join(str(code) for code in sorted(FATAL))
 # The clock-event reasons that mean the hardware slowed the GPU (HW slowdown 0x8, SW thermal 0x20,
 # HW thermal 0x40, HW power brake 0x80); PromQL has no bit operators, so each bit is tested by division.
-_THROTTLE_BITS = " or ".join(f"(floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / {bit}) % 2 == 1)" for bit in (8, 32, 64, 128))
+# DCGM 3.3 renamed the field DCGM_FI_DEV_CLOCKS_EVENT_REASONS: either name is read.
+_REASONS = '{__name__=~"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS|DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}'
+_THROTTLE_BITS = " or ".join(f"(floor({_REASONS} / {bit}) % 2 == 1)" for bit in (8, 32, 64, 128))
 STORAGE_TYPES = "nfs|nfs4|fuse.glusterfs|lustre|beegfs|ceph"
 
 def _listed_hcas(expr: str) -> str:
@@ -168,4 +171,6 @@ def rules(thresholds, interval: int) -> dict:
         out.append({"alert": a.name, "expr": Template(a.expr).substitute(values), "for": duration,
                     "labels": {"severity": a.severity, **({"kiln_check": a.check} if a.check else {})},
                     "annotations": {"summary": a.summary, "runbook": a.runbook}})
+    # where a series a rule reads is not served, the rule can never fire: KilnMetricMissing says so
+    out += absent_rules(ALERTS, _seconds(values["check_stale_seconds"]))
     return {"groups": [{"name": "kiln", "interval": _seconds(interval), "rules": out}]}

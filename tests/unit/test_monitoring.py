@@ -17,6 +17,7 @@ from checks.parsers.scontrol import ping_up
 from kiln.inventory import validate
 from kiln.inventory.monitoring_schema import AlertThresholds
 from kiln.monitoring import alert_rules
+from kiln.monitoring.metrics_contract import BY_NAME, series_in
 from roles import monitoring_config as conf
 from tests.conftest import REPO
 from tests.slurm_framing import SEP, frame
@@ -304,14 +305,6 @@ def test_stand_in_serves_dcgm_exporters_exposition(tmp_path, monkeypatch):
     assert 'gpu="3",' not in faulty  # a lost GPU has no series
 
 
-def test_every_counter_the_rules_read_is_served():
-    served = {line.split(",")[0].strip() for line in (REPO / "templates" / "monitoring" / "dcgm-counters.csv").read_text().splitlines()
-              if line.strip() and not line.startswith("#")}
-    used = {w for a in alert_rules.ALERTS for w in __import__("re").findall(r"\bDCGM_[A-Z_]+", a.expr)}
-    assert used <= served, used - served
-    assert json.loads(json.dumps(sorted(used)))  # (the dashboards test checks theirs the same way)
-
-
 # --- dashboards: every query reads metrics kiln's exporters serve ------------------------------------------
 
 DASHBOARDS = REPO / "templates" / "monitoring" / "dashboards"
@@ -319,20 +312,13 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "boo
 # node_exporter's infiniband collector serves these where /sys/class/infiniband exists (real HCAs, the VM
 # tier's soft-RoCE); the recorded names below come from a testbed container, which has none.
 NODE_EXPORTER_INFINIBAND = {"node_infiniband_state_id", "node_infiniband_physical_state_id",
-                            "node_infiniband_rate_bytes_per_second"}
+                            "node_infiniband_rate_bytes_per_second", "node_infiniband_info"}
 PROMETHEUS_OWN = {"up", "ALERTS", "scrape_duration_seconds", "process_start_time_seconds"}
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression reads (label matchers, grouping clauses, ranges and strings
-    taken out first; a name followed by '(' is a function or an aggregation)."""
-    import re
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
-    text = re.sub(r"\{[^}]*\}", "", text)
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
-    text = re.sub(r"\[[^\]]*\]", "", text)
-    return {m.group(1) for m in re.finditer(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()", text)
-            if m.group(1) not in KEYWORDS and not m.group(1).isdigit() and not re.fullmatch(r"\d+[smhd]", m.group(1))}
+    """The metric names a PromQL expression reads: the metrics contract's one reader."""
+    return series_in(expr)
 
 
 def served_metrics() -> set[str]:
@@ -343,7 +329,7 @@ def served_metrics() -> set[str]:
     import re
     collector = slurm_metrics.exposition(1, 1, slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP), slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP),
                                          slurm_metrics.parse_sdiag((HERE / "sdiag.txt").read_text()), 0)
-    node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected",
+    node_files = {"kiln_node_gpus_expected", "kiln_node_fabric_rate_gbps_expected", "kiln_node_health_check_expected",
                   "kiln_node_fabric_hca_expected", "kiln_node_time_sync_expected"}  # kiln-node.prom
     assert all(f"\"{name}\"" in (REPO / "roles" / "monitoring_config.py").read_text() for name in node_files)
     from checks import node_local
@@ -371,8 +357,12 @@ def test_every_dashboard_query_reads_served_metrics(path):
 
 
 def test_every_alert_rule_reads_served_metrics():
+    """Every series each rendered rule reads (KilnMetricMissing's included) is served by one of its names
+    (a DCGM field renamed in DCGM 3.3 is read under both)."""
     rules = alert_rules.rules(AlertThresholds(), 30)["groups"][0]["rules"]
-    missing = {m for r in rules for m in metric_names(r["expr"])} - served_metrics()
+    served = served_metrics()
+    read = {BY_NAME[m].name if m in BY_NAME else m for r in rules for m in metric_names(r["expr"])}
+    missing = {m for m in read if not set(BY_NAME[m].names if m in BY_NAME else (m,)) & served}
     assert not missing, sorted(missing)
 
 
