@@ -1,5 +1,6 @@
 """GPU suite: count, model, driver pin, persistence, ECC, retired pages, remapped rows, PCIe link,
-throttling, NVLink, fatal Xids, fabric manager, nvidia_peermem, DCGM diagnostic.
+throttling, NVLink, fatal Xids, fabric manager, the NVLink fabric's state and an ECC mode change
+pending (``nvidia-smi -q``), nvidia_peermem, DCGM diagnostic.
 
 Expectations (``expect["gpu"]``): count, model, driver, nvswitch, rdma, dcgm_level, kernel_log, and optionally xid_hours
 (default ``XID_HOURS``).
@@ -11,6 +12,7 @@ from checks import gpu_load
 from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
 from checks.parsers.kernel_log import DEFAULT_COMMAND, after_gpu_reset, parse_xids, recent
+from checks.parsers import nvidia_smi_q
 from checks.parsers.nvidia_smi import FAULTS, GPU_GONE, explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
@@ -34,6 +36,7 @@ NVLINK_STATUS = "nvidia-smi nvlink -s"
 # models have none. The inventory's kiln_gpu_nvlinks overrides it (NVL bridges, other boards).
 NVLINKS_PER_MODEL = {"v100": 6, "a100": 12, "a800": 8, "h100": 18, "h200": 18, "h800": 8, "h20": 18, "b100": 18,
                      "b200": 18, "b300": 18, "gb200": 18, "gb300": 18}
+FULL_QUERY = "nvidia-smi -q"
 PEERMEM = "test -d /sys/module/nvidia_peermem"
 FABRIC_MANAGER = "nvidia-fabricmanager"
 
@@ -147,6 +150,42 @@ def check_remapped_rows(node: Node) -> list[Verdict]:
     return verdicts or [ok("GPU_REMAPPED_ROWS", "no remapping pending or failed")]
 
 
+def check_full_query(node: Node) -> list[Verdict]:
+    """What only ``nvidia-smi -q`` shows: the NVLink fabric's state as each GPU sees it (Hopper and newer
+    with NVSwitches, GB200's NVLink domain: registration Completed, Status Success, Health Summary
+    Healthy), and an ECC mode change waiting for the next reset. A lost GPU (exit 15) is GPU_LOST's."""
+    out = node.run(FULL_QUERY)
+    if out.rc == 15:
+        return []
+    if out.rc != 0:
+        return [fail("GPU_NVIDIA_SMI", f"nvidia-smi -q exited {out.rc}: {explain_exit(out.rc)}")]
+    try:
+        tree = nvidia_smi_q.read(out.stdout)
+    except CheckError as e:
+        return [fail("GPU_NVIDIA_SMI_UNREADABLE", f"nvidia-smi -q: {e}")]
+    verdicts, registered = [], []
+    for bus, gpu in tree["gpus"].items():
+        fabric = nvidia_smi_q.fabric(gpu)
+        if fabric is not None:
+            health = fabric["health"] or "N/A"
+            if fabric["state"] != "Completed" or fabric["status"] != "Success":
+                verdicts.append(fail("GPU_FABRIC", f"GPU {bus}: NVLink fabric registration {fabric['state']} "
+                                     f"(status {fabric['status']}): the GPU cannot run CUDA until it completes; check "
+                                     "nvidia-fabricmanager (and, in an NVLink domain, the NVLink switch trays and IMEX)"))
+            elif health not in ("Healthy", "N/A"):
+                verdicts.append(fail("GPU_FABRIC", f"GPU {bus}: NVLink fabric health {health} (clique "
+                                     f"{fabric['clique'] or 'N/A'}): check the NVLink switches and the fabric manager's log"))
+            else:
+                registered.append(bus)
+        current, pending = nvidia_smi_q.ecc_mode(gpu)
+        if current not in ("", "N/A") and pending not in ("", "N/A") and pending != current:
+            verdicts.append(warn("GPU_ECC_MODE_PENDING", f"GPU {bus}: ECC is {current}, {pending} after the next "
+                                 "reset or reboot: make sure that is wanted (nvidia-smi -e)"))
+    if registered and not any(v.id == "GPU_FABRIC" for v in verdicts):
+        verdicts.append(ok("GPU_FABRIC", f"{len(registered)} GPUs registered with the NVLink fabric"))
+    return verdicts
+
+
 def expected_nvlinks(gpu: dict) -> int | None:
     """NVLinks each GPU must list: the inventory's ``nvlinks``, else, on an NVSwitch node, the model's
     count; None: not checked. (A model name alone does not say SXM: an "h100" may be a PCIe card.)"""
@@ -249,7 +288,7 @@ def commands(expect: dict) -> list[str]:
     gpu = expect.get("gpu") or {}
     if not gpu.get("count"):
         return []
-    out = [query_command(EVENTS_NEW), REMAPPED_ROWS]
+    out = [query_command(EVENTS_NEW), REMAPPED_ROWS, FULL_QUERY]
     if gpu.get("nvswitch") or expected_nvlinks(gpu):
         out.append(NVLINK_STATUS)
     if gpu.get("nvswitch"):
@@ -271,6 +310,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         return [error]
     verdicts = ([error] if error else []) + check_table(rows, gpu)
     verdicts += check_remapped_rows(node)
+    verdicts += check_full_query(node)
     if gpu.get("nvswitch") or expected_nvlinks(gpu):
         verdicts += check_nvlink(node, expected_nvlinks(gpu), gpu.get("nvlink_layout") == "bridged")
     if gpu.get("nvswitch"):

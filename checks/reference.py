@@ -26,6 +26,12 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                            "reboot into the pinned driver, or roll it out with kiln patch", "kiln_versions.nvidia_driver"),
     "GPU_PERSISTENCE": ("gpu", "fail", "persistence mode is off", "start nvidia-persistenced", ""),
     "GPU_ECC_MODE": ("gpu", "fail", "ECC is disabled", "nvidia-smi -e 1, then reset the GPU", ""),
+    "GPU_ECC_MODE_PENDING": ("gpu", "warn", "the ECC mode changes at the next reset or reboot (nvidia-smi -q: "
+                             "Pending differs from Current)", "make sure that is wanted; nvidia-smi -e 1 keeps ECC on", ""),
+    "GPU_FABRIC": ("gpu", "fail", "a GPU's NVLink fabric registration is not Completed/Success, or its fabric health "
+                   "is not Healthy (nvidia-smi -q: Fabric; NVSwitch systems and NVLink domains such as GB200)",
+                   "check nvidia-fabricmanager and its log; in an NVLink domain the switch trays and IMEX; then "
+                   "reset the GPUs", ""),
     "GPU_ECC_UNCORRECTED": ("gpu", "fail", "uncorrected volatile ECC errors", "drain, reset the GPU; if they recur, "
                             "service it", ""),
     "GPU_RETIRED_PAGES_PENDING": ("gpu", "fail", "retired pages wait for a reset (older GPUs)",

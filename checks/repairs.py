@@ -58,6 +58,7 @@ LADDERS: dict[str, tuple[str, ...]] = {
     "GPU_NVLINK_INACTIVE": ("restart:nvidia-fabricmanager", RESET, REBOOT, ESCALATE),
     "GPU_NVLINK_COUNT": (RESET, REBOOT, ESCALATE),
     "GPU_FABRIC_MANAGER": ("restart:nvidia-fabricmanager", REBOOT, ESCALATE),
+    "GPU_FABRIC": ("restart:nvidia-fabricmanager", REBOOT, ESCALATE),  # registration redone by a new FM, or at boot
     "GPU_DRIVER_VERSION": (REBOOT, ESCALATE),
     "SYSTEM_KERNEL": (REBOOT, ESCALATE),
     "SYSTEM_KERNEL_SAME": (REBOOT, ESCALATE),

@@ -96,7 +96,7 @@ def test_healthy_node_passes_every_check(node):
     assert failing(verdicts) == [] and failing(verdicts, "warn") == []
     ids = {v.id for v in verdicts}
     for expected in ("GPU_COUNT", "GPU_DRIVER_VERSION", "GPU_ECC_UNCORRECTED", "GPU_REMAPPED_ROWS",
-                     "GPU_NVLINK_INACTIVE", "GPU_XID", "GPU_FABRIC_MANAGER", "GPU_PEERMEM", "GPU_DCGM_DIAG",
+                     "GPU_NVLINK_INACTIVE", "GPU_XID", "GPU_FABRIC_MANAGER", "GPU_FABRIC", "GPU_PEERMEM", "GPU_DCGM_DIAG",
                      "FABRIC_PORT_DOWN", "FABRIC_RATE", "STORAGE_MOUNTED", "SLURM_GRES", "SYSTEM_KERNEL"):
         assert expected in ids
 
@@ -111,6 +111,7 @@ def test_healthy_node_passes_every_check(node):
     ("ib-port-down", ["FABRIC_PORT_DOWN"]),
     ("ib-rate-low", ["FABRIC_RATE"]),
     ("driver-mismatch", ["GPU_DRIVER_VERSION"]),
+    ("fabric-incomplete", ["GPU_FABRIC"]),
 ])
 def test_each_fault_fails_its_check(node, fault, failed):
     node.inject(fault)
@@ -503,3 +504,45 @@ def test_host_programs_of_another_version_warn_and_a_host_without_them_is_not_ju
     stale = verdicts("kiln-host-programs 0.0.9 0123456789ab\n")
     assert [v.severity for v in stale] == ["warn"] and "kiln deploy" in stale[0].message
     assert verdicts("") == []  # no host programs on this host: nothing to compare
+
+
+def test_an_ecc_mode_change_pending_warns_and_the_fabric_read_from_nvidia_smi_q(node):
+    """nvidia-smi -q as the stand-in prints it: an ECC mode that changes at the next reset warns; the
+    fabric's registration shows per GPU."""
+    node.change(lambda s: s["gpus"][2].update(ecc_pending="Disabled"))
+    verdicts = run_suites(node, EXPECT)
+    [pending] = [v for v in verdicts if v.id == "GPU_ECC_MODE_PENDING"]
+    assert pending.severity == "warn" and "ECC is Enabled, Disabled after the next reset" in pending.message
+    assert [v.message for v in verdicts if v.id == "GPU_FABRIC"] == ["4 GPUs registered with the NVLink fabric"]
+
+
+CAPTURED_Q = REPO / "tests" / "recorded" / "captured" / "nvidia-smi-q"
+
+
+@pytest.mark.parametrize("name, edit, expected", [
+    ("gpud-nvidia-smi-query.535.161.08.out.0.valid", None, [("GPU_FABRIC", "ok")]),
+    ("gpuexp-linux-x86_64__nvidia-h200__590.48.01.load.q", None, [("GPU_FABRIC", "ok")]),
+    ("gpud-nvidia-smi-query.535.154.05.out.0.valid", None, []),  # RTX 4090s: in no fabric (N/A)
+    ("gpud-nvidia-smi-query.535.161.08.out.0.valid",
+     lambda t: t.replace("State                             : Completed", "State                             : In Progress", 1),
+     [("GPU_FABRIC", "fail")]),
+    ("gpuexp-linux-x86_64__nvidia-h200__590.48.01.load.q",
+     lambda t: t.replace("Summary                                    : N/A", "Summary                                    : Unhealthy", 1),
+     [("GPU_FABRIC", "fail")]),
+    ("gpuexp-linux-x86_64__nvidia-h200__590.48.01.load.q",
+     lambda t: t.replace("Status                                         : Success", "Status                                         : Failure", 1),
+     [("GPU_FABRIC", "fail")]),
+    ("gpud-nvidia-smi-query.535.129.03.out.0.valid.a10",
+     lambda t: t.replace("Pending                           : Enabled", "Pending                           : Disabled", 1),
+     [("GPU_ECC_MODE_PENDING", "warn")]),
+    ("gpud-nvidia-smi-query.535.183.01.out.0.invalid", None, [("GPU_NVIDIA_SMI_UNREADABLE", "fail")]),  # cut short
+])
+def test_the_full_query_checks_on_real_outputs(name, edit, expected):
+    from checks.gpu import FULL_QUERY, check_full_query
+    text = (CAPTURED_Q / name).read_text()
+    if edit:
+        changed = edit(text)
+        assert changed != text, "the edit must change the recorded output"
+        text = changed
+    verdicts = check_full_query(Node("gpu01", lambda command: Result(0, text) if command == FULL_QUERY else None))
+    assert sorted({(v.id, v.severity) for v in verdicts}) == expected, verdicts

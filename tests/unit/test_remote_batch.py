@@ -57,7 +57,10 @@ def test_a_fallback_command_costs_one_more_round_trip():
     from checks import gpu
     old_driver = {gpu.query_command(gpu.EVENTS_NEW): Result(2, "", 'Field "clocks_event_reasons.active" is not a valid field to query.\n'),
                   gpu.query_command(gpu.EVENTS_OLD): Result(0, "0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 525.147.05, "
-                                                              "Enabled, Enabled, 0, No, 5, 5, 16, 16, 0x0000000000000001\n")}
+                                                              "Enabled, Enabled, 0, No, 5, 5, 16, 16, 0x0000000000000001\n"),
+                  gpu.FULL_QUERY: Result(0, "Driver Version                            : 525.147.05\n\n"
+                                            "Attached GPUs                             : 1\nGPU 00000000:18:00.0\n"
+                                            "    Product Name                          : NVIDIA H100 80GB HBM3\n")}
     batches = []
 
     def run(script):

@@ -19,6 +19,13 @@ MODELS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200", "a100": "NVIDI
           "l40s": "NVIDIA L40S"}
 
 
+# nvidia-smi -q's Fabric section (State, Status, CliqueId, Health Summary): an NVSwitch GPU registered with
+# the fabric, a PCIe GPU in none, and one whose registration has not finished (the fabric manager or the
+# NVLink switches are not done with it)
+FABRIC_DONE, FABRIC_NONE, FABRIC_PENDING = (("Completed", "Success", "0", "Healthy"), ("N/A", "N/A", "N/A", "N/A"),
+                                            ("In Progress", "N/A", "N/A", "N/A"))
+
+
 def healthy(gpus: int, model: str, driver: str, nvlinks: int, hcas: int, rate: int, layer: str) -> dict:
     return {
         "driver": driver, "cuda": "12.2", "nvidia_smi_exit": 0,
@@ -27,6 +34,7 @@ def healthy(gpus: int, model: str, driver: str, nvlinks: int, hcas: int, rate: i
                   "persistence": "Enabled", "ecc": "Enabled", "ecc_uncorrected": 0, "retired_pending": "No",
                   "remap_pending": "No", "remap_failure": "No", "pcie_gen": 5, "pcie_gen_max": 5,
                   "pcie_width": 16, "pcie_width_max": 16, "throttle": 0x1, "nvlinks": [26.562] * nvlinks,
+                  "fabric": list(FABRIC_DONE if nvlinks else FABRIC_NONE),  # (an "ecc_pending" differs from "ecc")
                   "lost": False} for i in range(gpus)],
         "hcas": [{"name": f"mlx5_{i}", "state": "Active", "phys": "LinkUp", "rate": rate, "layer": layer,
                   "guid": f"0x946dae0300cde7{i:02x}"} for i in range(hcas)],
@@ -64,7 +72,7 @@ def kernel_stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) + ",%06d" % int((t % 1) * 1e6) + time.strftime("%z")
 
 
-GPU_FAULT_FIELDS = ("lost", "ecc_uncorrected", "remap_pending", "retired_pending", "nvlinks", "throttle")
+GPU_FAULT_FIELDS = ("lost", "ecc_uncorrected", "remap_pending", "retired_pending", "nvlinks", "throttle", "fabric")
 
 
 XID_TEXT = {79: "GPU has fallen off the bus.", 13: "Graphics SM Warp Exception on (GPC 0, TPC 0): Out Of Range Address",
@@ -111,7 +119,8 @@ def reset_gpus(state: dict) -> list[str]:
     for gpu in state["gpus"]:
         if gpu["index"] not in broken:
             for field in GPU_FAULT_FIELDS:
-                gpu[field] = healthy[gpu["index"]][field]
+                if field in healthy[gpu["index"]]:  # (a state written before the field existed)
+                    gpu[field] = healthy[gpu["index"]][field]
             done.append(gpu["bus"])
     for fault, index, _ in state.get("persistent", []):
         if fault.startswith("xid-") and state["gpus"]:
