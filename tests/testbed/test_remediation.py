@@ -154,6 +154,32 @@ def test_at_once_a_stopped_slurmd_is_restarted_a_persistent_fault_escalated_and_
         wait_for(lambda n=n: _in_service(tb, n), timeout=60, what=f"{n} back")
 
 
+def test_a_stopped_slurmd_beside_an_xid_79_is_rebooted_for_the_xid_and_returned_not_escalated(fleet):
+    """Two faults at once: slurmd stops, then the kernel logs an Xid 79 (transient). Slurm sees only "Not
+    responding"; kiln-remediate reads the node's checks too, takes the most severe fault's ladder (Xid 79:
+    a reboot, slurmd restarted first so Slurm can reboot the node), journals both faults, and the node
+    comes back: no restart loop on slurmd, no escalation."""
+    tb, node = fleet, fleet.computes[2]
+    _wait_settled(tb, node)
+    boot = _boot(tb, node)
+    t0 = time.monotonic()
+    ok(tb, node, "kiln-sim inject slurmd-stopped")
+    tb.inject(node, "xid-79", 0)
+    wait_for(lambda: _rebooted(tb, node, boot) and _in_service(tb, node), timeout=300, interval=2,
+             what=f"{node} rebooted and back in service")
+    back = time.monotonic() - t0
+    events = _returned(tb, node)
+    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
+    episode = [e for e in events[last:] if e["event"] != "held"]
+    fault = episode[0]
+    assert fault["check"] == "GPU_XID_79" and set(fault["faults"]) >= {"SLURM_NOT_RESPONDING", "GPU_XID_79"}, fault
+    assert [e["step"] for e in episode if e["event"] == "step"] == ["reboot"], episode
+    assert [e["result"] for e in episode if e["event"] == "result"] == ["ok"], episode
+    assert not [e for e in episode if e["event"] == "escalated"], episode
+    print(f"slurmd stopped and Xid 79 at once: faults {fault['faults']}, rebooted for GPU_XID_79 and back in "
+          f"service {back:.0f} s after the faults")
+
+
 @pytest.mark.proves("remediation", tier="nspawn")
 def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
     tb, node = fleet, fleet.computes[1]
