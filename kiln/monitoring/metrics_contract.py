@@ -53,10 +53,10 @@ class Series:
         return (self.name, *self.also)
 
 
-def _dcgm(name: str, also: tuple[str, ...] = ()) -> Series:
+def _dcgm(name: str, also: tuple[str, ...] = (), scope: str = "gpu", when: str = "") -> Series:
     stock = "in stock default-counters.csv" if name in DCGM_STOCK_DEFAULT else \
         f"only with kiln's counters file ({KILN_COUNTERS}): a stock dcgm-exporter does not serve it"
-    return Series(name, "gpu", f"dcgm-exporter, {stock}", also)
+    return Series(name, scope, f"dcgm-exporter, {stock}{when}", also)
 
 
 CONTRACT: tuple[Series, ...] = (
@@ -82,7 +82,9 @@ CONTRACT: tuple[Series, ...] = (
     Series("kiln_remediation_breaker_open", "optional", "kiln-remediate (where kiln_remediation is enabled)"),
     _dcgm("DCGM_FI_DEV_GPU_TEMP"),
     _dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
-    _dcgm("DCGM_EXP_XID_ERRORS_COUNT"),
+    # one series per GPU and Xid seen in the window: none on a GPU without Xids, so its absence cannot be
+    # told from health (kiln's node check reads the kernel log for Xids: GPU_XID_<code>)
+    _dcgm("DCGM_EXP_XID_ERRORS_COUNT", scope="optional", when="; only while a GPU has had an Xid in the window"),
     _dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
     _dcgm("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", also=("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",)),  # renamed in DCGM 3.3
     _dcgm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),

@@ -14,7 +14,7 @@ UNITS = ("nvidia-fabricmanager.service", "kiln-sim-boot.service", "kiln-sim-dcgm
 # kiln's dcgm-exporter counters: the stand-in serves exactly these fields, as the real exporter would
 COUNTERS = Path(str(files("templates") / "monitoring" / "dcgm-counters.csv"))
 FAULTS = ("gpu-lost", "ecc-uncorrected", "remap-pending", "xid-79", "xid-48", "xid-13", "nvlink-down",
-          "ib-port-down", "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch", "nccl-slow", "slurmd-stopped", "fabric-incomplete")
+          "ib-port-down", "ib-rate-low", "mount-missing", "clock-throttle", "driver-mismatch", "nccl-slow", "slurmd-stopped", "fabric-incomplete", "gres-low")
 
 
 def available() -> bool:

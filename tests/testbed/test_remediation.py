@@ -270,6 +270,30 @@ def test_a_double_bit_ecc_xid_is_repaired_by_a_gpu_reset_without_a_reboot(fleet)
           f"({xid['message']})")
 
 
+def test_a_node_slurm_drains_for_fewer_gpus_than_configured_climbs_its_ladder_and_returns(fleet):
+    """slurmd registers one GPU fewer than slurm.conf gives the node (the testbed's stand-in for a GPU
+    AutoDetect no longer finds): Slurm drains it itself ("gres/gpu count reported lower than configured").
+    That is Slurm's own reason, not a person's: kiln-remediate climbs SLURM_GRES_LOW's ladder (a GPU reset,
+    which does not bring the GPU back; then a reboot, which does) and returns the node."""
+    tb, node = fleet, fleet.computes[3]
+    _wait_settled(tb, node)
+    boot = _boot(tb, node)
+    t0 = time.monotonic()
+    tb.inject(node, "gres-low", 0)
+    reason = wait_for(lambda: (lambda r: r if r.startswith("gres/gpu count reported lower") else None)(_state(tb, node)[1]),
+                      timeout=60, interval=1, what=f"Slurm draining {node} for its GPU count")
+    wait_for(lambda: _rebooted(tb, node, boot) and _in_service(tb, node), timeout=300, interval=2,
+             what=f"{node} repaired and back in service")
+    back = time.monotonic() - t0
+    events = _returned(tb, node)
+    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
+    episode = [e for e in events[last:] if e["event"] != "held"]
+    assert episode[0]["check"] == "SLURM_GRES_LOW", episode
+    assert [e["step"] for e in episode if e["event"] == "step"] == ["reset", "reboot"], episode
+    assert [e["result"] for e in episode if e["event"] == "result"] == ["failed", "ok"], episode
+    print(f"Slurm drained {node} ({reason}); reset, then reboot; back in service {back:.0f} s after the fault")
+
+
 def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothing(fleet):
     """The reboot waits for the job; the service killed right after it issued the reboot comes back and
     issues no second one."""
