@@ -47,8 +47,10 @@ class NodeView:
 
     @property
     def out_of_service(self) -> bool:
+        """Drained, down or failed, or ``inval``: Slurm refused its registration (fewer GPUs, memory or
+        CPUs than configured) and schedules nothing there."""
         s = self.state.rstrip("*~#!%$@^-").lower()
-        return "drain" in s or s.startswith(("down", "fail"))
+        return "drain" in s or s.startswith(("down", "fail", "inval"))
 
     @property
     def running_jobs(self) -> bool:

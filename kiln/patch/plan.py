@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from checks.parsers.scontrol import SlurmRecordError, show_nodes
 from checks.drain_reasons import KILNS, classify
 
-OUT_OF_SERVICE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "REBOOT", "POWER")
+OUT_OF_SERVICE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "REBOOT", "POWER", "INVAL")  # INVAL: INVALID_REG
 
 
 class PlanError(ValueError):

@@ -215,8 +215,13 @@ def test_a_transient_gpu_fault_is_drained_rebooted_and_resumed(fleet):
 
 
 def test_uncorrected_ecc_errors_are_cleared_by_a_gpu_reset_without_a_reboot(fleet):
+    """The reset as NVIDIA documents it. What kiln-node-repair ran before (``nvidia-smi -r`` with the GPU
+    clients running: DCGM's hostengine, dcgm-exporter, the fabric manager) is refused on the node, as the
+    driver refuses it; kiln-node-repair now stops them, resets and starts them again."""
     tb, node = fleet, fleet.computes[1]
     _wait_settled(tb, node)
+    plain = on(tb, node, "nvidia-smi -r")  # the old reset, by hand
+    assert plain.returncode != 0 and "because it's being used by some other process" in plain.stdout, plain
     boot = _boot(tb, node)
     t0 = time.monotonic()
     _break(tb, node, "ecc-uncorrected", 2)

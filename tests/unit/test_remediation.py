@@ -49,6 +49,9 @@ def test_whose_drain_it_is_decides_whether_kiln_touches_it():
     # a person who takes over a node kiln was repairing: kiln lets go of it
     assert decide(person, _hist({"event": "fault", "check": "GPU_XID_79", "t": T0}), S, T0, False).action == "release"
     assert decide(NodeView("n1", "idle"), NodeHistory(), S, T0, False).action == "none"
+    # Slurm refused the node's registration (sinfo: inval): Slurm's own, out of service, its ladder's
+    gres = NodeView("n1", "inval", "gres/gpu count reported lower than configured (3 < 4)")
+    assert gres.out_of_service and decide(gres, NodeHistory(), S, T0, False).action == "open"
     assert decide(NodeView("n1", "drained", "kiln: GPU_XID_79 GPU 0"), NodeHistory(), S, T0, False) \
         .check == "GPU_XID_79"
     assert decide(NodeView("n1", "down*", "Not responding"), NodeHistory(), S, T0, False).check == "SLURM_NOT_RESPONDING"
