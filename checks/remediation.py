@@ -37,6 +37,7 @@ from checks.parsers.delimited import separator  # noqa: E402
 from checks.parsers.exposition import Exposition, write  # noqa: E402
 from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes  # noqa: E402
 from checks.parsers.slurm_values import SLURM_ENV, epoch  # noqa: E402
+from checks.drain_reasons import classify  # noqa: E402
 from checks.remediation_policy import (ESCALATED_PREFIX, REPAIR_PREFIX, Decision, NodeView, Settings,  # noqa: E402
                                        breaker, decide, judge, most_severe, replay)
 
@@ -122,14 +123,27 @@ class Remediator:
             raise RuntimeError(f"Slurm's answer about the nodes is not readable whole: {e}") from None
 
     def check(self, node: str) -> tuple[bool, list[str]]:
-        """kiln's node checks on the node: (all passed, the failing ids with their messages)."""
+        """kiln's node checks on the node, and Slurm's own view of it (what the node cannot see of itself):
+        (all passed, the failing ids with their messages)."""
         out = self.ssh(node, "check")
         try:
             verdicts = json.loads(out.stdout)["verdicts"]
         except (ValueError, KeyError, TypeError):
             return False, [f"no check result ({(out.stderr or out.stdout).strip()[:200] or 'rc ' + str(out.returncode)})"]
         failed = [f"{v['id']} {v['message']}"[:160] for v in verdicts if v.get("severity") == "fail"]
+        failed += self.slurm_refuses(node)
         return not failed, failed
+
+    def slurm_refuses(self, node: str) -> list[str]:
+        """Slurm's refusal of the node's registration (INVALID_REG: slurmd found fewer GPUs, less memory or
+        fewer CPUs than configured), as '<check> <reason>': the node's own checks do not ask the
+        controller, and the reason stays after a good registration, the flag does not."""
+        out = self._run(show_node_command(node))
+        fields = show_nodes(out.stdout).get(node, {}) if out.returncode == 0 else {}
+        if "INVALID_REG" not in fields.get("State", ""):
+            return []
+        reason = fields.get("Reason", "")
+        return [f"{classify(reason).check or 'SLURM_INVALID_REG'} Slurm refused its registration: {reason}"[:160]]
 
     # --- one look ---
     def look(self) -> list[dict]:

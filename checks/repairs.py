@@ -40,7 +40,9 @@ LADDERS: dict[str, tuple[str, ...]] = {
     "SLURM_LOW_MEMORY": (REBOOT, ESCALATE),              # DIMMs lost at boot come back, or need a person
     "SLURM_LOW_CPUS": (REBOOT, ESCALATE),                # CPUs offlined (a kernel MCE) come back at boot
     "SLURM_LOW_TMP_DISK": (ESCALATE,),                   # configuration or a full disk: a person's
-    "SLURM_GRES_LOW": (RESET, REBOOT, ESCALATE),         # a GPU slurmd no longer sees: NVIDIA's reset, then reboot
+    # slurmd found fewer GPUs than configured: registering again finds a GPU whose device came up after
+    # slurmd (the boot race); a GPU that fell off the bus needs the reboot
+    "SLURM_GRES_LOW": ("restart:slurmd", REBOOT, ESCALATE),
     "SLURM_DUPLICATE_JOB": ("restart:slurmd", ESCALATE),
     # kiln's checks
     "SLURM_SLURMD": ("restart:slurmd", REBOOT, ESCALATE),

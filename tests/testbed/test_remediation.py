@@ -278,8 +278,9 @@ def test_a_double_bit_ecc_xid_is_repaired_by_a_gpu_reset_without_a_reboot(fleet)
 def test_a_node_slurm_drains_for_fewer_gpus_than_configured_climbs_its_ladder_and_returns(fleet):
     """slurmd registers one GPU fewer than slurm.conf gives the node (the testbed's stand-in for a GPU
     AutoDetect no longer finds): Slurm drains it itself ("gres/gpu count reported lower than configured").
-    That is Slurm's own reason, not a person's: kiln-remediate climbs SLURM_GRES_LOW's ladder (a GPU reset,
-    which does not bring the GPU back; then a reboot, which does) and returns the node."""
+    That is Slurm's own reason, not a person's: kiln-remediate climbs SLURM_GRES_LOW's ladder (slurmd
+    restarted, which registers the same count again: Slurm still refuses it; then a reboot, which brings
+    the GPU back) and returns the node."""
     tb, node = fleet, fleet.computes[3]
     _wait_settled(tb, node)
     boot = _boot(tb, node)
@@ -294,9 +295,10 @@ def test_a_node_slurm_drains_for_fewer_gpus_than_configured_climbs_its_ladder_an
     last = max(i for i, e in enumerate(events) if e["event"] == "fault")
     episode = [e for e in events[last:] if e["event"] != "held"]
     assert episode[0]["check"] == "SLURM_GRES_LOW", episode
-    assert [e["step"] for e in episode if e["event"] == "step"] == ["reset", "reboot"], episode
+    assert [e["step"] for e in episode if e["event"] == "step"] == ["restart:slurmd", "reboot"], episode
     assert [e["result"] for e in episode if e["event"] == "result"] == ["failed", "ok"], episode
-    print(f"Slurm drained {node} ({reason}); reset, then reboot; back in service {back:.0f} s after the fault")
+    print(f"Slurm drained {node} ({reason}); slurmd restarted, then a reboot; back in service {back:.0f} s after "
+          "the fault")
 
 
 def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothing(fleet):

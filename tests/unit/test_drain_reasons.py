@@ -57,10 +57,10 @@ def test_no_module_reads_a_drain_reason_but_the_classifier():
 
 def test_every_slurm_reason_has_a_ladder_and_the_gres_counts_are_read():
     from checks.drain_reasons import SLURM_REASONS, slurm_gres_found
-    from checks.repairs import ESCALATE, LADDERS, REBOOT, RESET
+    from checks.repairs import ESCALATE, LADDERS, REBOOT
     for check in set(SLURM_REASONS.values()):
         assert check in LADDERS and LADDERS[check][-1] == ESCALATE, check
-    assert LADDERS["SLURM_GRES_LOW"] == (RESET, REBOOT, ESCALATE)  # a GPU slurmd lost: reset, then reboot
+    assert LADDERS["SLURM_GRES_LOW"] == ("restart:slurmd", REBOOT, ESCALATE)  # register again, then reboot
     assert slurm_gres_found("gres/gpu count reported lower than configured (3 < 4)") == (3, 4)
     assert slurm_gres_found("gres/gpu count reported lower than configured (x < 4)") is None
     assert slurm_gres_found("Not responding") is None

@@ -379,3 +379,34 @@ def test_the_testbeds_nvidia_smi_refuses_a_reset_while_a_gpu_client_runs(tmp_pat
         (tmp_path / pid).mkdir()
         (tmp_path / pid / "cmdline").write_bytes(argv)
     assert sorted(simstate.gpu_clients(str(tmp_path))) == ["10 dcgm-exporter", "11 nv-fabricmanager"]
+
+
+# seen live on the testbed (Slurm 22.05): slurmd registered 3 of the 4 GPUs slurm.conf gives the node
+INVALID_REG = ("NodeName=gres02 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 Gres=gpu:h100:4 NodeAddr=gres02 "
+               "State=IDLE+DRAIN+INVALID_REG ThreadsPerCore=1 Partitions=batch  BootTime=2026-12-03T15:23:25 "
+               "Reason=gres/gpu count reported lower than configured (3 < 4) [slurm@2026-12-03T15:27:37]\n")
+
+
+@pytest.mark.parametrize("line, refused", [
+    (INVALID_REG, ["SLURM_GRES_LOW Slurm refused its registration: gres/gpu count reported lower than configured "
+                   "(3 < 4)"]),
+    (INVALID_REG.replace("+INVALID_REG", ""), []),  # registered again with every GPU: the reason stays, the flag not
+    (INVALID_REG.replace("gres/gpu count reported lower than configured (3 < 4)", "Low RealMemory (reported:900 < "
+                         "100.00% of configured:1024)"), ["SLURM_LOW_MEMORY Slurm refused its registration: Low "
+                                                         "RealMemory (reported:900 < 100.00% of configured:1024)"]),
+])
+def test_slurms_refusal_of_a_registration_fails_the_nodes_check_until_it_registers_whole(tmp_path, line, refused):
+    """The node's own checks never ask the controller; kiln-remediate does, so a step for Slurm's own
+    INVALID_REG drain is judged by whether Slurm still refuses the node."""
+    import subprocess
+    r = Remediator({"journal": str(tmp_path / "j.jsonl"), "nodes": {"gres02": {"address": "10.0.0.2"}},
+                    "key": "/k", "known_hosts": "/kh"},
+                   out=lambda *_: None)
+
+    def run(args, timeout=60):
+        if args[0] == "ssh":
+            return subprocess.CompletedProcess(args, 0, json.dumps({"verdicts": []}), "")
+        assert args == ["scontrol", "-o", "show", "node", "gres02"], args
+        return subprocess.CompletedProcess(args, 0, line, "")
+    r._run = run
+    assert r.check("gres02") == (not refused, refused)
