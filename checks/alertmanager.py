@@ -77,15 +77,24 @@ def make_silences(base: str, password: str, nodes: list[str], starts: float, end
     return ids
 
 
-def expire_silences(base: str, password: str, ids: list[str], timeout: float = 10.0) -> list[str]:
-    """End the silences ``ids`` now; one Alertmanager no longer has (expired, or its data lost) is no
-    error. Returns the ids it ended."""
+def expire_silences(base: str, password: str, ids: list[str], timeout: float = 10.0, after: float = 0) -> list[str]:
+    """End the silences ``ids``: now, or ``after`` seconds from now (the silence kept that long: alerts the
+    work caused are still resolving, a scrape or a health check behind); one Alertmanager no longer has
+    (expired, or its data lost) is no error. Returns the ids it ended or shortened."""
     for silence_id in ids:
         if not SILENCE_ID.fullmatch(silence_id):
             raise AlertmanagerError(f"{silence_id!r} is no silence id")
     for silence_id in ids:
         try:
-            request(f"{base}/api/v2/silence/{silence_id}", password, "DELETE", timeout=timeout)
+            if after <= 0:
+                request(f"{base}/api/v2/silence/{silence_id}", password, "DELETE", timeout=timeout)
+                continue
+            old = request(f"{base}/api/v2/silence/{silence_id}", password, timeout=timeout)
+            if not isinstance(old, dict) or (old.get("status") or {}).get("state") != "active":
+                continue
+            body = {k: old[k] for k in ("id", "matchers", "startsAt", "createdBy", "comment") if k in old}
+            request(f"{base}/api/v2/silences", password, "POST", {**body, "endsAt": _rfc3339(time.time() + after)},
+                    timeout)
         except AlertmanagerError as e:
             if "HTTP 404" not in str(e) and "already expired" not in str(e):
                 raise

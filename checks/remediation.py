@@ -202,9 +202,9 @@ class Remediator:
             self.log("held" if d.action == "hold" else "released", name, why=d.why)
         elif d.action == "return":
             self.log("returned", name, why=d.why)
-            self.unsilence(name)
+            self.unsilence(name, after=True)
         elif d.action == "escalate":
-            self.unsilence(name)  # a person's turn: its alerts page
+            self.unsilence(name)  # a person's turn: its alerts page now
             reason = f"{ESCALATED_PREFIX} {d.check}: {d.why}; needs a person"[:200]
             done = self.scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
             self.log("escalated", name, check=d.check, why=d.why, reason=reason, rc=done.returncode)
@@ -264,8 +264,9 @@ class Remediator:
             return
         self.log("silenced", name, ids=ids, work=work)
 
-    def unsilence(self, name: str) -> None:
-        """End the node's silences that kiln-remediate made and has not ended (the journal has them)."""
+    def unsilence(self, name: str, after: bool = False) -> None:
+        """End the node's silences that kiln-remediate made and has not ended (the journal has them): now,
+        or ``after`` the config's ``grace_seconds`` (the alerts the repair's fault caused still resolving)."""
         am = self.config.get("alertmanager")
         events = read_journal(self.journal) if am else []
         ended = {i for e in events if e.get("event") == "unsilenced" for i in e.get("ids", [])}
@@ -275,7 +276,7 @@ class Remediator:
             return
         try:
             with open(am["password_file"]) as f:
-                expire_silences(am["url"], f.read().strip(), ids)
+                expire_silences(am["url"], f.read().strip(), ids, after=am.get("grace_seconds", 0) if after else 0)
         except (OSError, KeyError, AlertmanagerError) as e:
             self.log("silence_failed", name, why=f"not ended, it ends with its window: {e}"[:300])
             return
@@ -303,11 +304,11 @@ class Remediator:
         now = shown[name].state if name in shown else ""
         if now and not NodeView(name, now).out_of_service:
             self.log("resumed", name, rc=0, detail=f"already {now} in Slurm")
-            self.unsilence(name)
+            self.unsilence(name, after=True)
             return
         done = self.scontrol("update", f"nodename={name}", "state=resume")
         self.log("resumed", name, rc=done.returncode, detail=(done.stderr or done.stdout).strip()[:200])
-        self.unsilence(name)
+        self.unsilence(name, after=True)
 
 
 def metrics(events: list[dict], now: float) -> str:

@@ -28,6 +28,7 @@ from pyinfra.operations import server
 from kiln.known_hosts import known_hosts_lines
 from kiln.monitoring import ALERTMANAGER_PORT
 from kiln.monitoring.alerts import base_url
+from kiln.monitoring.silences import Silences
 from kiln.secrets import public_ssh_key
 from kiln.shell import quote
 from roles import health
@@ -88,7 +89,8 @@ def config(ctx: NodeContext) -> dict:
             "textfile_dir": ctx.cluster.setting("check_textfile_dir") if ctx.cluster.monitored else "",
             "nodes": {h.name: {"address": h.address, "port": int(h.connection.get("ssh_port", 22))}
                       for h in ctx.cluster.compute},
-            **({"alertmanager": {"url": base_url(ctx.cluster, ALERTMANAGER_PORT), "password_file": ALERTMANAGER_PASSWORD}}
+            **({"alertmanager": {"url": base_url(ctx.cluster, ALERTMANAGER_PORT), "password_file": ALERTMANAGER_PASSWORD,
+                                 "grace_seconds": Silences.grace(ctx.cluster)}}
                if ctx.cluster.monitored else {})}
 
 

@@ -42,6 +42,12 @@ class Silences:
         self.cluster, self.password, self.program, self.timeout, self.port = cluster, password, program, timeout, port
         self.enabled = bool(cluster.group(MONITORING)) and bool(password)
 
+    @staticmethod
+    def grace(cluster: Cluster) -> int:
+        """Seconds a silence outlives its work: the node's next health check (its kiln.prom) and four
+        scrapes, for alerts the work caused to resolve before the silence ends."""
+        return int(cluster.health_check_interval) + 4 * int(cluster.setting("monitoring_scrape_seconds"))
+
     def make(self, nodes: list[str], starts: float, ends: float, comment: str) -> list[str]:
         """Silence every alert on ``nodes`` from ``starts`` to ``ends`` (epoch seconds); the new silences' ids."""
         if not self.enabled:
@@ -52,12 +58,12 @@ class Silences:
         except AlertmanagerError as e:
             raise MonitoringError(str(e)) from None
 
-    def expire(self, ids: list[str]) -> list[str]:
-        """End the silences ``ids`` now (one already gone is no error); the ids ended."""
+    def expire(self, ids: list[str], after: float = 0) -> list[str]:
+        """End the silences ``ids`` now or ``after`` seconds from now (one already gone is no error)."""
         if not self.enabled:
             return []
         try:
-            return expire_silences(base_url(self.cluster, self.port), self.password or "", ids, self.timeout)
+            return expire_silences(base_url(self.cluster, self.port), self.password or "", ids, self.timeout, after)
         except AlertmanagerError as e:
             raise MonitoringError(str(e)) from None
 

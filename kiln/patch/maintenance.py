@@ -12,8 +12,9 @@
 
 - Alertmanager silences (kiln/monitoring/silences.py) on the nodes of each batch and each rebooted
   service node, from the batch's reservation start to the end of its window, so planned work pages
-  nobody; expired when the batch is back (or, for a resumed rollout, when it resumes: the interrupted
-  batch gets new ones). A node outside the work still alerts. Where Alertmanager does not answer the
+  nobody; ended when the batch is back, after a grace for the alerts it caused to resolve (its nodes'
+  next health check and four scrapes), or, for a resumed rollout, when it resumes (the interrupted batch
+  gets new ones). A node outside the work still alerts. Where Alertmanager does not answer the
   rollout goes on and says so: its alerts will fire.
 
 Every signal and requeue is journalled before it is sent. A resumed rollout never signals a job twice
@@ -103,7 +104,7 @@ class Maintenance:
             time.sleep(wait)
 
     def release(self, index: int) -> None:
-        self.unsilence(f"batch {index + 1}")
+        self.unsilence(f"batch {index + 1}", self.rollout.silence_grace)
         name = reservation_name(self.rollout.rollout_id, index)
         if self._records("reservation", name=name, phase="released"):
             return
@@ -139,14 +140,15 @@ class Maintenance:
             return
         self.rollout.record("silence", work=work, phase="made", nodes=nodes, ids=ids)
 
-    def unsilence(self, work: str | None = None) -> None:
-        """End the silences made for ``work`` (every work's when None) and not yet ended."""
+    def unsilence(self, work: str | None = None, after: float = 0) -> None:
+        """End the silences made for ``work`` (every work's when None) and not yet ended: now, or ``after``
+        seconds from now."""
         ended = {i for r in self._records("silence", phase="expired") for i in r["ids"]}
         for r in self._records("silence", phase="made"):
             if (work is not None and r["work"] != work) or not set(r["ids"]) - ended:
                 continue
             try:
-                self.rollout.silences.expire([i for i in r["ids"] if i not in ended])
+                self.rollout.silences.expire([i for i in r["ids"] if i not in ended], after)
             except MonitoringError as e:
                 self.rollout.say(f"{r['work']}: its silence was not ended ({e}); it ends with its window")
                 continue

@@ -116,6 +116,7 @@ class Rollout(ServiceNodes):
         self.rollout_id = ""
         self.maintenance = Maintenance(self)
         self.silences = silences or Silences(cluster, secrets.monitoring_password, program="kiln patch")
+        self.silence_grace = Silences.grace(cluster) if cluster.monitored else 0
         self._lock = threading.Lock()
         self._sampling = False
 

@@ -108,7 +108,7 @@ class ServiceNodes:
                 time.sleep(self.poll())
             self.done(name, "reboot")
         failed = [v for v in self.check(self.cluster, [name]).get(name, []) if v.failed]
-        self.maintenance.unsilence(name)
+        self.maintenance.unsilence(name, 0 if failed else self.silence_grace)
         self.done(name, "check", failed=[v.id for v in failed])
         if failed:
             self.finish(name, "failed", f"{failed[0].id}: {failed[0].message}", outcome)

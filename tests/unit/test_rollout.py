@@ -308,7 +308,7 @@ class FakeSilences:
         self.calls.append(("silence", tuple(nodes), comment.split(":")[0], round(ends - starts)))
         return [f"s{self.made}a", f"s{self.made}b"]
 
-    def expire(self, ids):
+    def expire(self, ids, after=0):
         self.calls.append(("expire", tuple(ids)))
         return list(ids)
 

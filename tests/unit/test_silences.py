@@ -147,3 +147,21 @@ def test_kiln_remediate_repairs_on_when_alertmanager_does_not_answer(tmp_path):
     r.silence("gpu07", "reboot for GPU_XID_79")
     [failed] = read_journal(config["journal"])
     assert failed["event"] == "silence_failed" and "did not answer" in failed["why"]
+
+
+def test_a_silence_ended_with_a_grace_holds_a_little_longer_then_ends(alertmanager):
+    """The work is over, the alerts it caused still resolving: the silence is shortened to the grace, in
+    place (its id kept), not dropped at once."""
+    _post_alerts(alertmanager, [{"node": "gpu21"}])
+    silences = Silences(_cluster(), "unused", port=alertmanager.port)
+    now = time.time()
+    ids = silences.make(["gpu21"], now - 1, now + 7200, "kiln patch r3 batch 1")
+    silences.expire(ids, after=60)
+    mine = {s.id: s for s in silences.listed() if s.id in ids or s.comment == "kiln patch r3 batch 1"}
+    active = [s for s in mine.values() if s.state == "active"]
+    assert {s.id for s in active} == set(ids), mine  # shortened in place
+    ends = [time.mktime(time.strptime(s.ends_at[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone for s in active]
+    assert all(now + 30 < e < now + 120 for e in ends), [s.ends_at for s in active]
+    assert "gpu21" not in _unsilenced(alertmanager)
+    silences.expire(ids)
+    assert "gpu21" in _unsilenced(alertmanager)
