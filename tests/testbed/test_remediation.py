@@ -57,6 +57,13 @@ def _returned(tb, node: str) -> list[dict]:
                     timeout=30, interval=1, what=f"kiln-remediate seeing {node} back in service")
 
 
+def _episode(tb, node: str) -> list[dict]:
+    """The node's last fault episode, once kiln-remediate has seen it back in service (holds left out)."""
+    events = _returned(tb, node)
+    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
+    return [e for e in events[last:] if e["event"] != "held"]
+
+
 def _state(tb, node: str) -> tuple[str, str]:
     out = on(tb, tb.controller, f"sinfo -h -N -n {node} -o '%T|%E'").stdout.strip()
     state, _, reason = out.partition("|")
@@ -168,9 +175,7 @@ def test_a_stopped_slurmd_beside_an_xid_79_is_rebooted_for_the_xid_and_returned_
     wait_for(lambda: _rebooted(tb, node, boot) and _in_service(tb, node), timeout=300, interval=2,
              what=f"{node} rebooted and back in service")
     back = time.monotonic() - t0
-    events = _returned(tb, node)
-    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
-    episode = [e for e in events[last:] if e["event"] != "held"]
+    episode = _episode(tb, node)
     fault = episode[0]
     assert fault["check"] == "GPU_XID_79" and set(fault["faults"]) >= {"SLURM_NOT_RESPONDING", "GPU_XID_79"}, fault
     assert [e["step"] for e in episode if e["event"] == "step"] == ["reboot"], episode
@@ -229,9 +234,7 @@ def test_uncorrected_ecc_errors_are_cleared_by_a_gpu_reset_without_a_reboot(flee
                                                  and e["step"] == "reset"],
              timeout=90, interval=1, what=f"{node} reset and back in service")
     seconds = time.monotonic() - t0
-    events = _returned(tb, node)
-    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
-    episode = [e for e in events[last:] if e["event"] != "held"]
+    episode = _episode(tb, node)
     assert [e["event"] for e in episode] == ["fault", "step", "result", "resumed", "returned"], episode
     assert episode[1]["step"] == "reset" and episode[2]["result"] == "ok" and episode[2]["after"] == []
     assert any("GPU_ECC_UNCORRECTED" in b for b in episode[2]["before"]), episode[2]
@@ -291,9 +294,7 @@ def test_a_node_slurm_drains_for_fewer_gpus_than_configured_climbs_its_ladder_an
     wait_for(lambda: _rebooted(tb, node, boot) and _in_service(tb, node), timeout=300, interval=2,
              what=f"{node} repaired and back in service")
     back = time.monotonic() - t0
-    events = _returned(tb, node)
-    last = max(i for i, e in enumerate(events) if e["event"] == "fault")
-    episode = [e for e in events[last:] if e["event"] != "held"]
+    episode = _episode(tb, node)
     assert episode[0]["check"] == "SLURM_GRES_LOW", episode
     assert [e["step"] for e in episode if e["event"] == "step"] == ["restart:slurmd", "reboot"], episode
     assert [e["result"] for e in episode if e["event"] == "result"] == ["failed", "ok"], episode
