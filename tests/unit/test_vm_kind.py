@@ -206,9 +206,12 @@ def test_a_supervisor_that_cannot_adopt_leaves_the_vm_as_it_was(tmp_path):
     assert not kind.adopt(node)  # no QEMU at all
     sleeper = subprocess.Popen(["bash", "-c", "exec -a qemu-system-x86_64 sleep 300"], start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
-        while b"qemu-system" not in Path(f"/proc/{sleeper.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.05)  # bash has not exec'd yet
+        # bash's own command line names qemu-system too, and mid-exec the kernel shows an empty one: wait
+        # until the exec is done (argv[0] is the new name) or the state read below races it
+        deadline = time.monotonic() + 30
+        while (not Path(f"/proc/{sleeper.pid}/cmdline").read_bytes().startswith(b"qemu-system-x86_64\0")
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         (tmp_path / "qemu.pid").write_text(f"{sleeper.pid}\n")
         (tmp_path / "node.json").write_text(json.dumps(dict(NODE, qmp=str(tmp_path / "none.sock"),
                                                              console=str(tmp_path / "console.log"))))
