@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 from kiln.hostlist import fold
-from kiln.inventory.model import Cluster, Host
+from kiln.inventory.model import DEFAULT_PARTITION, Cluster, Host
+from kiln.usage import billing
 from roles.context import render
 
 STATE_SAVE = "/var/lib/slurm/slurmctld"
@@ -58,20 +59,27 @@ def node_lines(cluster: Cluster) -> list[str]:
 
 
 def partition_lines(cluster: Cluster) -> list[str]:
-    compute = {h.name for h in cluster.compute}
+    """One line per partition; where ``kiln_usage_gpu_hour_prices`` prices its GPUs, its
+    ``TRESBillingWeights`` (kiln/usage/billing.py: Slurm's billing is kiln usage's cost)."""
+    hosts = cluster.partition_hosts()
+    weights = billing.partition_weights(cluster, cluster.setting("usage_gpu_hour_prices"))
+
+    def billed(name: str) -> str:
+        return f" TRESBillingWeights={weights[name]}" if weights[name] else ""
+    if not cluster.partitions:
+        return [f"PartitionName={DEFAULT_PARTITION} Nodes={fold([h.name for h in hosts[DEFAULT_PARTITION]])} "
+                f"Default=YES MaxTime=INFINITE State=UP{billed(DEFAULT_PARTITION)}"]
     lines = []
-    partitions = cluster.partitions
-    if not partitions:
-        names = [h.name for h in cluster.compute]
-        return [f"PartitionName=all Nodes={fold(names)} Default=YES MaxTime=INFINITE State=UP"]
-    for part in partitions:
-        members: list[str] = []
-        for group in part.groups:
-            members += [h for h in cluster.groups.get(group, ()) if h in compute and h not in members]
-        nodes = fold(members) if members else '""'
+    for part in cluster.partitions:
+        nodes = fold([h.name for h in hosts[part.name]]) if hosts[part.name] else '""'
         lines.append(f"PartitionName={part.name} Nodes={nodes} Default={'YES' if part.default else 'NO'} "
-                     f"MaxTime={part.max_time} PriorityTier={part.priority_tier} State=UP")
+                     f"MaxTime={part.max_time} PriorityTier={part.priority_tier} State=UP{billed(part.name)}")
     return lines
+
+
+def billed(cluster: Cluster) -> bool:
+    """Some partition has kiln's billing weights: Slurm bills by the largest share a job holds (MAX_TRES)."""
+    return any(billing.partition_weights(cluster, cluster.setting("usage_gpu_hour_prices")).values())
 
 
 def slurm_conf(cluster: Cluster) -> str:
@@ -80,7 +88,7 @@ def slurm_conf(cluster: Cluster) -> str:
         state_save=STATE_SAVE, def_mem_per_cpu=def_mem_per_cpu(cluster), dbd_host=dbd_host(cluster),
         health_check=cluster.setting("slurm_health_check"), health_check_interval=cluster.health_check_interval,
         check_prolog=cluster.setting("slurm_check_prolog"), check_epilog=cluster.setting("slurm_check_epilog"),
-        accounting_tres=accounting_tres(cluster), job_summary=job_summary(cluster), preempt=preempts(cluster),
+        accounting_tres=accounting_tres(cluster), billed=billed(cluster), job_summary=job_summary(cluster), preempt=preempts(cluster),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         slurmd_timeout=cluster.setting("slurm_slurmd_timeout"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.

@@ -14,6 +14,7 @@ LOGIN = "login"
 COMPUTE = "compute"
 STORAGE = "storage_servers"
 MONITORING = "monitoring"
+DEFAULT_PARTITION = "all"  # the one partition of every compute host, where the inventory names none
 # Hosts in none of these groups (Kubernetes masters of a mixed inventory, say) get no roles: kiln
 # lists them as ignored and never connects to them.
 KILN_GROUPS = (CONTROLLER, DBD, LOGIN, COMPUTE, STORAGE, MONITORING)
@@ -135,6 +136,21 @@ class Cluster:
     @property
     def compute(self) -> list[Host]:
         return self.group(COMPUTE)
+
+    def partition_hosts(self) -> dict[str, list[Host]]:
+        """Each Slurm partition's compute hosts, in the order slurm.conf lists them: the inventory's
+        partitions (their groups' compute hosts, each once), or one partition ``all`` of every compute
+        host where it names none."""
+        if not self.partitions:
+            return {DEFAULT_PARTITION: self.compute}
+        compute = {h.name for h in self.compute}
+        out: dict[str, list[Host]] = {}
+        for part in self.partitions:
+            names: list[str] = []
+            for group in part.groups:
+                names += [h for h in self.groups.get(group, ()) if h in compute and h not in names]
+            out[part.name] = [self.hosts[h] for h in names]
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {

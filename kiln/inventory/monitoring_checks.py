@@ -37,11 +37,25 @@ def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: di
                 "monitor these hosts with the site's own tools", line)
 
 
-def check_usage_prices(raw: RawInventory, node_types: dict, values: dict[str, Any], add: Any) -> None:
-    """Every priced node type exists (a misspelt one would price its jobs at 0)."""
+def check_usage_prices(raw: RawInventory, node_types: dict, hosts: dict, values: dict[str, Any], add: Any) -> None:
+    """Every priced node type exists (a misspelt one would price its jobs at 0), and the GPU node types of
+    one partition share one price: Slurm bills a partition by one set of weights (kiln/usage/billing.py)."""
     prices = values.get("kiln_usage_gpu_hour_prices") or {}
     file, line = raw.origin("kiln_usage_gpu_hour_prices", default="group_vars/all/")
     for name in prices:
         if name not in node_types:
             add(file, f"kiln_usage_gpu_hour_prices.{name}", f"{name!r} is not a node type of this inventory (node "
                 f"types: {', '.join(sorted(node_types)) or 'none'}): a price for it would never apply", line)
+    if not prices:
+        return
+    compute = [h for h in raw.groups.get(model.COMPUTE, ()) if h in hosts]
+    parts = values.get("kiln_slurm_partitions") or []
+    members = ({p.name: [h for g in p.groups for h in raw.groups.get(g, ()) if h in compute] for p in parts}
+               or {model.DEFAULT_PARTITION: compute})
+    for part, names in members.items():
+        priced = {hosts[h].node_type: prices.get(hosts[h].node_type or "") for h in names if hosts[h].gpu_count}
+        if len(set(priced.values())) > 1:
+            detail = ", ".join(f"{t}: {'no price' if v is None else v}" for t, v in sorted(priced.items(), key=str))
+            add(file, f"kiln_usage_gpu_hour_prices.{sorted(priced, key=str)[0]}",
+                f"partition {part!r} holds GPU node types of different prices ({detail}); Slurm bills a partition "
+                "by one set of weights: give them one price, or put each in a partition of its own", line)

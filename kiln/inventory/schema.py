@@ -276,8 +276,11 @@ SETTINGS: dict[str, Setting] = {
            "testbed's stand-in): scrape it as if the dcgm_exporter pin were set"),
         # --- usage and cost (kiln usage) ---
         _s("usage_gpu_hour_prices", dict[Token, Annotated[float, Field(ge=0, le=1_000_000)]], {}, "cluster",
-           "price of one GPU-hour per node type (a compute sub-group), e.g. {gpu_h100: 2.9}; kiln usage multiplies "
-           "each job's GPU-hours by its node type's price"),
+           "price of one GPU-hour per node type (a compute sub-group), e.g. {gpu_h100: 2.9}; written as each "
+           "partition's TRESBillingWeights (PriorityFlags=MAX_TRES: a node's CPUs, or its memory, cost as much as "
+           "its GPUs), so Slurm bills a job for the largest share of a node it holds, in hundredths of the "
+           "currency per hour; kiln usage charges that billing and fair share counts it. The GPU node types of "
+           "one partition share one price"),
         _s("usage_currency", Annotated[str, Field(pattern=r"^[A-Z]{3}$")], "USD", "cluster",
            "the currency of kiln_usage_gpu_hour_prices, as an ISO 4217 code (USD, EUR, CHF)"),
         # --- the NVIDIA stack (roles/nvidia_*.py, cuda, nccl, dcgm, fabricmanager, containers) ---

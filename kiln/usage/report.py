@@ -3,10 +3,12 @@
 Pure: ``report(jobs, cluster, since, until, prices, currency)`` gives the plain dict ``kiln usage --json``
 prints. A job's time counts only inside the window (a job that started before it or runs past it counts
 its share, as ``sreport`` does). Cost is the job's GPU-hours times the price per GPU-hour of its node
-type (``kiln_usage_gpu_hour_prices``); useful GPU-hours weigh GPU-hours by the job's measured GPU
+type (``kiln_usage_gpu_hour_prices``), charged as Slurm bills it where kiln weighs the job's partition
+(its ``billing`` TRES: kiln/usage/billing.py; an exclusive job pays its node); useful GPU-hours weigh GPU-hours by the job's measured GPU
 utilization (kiln's AdminComment), so the cost per useful GPU-hour is what a team pays for work its
 GPUs did. Jobs without a measurement are left out of the useful figures, and the share of GPU-hours
-that was measured is reported beside them. GPU-hours per team come day by day too (UTC days), and
+that was measured is reported beside them. Waiting counts from when a job became eligible
+(``Eligible``: after a hold, a dependency or ``--begin``), not from its submission. GPU-hours per team come day by day too (UTC days), and
 each Slurm reservation's GPU-hours held in the window beside the share its jobs used.
 """
 
@@ -17,6 +19,7 @@ from datetime import datetime, timezone
 
 from kiln.hostlist import HostListError, expand
 from kiln.inventory.model import Cluster
+from kiln.usage import billing
 from kiln.usage.sacct import Job, Reservation
 
 TOP = 10
@@ -107,17 +110,21 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
     per_team: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     per_user: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
     rows, types, counted = [], {}, set()
+    billed = billing.partition_weights(cluster, prices)
     for job in jobs:
         seconds = _seconds_in(job, since, until)
         gpu_h, cpu_h = job.gpus * seconds / 3600, job.cpus * seconds / 3600
         node_type = _node_type(cluster, job.nodes, types)
-        cost = gpu_h * prices.get(node_type or "", 0.0)
+        charged_by = "billing" if job.billing is not None and billed.get(job.partition) else "gpu_hours"
+        cost = (billing.cost(job.billing, seconds) if charged_by == "billing"
+                else gpu_h * prices.get(node_type or "", 0.0))
         measured = job.gpu_util is not None and gpu_h > 0
         useful = gpu_h * job.gpu_util / 100 if measured else 0.0
         idle = gpu_h - useful if measured else 0.0
         pending = 0.0
-        if job.submit is not None and since <= job.submit < until:
-            pending = max(0.0, (job.start if job.start is not None else until) - job.submit)
+        ready = job.eligible if job.eligible is not None else job.submit  # a held or dependent job waits from then
+        if ready is not None and since <= ready < until:
+            pending = max(0.0, min(job.start if job.start is not None else until, until) - ready)
         lost = LOST.get(job.state)
         first_run = job.job_id not in counted  # sacct -D: one record per run, under the job's id
         counted.add(job.job_id)
@@ -139,7 +146,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
         if gpu_h or cpu_h:
             rows.append({"job": job.job_id, "user": job.user, "team": job.account, "name": job.name,
                          "state": job.state, "node_type": node_type, "gpus": job.gpus,
-                         "gpu_hours": _round(gpu_h), "cost": _round(cost, 2),
+                         "gpu_hours": _round(gpu_h), "cost": _round(cost, 2), "charged_by": charged_by,
                          "gpu_util": job.gpu_util, "idle_gpu_hours": _round(idle) if measured else None})
     all_gpu_h = sum(v["gpu_hours"] for v in per_team.values())
 

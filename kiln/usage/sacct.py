@@ -17,7 +17,7 @@ from checks.parsers import sacctmgr
 from checks.parsers.delimited import records
 from checks.parsers.slurm_values import TIME, TRES, count, epoch, tres
 
-FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Start", "End", "ElapsedRaw",
+FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw",
           "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName", "JobIDRaw")
 JOB_ID = r"\d{1,12}"  # the first and the last field of every record
 ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600
@@ -40,6 +40,7 @@ class Job:
     partition: str
     state: str
     submit: float | None      # epoch seconds (UTC); None when Slurm has none
+    eligible: float | None    # when the job could first start (after a hold, a dependency, --begin)
     start: float | None
     end: float | None
     elapsed: int             # seconds
@@ -49,6 +50,7 @@ class Job:
     reservation: str
     gpu_util: float | None   # percent, measured over the job's life; None: not measured
     name: str
+    billing: int | None = None  # Slurm's billing TRES of the allocation (kiln/usage/billing.py); None: none
 
 
 def admin_util(text: str) -> float | None:
@@ -75,15 +77,16 @@ def read(text: str, sep: str) -> tuple[list[Job], str]:
             continue
         alloc = tres(f["AllocTRES"])
         jobs.append(Job(f["JobIDRaw"], f["User"], f["Account"], f["QOS"], f["Partition"], f["State"].split(" ")[0],
-                        epoch(f["Submit"]), epoch(f["Start"]), epoch(f["End"]), count(f["ElapsedRaw"]),
-                        count(alloc.get("gres/gpu")), count(alloc.get("cpu")), f["NodeList"], f["Reservation"],
-                        admin_util(f["AdminComment"]), f["JobName"]))
+                        epoch(f["Submit"]), epoch(f["Eligible"]), epoch(f["Start"]), epoch(f["End"]),
+                        count(f["ElapsedRaw"]), count(alloc.get("gres/gpu")), count(alloc.get("cpu")), f["NodeList"],
+                        f["Reservation"], admin_util(f["AdminComment"]), f["JobName"],
+                        count(alloc["billing"]) if "billing" in alloc else None))
     return jobs, framed.problem("sacct")
 
 
 def _slurm_fields(f: dict[str, str]) -> bool:
     """The fields Slurm fills have Slurm's shapes (a value a user set cannot reach them once framed)."""
-    return (all(TIME.fullmatch(f[k]) for k in ("Submit", "Start", "End")) and f["ElapsedRaw"].isdigit()
+    return (all(TIME.fullmatch(f[k]) for k in ("Submit", "Eligible", "Start", "End")) and f["ElapsedRaw"].isdigit()
             and TRES.fullmatch(f["AllocTRES"]) is not None)
 
 

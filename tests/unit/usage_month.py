@@ -42,8 +42,13 @@ def write_inventory(root: Path) -> Path:
                      + f"    users: [{', '.join(f'{{name: {name[:3]}{u}, uid: {4000 + 10 * t + u}}}' for u in range(4))}]")
     (root / "group_vars" / "all" / "cluster.yml").write_text(
         "kiln_cluster_name: month\nkiln_teams:\n" + "\n".join(teams) + "\n"
-        "kiln_usage_gpu_hour_prices: {h100: 4.10, a100: 2.20}\nkiln_usage_currency: EUR\n")
+        "kiln_usage_gpu_hour_prices: {h100: 4.10, a100: 2.20}\nkiln_usage_currency: EUR\n"
+        # one partition per node type: Slurm bills a partition by one set of weights
+        "kiln_slurm_partitions: [{name: h100, groups: [h100], default: true}, {name: a100, groups: [a100]}]\n")
     return root
+
+
+PRICES = {"h100": 4.10, "a100": 2.20}  # as kiln_usage_gpu_hour_prices: a job of 12 CPUs a GPU bills its GPUs
 
 
 def _stamp(epoch: float) -> str:
@@ -78,9 +83,9 @@ def sacct_month(jobs: int, seed: int = 7) -> str:
         reservation = "vision-sprint" if team == "vision" and rnd.random() < 0.05 else ""
         cpus = gpus * 12
         lines.append("|".join((
-            str(job_id), user, team, "normal", "gpu", state, _stamp(submit), _stamp(start), end_text,
+            str(job_id), user, team, "normal", kind, state, _stamp(submit), _stamp(submit), _stamp(start), end_text,
             str(int(min(end, END) - start)),
-            f"billing={cpus},cpu={cpus},gres/gpu:{kind}={gpus},gres/gpu={gpus},mem={gpus * 64}G,node={nodes}",
+            f"billing={round(gpus * PRICES[kind] * 100)},cpu={cpus},gres/gpu:{kind}={gpus},gres/gpu={gpus},mem={gpus * 64}G,node={nodes}",
             nodelist, reservation, comment, name)))
     return "\n".join(lines) + "\n"
 
