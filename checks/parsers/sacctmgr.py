@@ -4,8 +4,8 @@
 prints here is named by kiln's inventory (accounts, users, QoS: names kiln validates, no ``|`` nor a
 newline) or by Slurm (numbers, TRES, times), and reservations' names and flags, which an admin sets. A
 line with any other number of fields is left out and counted, never guessed. Text: sacctmgr has no
-``--json`` on 22.05 (seen on the testbed: "unrecognized option"); nor have sshare and sreport, which kiln
-does not read yet.
+``--json`` on 22.05 (seen on the testbed: "unrecognized option"); nor have sshare and sreport
+(checks/parsers/slurm_usage.py).
 """
 
 from __future__ import annotations

@@ -33,14 +33,18 @@ def _when(text: str | None, default: datetime) -> datetime:
 @click.option("--team", default=None, help="only this team (a Slurm account)")
 @click.option("--json", "as_json", is_flag=True, help="the whole report as JSON")
 @click.option("--csv", "as_csv", is_flag=True, help="one line per team as CSV")
+@click.option("--reconcile", is_flag=True,
+              help="also each team's GPU-hours beside sreport's and sshare's, over the window's whole hours")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write the report as one self-contained HTML page with plots")
 def usage(inventory: Path | None, since: str | None, until: str | None, team: str | None, as_json: bool,
-          as_csv: bool, html_file: Path | None) -> None:
+          as_csv: bool, reconcile: bool, html_file: Path | None) -> None:
     """Report usage and cost per team: exit 0, or 1 when Slurm's accounting cannot be read, 2 bad input."""
     from checks.parsers.delimited import separator
     from kiln.check.remote import RemoteCheck
     from kiln.shell import command
+    from checks.parsers import slurm_usage
+    from kiln.usage import reconcile as reconcile_mod
     from kiln.usage import report as report_mod
     from kiln.usage import sacct
 
@@ -60,13 +64,21 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
              err=True)
         sys.exit(EXIT_BAD_INPUT)
     controller = cluster.controllers[0]
-    window = (f"{start:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
+    hours = reconcile_mod.whole_hours(start.timestamp(), end.timestamp(), now.timestamp()) if reconcile else None
+    asked_from = datetime.fromtimestamp(hours[0], timezone.utc) if hours else start  # sacct from that hour on
+    window = (f"{asked_from:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
     sep = separator()
+    slurm_reports = []
     with RemoteCheck(cluster, [controller], []) as remote:
         node = remote.node(controller)
         out = node.run(f"{env_words()} {command(*sacct.command(*window, sep))}")
         res = node.run(f"{env_words()} {command(*sacct.reservations_command(*window))}") if out.rc == 0 else out
-    for name, result in (("the jobs (sacct)", out), ("the reservations (sacctmgr)", res)):
+        if hours and out.rc == 0:
+            h0, h1 = (datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") for t in hours)
+            slurm_reports = [("GPU-hours per account (sreport)",
+                              node.run(f"{env_words()} {command(*slurm_usage.sreport_gpu_command(h0, h1))}")),
+                             ("fair share (sshare)", node.run(f"{env_words()} {command(*slurm_usage.sshare_command())}"))]
+    for name, result in (("the jobs (sacct)", out), ("the reservations (sacctmgr)", res), *slurm_reports):
         if result.rc != 0:
             echo(f"{name} on {controller.name} exited {result.rc}: {(result.stderr or result.stdout).strip()[:300]}",
                  err=True)
@@ -81,8 +93,12 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
                              cluster.setting("usage_gpu_hour_prices"), cluster.setting("usage_currency"),
                              reservations)
     data["left_out"] = left_out
+    if hours:
+        data["reconcile"] = _reconciled(jobs, cluster, hours, slurm_reports, left_out)
     if team is not None:
         data["teams"] = [t for t in data["teams"] if t["team"] == team]
+        if hours:
+            data["reconcile"]["teams"] = [t for t in data["reconcile"]["teams"] if t["team"] == team]
         data["team_gpu_hours_per_day"] = {team: data["team_gpu_hours_per_day"].get(team, [])}
     if html_file is not None:
         from kiln.usage.html_page import HtmlUnavailable, page
@@ -106,6 +122,27 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
     else:
         _print(data, start, end)
     sys.exit(EXIT_OK)
+
+
+def _reconciled(jobs: list, cluster, hours: tuple[float, float], slurm_reports: list, left_out: str) -> dict:
+    """kiln's GPU-hours per team over the window's whole hours beside sreport's and sshare's."""
+    from checks.parsers import slurm_usage
+    from kiln.usage import reconcile as reconcile_mod
+    from kiln.usage import report as report_mod
+
+    since, until = hours
+    if until <= since:
+        return {"since": since, "until": until, "teams": [],
+                "note": "no whole hour of the window has ended yet: sreport counts slurmdbd's hourly rollups"}
+    used, bad_sreport = slurm_usage.read_sreport_gpu(slurm_reports[0][1].stdout)
+    shares, bad_sshare = slurm_usage.read_sshare(slurm_reports[1][1].stdout)
+    for what, bad in (("sreport", bad_sreport), ("sshare", bad_sshare)):
+        if bad.problem(what):
+            echo(f"kiln usage: {bad.problem(what)}", err=True)
+    ours = report_mod.report(jobs, cluster, since, until, cluster.setting("usage_gpu_hour_prices"),
+                             cluster.setting("usage_currency"))
+    return {"since": since, "until": until, "teams": reconcile_mod.reconcile(ours["teams"], used, shares, left_out),
+            "note": "whole hours only: sreport counts slurmdbd's hourly rollups, an hour once it has ended"}
 
 
 def spreadsheet_cell(value):
@@ -139,3 +176,13 @@ def _print(data: dict, start: datetime, end: datetime) -> None:
     if data["top_cost_jobs"]:
         echo("  top jobs by cost: " + ", ".join(f"{j['job']} ({j['team']}/{j['user']}, {_money(j['cost'], cur)})"
                                                  for j in data["top_cost_jobs"][:5]))
+    rec = data.get("reconcile")
+    if rec is not None:
+        since, until = (datetime.fromtimestamp(t, timezone.utc) for t in (rec["since"], rec["until"]))
+        echo(f"  against Slurm, {since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC ({rec['note']}):")
+        for t in rec["teams"]:
+            gap = "-" if t["difference_share"] is None else f"{100 * t['difference_share']:+.1f}%"
+            fair = ("-" if t["fair_share_used"] is None or t["fair_share_target"] is None
+                    else f"{100 * t['fair_share_used']:.0f}%/{100 * t['fair_share_target']:.0f}%")
+            echo(f"    {t['team']:<16} kiln {t['gpu_hours']:>9.2f} GPU-h  sreport {t['sreport_gpu_hours']:>9.2f}"
+                 f"  {gap:>7}  fair share used/target (sshare) {fair}" + (f"  {t['reason']}" if t["reason"] else ""))

@@ -31,8 +31,8 @@ READERS = {
     "sacct": "kiln.usage.sacct",
     "sacctmgr show": "checks.parsers.sacctmgr",
     "sdiag": "checks.slurm_metrics",
-    "sshare": None,   # no reader yet: kiln does not read sshare's output
-    "sreport": None,  # nor sreport's
+    "sshare": "checks.parsers.slurm_usage",
+    "sreport": "checks.parsers.slurm_usage",
 }
 TOOLS = ("sinfo", "squeue", "sacct", "sacctmgr", "sshare", "sreport", "sdiag", "scontrol")
 SHELL_RUN = re.compile(r"(?:^|[;&|`]\s*|\$\(\s*|\b(?:TZ|LC_ALL|LANG)=\S+\s+)(" + "|".join(TOOLS) + r")\s+([^;&|)`]*)")

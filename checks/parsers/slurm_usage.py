@@ -1,0 +1,101 @@
+"""``sshare`` and ``sreport``: the one reader of each. Pure, standard library only.
+
+Both print ``|``-separated lines (``-P``) under a header line naming the fields; the fields are found by
+that header, so a release that adds or orders columns differently is read the same, and a line with
+another number of fields is left out and counted. What they print is named by kiln's inventory
+(accounts and users: names kiln validates, no ``|``) or by Slurm (numbers). sshare indents an account by
+its depth in the tree with spaces, even under ``-P``: the indent is dropped.
+
+- ``sshare -a -P``: fair share as Slurm counts it now. ``RawUsage`` is billing x seconds x the QoS's
+  UsageFactor, decayed by ``PriorityDecayHalfLife``; ``EffectvUsage`` is an account's share of its
+  parent's usage, the figure Slurm sets beside ``NormShares`` (the target).
+- ``sreport -P -t Seconds -T gres/gpu cluster AccountUtilizationByUser``: GPU-seconds per account and
+  user from slurmdbd's hourly rollups, so only whole hours that have ended are in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.parsers.delimited import Records, lines
+
+SSHARE_FIELDS = ("Account", "User", "RawShares", "NormShares", "RawUsage", "EffectvUsage", "FairShare")
+
+
+def sshare_command() -> list[str]:
+    """Every account and user of the fair-share tree, with the header line."""
+    return ["sshare", "-a", "-P", "-o", ",".join(SSHARE_FIELDS)]
+
+
+def sreport_gpu_command(since: str, until: str) -> list[str]:
+    """GPU-seconds per account and user in [since, until) (UTC, whole hours: slurmdbd's rollups)."""
+    return ["sreport", "-P", "-t", "Seconds", "-T", "gres/gpu", "cluster", "AccountUtilizationByUser",
+            f"start={since}", f"end={until}"]
+
+
+def _table(text: str, needed: tuple[str, ...]) -> tuple[list[dict[str, str]], Records]:
+    """The rows under the first line that names every field of ``needed`` (banner lines above it are
+    sreport's title), each a dict by the header's names; lines of another field count are left out."""
+    rows, left = [], Records()
+    header: list[str] | None = None
+    for line in lines(text):
+        parts = [p.strip() for p in line.split("|")]
+        if header is None:
+            if set(needed) <= set(parts):
+                header = parts
+            continue
+        if len(parts) != len(header):
+            left.refuse(line)
+            continue
+        rows.append(dict(zip(header, parts)))
+    if header is None and text.strip():
+        left.refuse(text.strip().split("\n")[0])
+    return rows, left
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and value >= 0 else None  # not NaN, not negative
+
+
+@dataclass(frozen=True)
+class Share:
+    account: str
+    raw_shares: float | None
+    norm_shares: float | None    # the target: the account's shares over its siblings'
+    raw_usage: float | None      # billing-seconds x UsageFactor, decayed
+    effective_usage: float | None  # its share of the parent's usage
+    fair_share: float | None     # Slurm's fair-share factor (0..1), None for an account under Fair Tree
+
+
+def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
+    """Accounts (lines without a user) of ``sshare_command``'s output, by name."""
+    rows, left = _table(text, ("Account", "User", "RawUsage"))
+    out = {}
+    for row in rows:
+        account = row["Account"]
+        if not account or row.get("User"):
+            continue
+        out[account] = Share(account, _number(row.get("RawShares", "")), _number(row.get("NormShares", "")),
+                             _number(row.get("RawUsage", "")), _number(row.get("EffectvUsage", "")),
+                             _number(row.get("FairShare", "")))
+    return out, left
+
+
+def read_sreport_gpu(text: str) -> tuple[dict[str, float], Records]:
+    """GPU-seconds per account (its line without a login: the account's total) of ``sreport_gpu_command``'s
+    output. ``root`` is the whole cluster."""
+    rows, left = _table(text, ("Account", "Login", "Used"))
+    out: dict[str, float] = {}
+    for row in rows:
+        if row.get("Login") or row.get("TRES Name", "gres/gpu") != "gres/gpu":
+            continue
+        used = _number(row["Used"])
+        if used is None:
+            left.refuse("|".join(row.values()))
+            continue
+        out[row["Account"]] = out.get(row["Account"], 0.0) + used
+    return out, left

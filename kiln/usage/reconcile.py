@@ -1,0 +1,55 @@
+"""``kiln usage --reconcile``: each team's GPU-hours as kiln counts them beside Slurm's own reports.
+
+sreport counts from slurmdbd's hourly rollups: an hour is in it only once it has ended (slurmdbd rolls
+it up then). kiln therefore compares whole hours, [the hour ``since`` falls in, the last hour that ended
+before ``until``), and counts its own figures over that same window. Beside them, sshare's fair share as
+Slurm counts it now (billing x the QoS's UsageFactor, decayed): a scavenger job of UsageFactor 0 uses
+GPU-hours but no fair share. A gap over ``TOLERANCE`` gets the reason kiln can name. Pure.
+"""
+
+from __future__ import annotations
+
+from checks.parsers.slurm_usage import Share
+
+HOUR = 3600
+TOLERANCE = 0.01  # a gap larger than 1 % of sreport's figure is named
+
+
+def whole_hours(since: float, until: float, now: float) -> tuple[float, float]:
+    """The window sreport can answer for: from the hour ``since`` is in to the last hour ended before
+    both ``until`` and ``now`` (empty when none has)."""
+    start = since - since % HOUR
+    end = min(until, now)
+    end -= end % HOUR
+    return start, max(start, end)
+
+
+def reconcile(kiln_teams: list[dict], sreport_seconds: dict[str, float], shares: dict[str, Share],
+              left_out: str = "") -> list[dict]:
+    """Per team (kiln's report rows of the whole-hour window): kiln's GPU-hours, sreport's, the gap and
+    its reason; sshare's target and effective usage beside them."""
+    out = []
+    for team in kiln_teams:
+        name = team["team"]
+        ours = team["gpu_hours"]
+        theirs = sreport_seconds.get(name, 0.0) / HOUR
+        gap = ours - theirs
+        share = gap / theirs if theirs else (0.0 if not ours else None)
+        reason = ""
+        if share is None or abs(share) > TOLERANCE:
+            if left_out:
+                reason = f"kiln could not read some of sacct's records ({left_out})"
+            elif name not in sreport_seconds:
+                reason = "no usage for this account in the window in sreport (not in its rollups)"
+            else:
+                reason = ("not explained by kiln: compare the account's runs in sacct (every run, -D) with "
+                          "sreport's AccountUtilizationByUser for GPUs")
+        fair = shares.get(name)
+        out.append({"team": name, "gpu_hours": ours, "sreport_gpu_hours": round(theirs, 3),
+                    "difference": round(gap, 3), "difference_share": None if share is None else round(share, 4),
+                    "reason": reason,
+                    "fair_share_target": fair.norm_shares if fair else None,
+                    "fair_share_used": fair.effective_usage if fair else None,
+                    "fair_share_raw_usage": fair.raw_usage if fair else None,
+                    "fair_share_factor": fair.fair_share if fair else None})
+    return out

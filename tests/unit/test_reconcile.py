@@ -1,0 +1,76 @@
+"""sshare and sreport read by their one reader (checks/parsers/slurm_usage.py), and kiln usage --reconcile:
+kiln's GPU-hours per team beside sreport's over whole hours, with the reason for a gap, and sshare's fair
+share (usage factors counted) beside the target."""
+
+from __future__ import annotations
+
+from checks.parsers import slurm_usage
+from kiln.usage.reconcile import reconcile, whole_hours
+
+# sshare -a -P -o Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare (Slurm 22.05, Fair Tree):
+# accounts indented by depth even under -P; a scavenger team whose jobs ran at UsageFactor 0 has no usage
+SSHARE = """Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare
+root|||0.000000|1296000||1.000000
+ root|root|1|0.009901|0|0.000000|1.000000
+ alpha||70|0.693069|1036800|0.800000|
+  alpha|ann|1|1.000000|1036800|1.000000|0.500000
+ beta||30|0.297030|259200|0.200000|
+  beta|ben|1|1.000000|259200|1.000000|1.000000
+ scav||1|0.009901|0|0.000000|
+a|line|that|is|not|sshare's
+"""
+# sreport -P -t Seconds -T gres/gpu cluster AccountUtilizationByUser start=... end=...: a banner, the header
+SREPORT = """--------------------------------------------------------------------------------
+Cluster/Account/User Utilization 2026-11-02T09:00:00 - 2026-11-02T11:59:59 (10800 secs)
+Usage reported in TRES Seconds
+--------------------------------------------------------------------------------
+Cluster|Account|Login|Proper Name|TRES Name|Used
+kilntest|root|||gres/gpu|43200
+kilntest|alpha|||gres/gpu|28800
+kilntest|alpha|ann|Ann|gres/gpu|28800
+kilntest|beta|||gres/gpu|14400
+kilntest|beta|ben|Ben|gres/gpu|14400
+kilntest|beta|ben|Ben|gres/gpu|not-a-number
+"""
+
+
+def test_sshare_gives_each_accounts_target_and_effective_usage():
+    assert slurm_usage.sshare_command()[:3] == ["sshare", "-a", "-P"]
+    shares, left = slurm_usage.read_sshare(SSHARE)
+    assert sorted(shares) == ["alpha", "beta", "root", "scav"]  # indents dropped; user lines left aside
+    assert shares["alpha"].norm_shares == 0.693069 and shares["alpha"].effective_usage == 0.8
+    assert shares["scav"].raw_usage == 0 and shares["alpha"].fair_share is None
+    assert left.bad == 1 and "not|sshare's" in left.problem("sshare")  # another field count: left out, named
+
+
+def test_sreport_gives_gpu_seconds_per_account_under_its_banner():
+    cmd = slurm_usage.sreport_gpu_command("2026-11-02T09:00:00", "2026-11-02T12:00:00")
+    assert cmd[:7] == ["sreport", "-P", "-t", "Seconds", "-T", "gres/gpu", "cluster"]
+    used, left = slurm_usage.read_sreport_gpu(SREPORT)
+    assert used == {"root": 43200.0, "alpha": 28800.0, "beta": 14400.0}  # the users' lines are in their account's
+    assert left.bad == 0
+    used, left = slurm_usage.read_sreport_gpu("sreport: error: Problem talking to the database\n")
+    assert used == {} and left.bad == 1 and "Problem talking" in left.problem("sreport")
+
+
+def test_the_window_is_whole_hours_that_have_ended():
+    h = 3600
+    assert whole_hours(10 * h + 600, 14 * h + 120, 20 * h) == (10 * h, 14 * h)
+    assert whole_hours(10 * h + 600, 20 * h, 12 * h + 5) == (10 * h, 12 * h)  # now: 12:00 is the last rollup
+    assert whole_hours(10 * h + 600, 20 * h, 10 * h + 900) == (10 * h, 10 * h)  # none has ended yet
+
+
+def test_teams_within_one_percent_agree_and_a_gap_is_named():
+    used, _ = slurm_usage.read_sreport_gpu(SREPORT)
+    shares, _ = slurm_usage.read_sshare(SSHARE)
+    rows = {r["team"]: r for r in reconcile(
+        [{"team": "alpha", "gpu_hours": 8.05}, {"team": "beta", "gpu_hours": 5.0}, {"team": "scav", "gpu_hours": 2.0}],
+        used, shares)}
+    assert rows["alpha"]["sreport_gpu_hours"] == 8.0 and rows["alpha"]["reason"] == ""  # +0.6 %
+    assert rows["alpha"]["fair_share_used"] == 0.8 and rows["alpha"]["fair_share_target"] == 0.693069
+    assert rows["beta"]["difference"] == 1.0 and "not explained by kiln" in rows["beta"]["reason"]
+    # scav used GPUs but sreport has none of it, and its fair-share usage is 0 (UsageFactor 0)
+    assert rows["scav"]["difference_share"] is None and "no usage for this account" in rows["scav"]["reason"]
+    assert rows["scav"]["fair_share_raw_usage"] == 0
+    left = reconcile([{"team": "beta", "gpu_hours": 5.0}], used, shares, left_out="1 sacct record(s) ...")
+    assert "could not read some of sacct's records" in left[0]["reason"]
