@@ -13,6 +13,7 @@ from checks.node import Node
 from checks.parsers.dcgm import parse_dcgm_diag
 from checks.parsers.kernel_log import DEFAULT_COMMAND, after_gpu_reset, parse_xids, recent
 from checks.parsers import nvidia_smi_q
+from checks.parsers.exposition import Exposition
 from checks.parsers.nvidia_smi import FAULTS, GPU_GONE, explain_exit, number, parse_nvlink_status, parse_query_csv
 from checks.verdict import CheckError, Verdict, fail, ok, warn, with_passes
 
@@ -322,3 +323,21 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     if gpu.get("dcgm_level"):
         verdicts += check_dcgm(node, int(gpu["dcgm_level"]))
     return verdicts + gpu_load.run(node, gpu)
+
+
+DEVICE_FILE = "kiln-gpu-devices.prom"
+
+
+def device_exposition(full_query: str) -> str:
+    """``kiln_gpu_device_info{minor,device,UUID,pci_bus_id} 1`` per GPU from ``nvidia-smi -q``: which
+    ``/dev/nvidiaN`` (Slurm's name for a job's GPU) is which UUID (dcgm-exporter's label), so kiln's job
+    summary joins the two by UUID instead of assuming NVML's order is Slurm's. CheckError when the output
+    is cut short."""
+    out = Exposition()
+    text = "1 for each GPU: its /dev/nvidiaN (minor) and UUID, from nvidia-smi -q."
+    out.add("kiln_gpu_device_info", "gauge", text)
+    for bus, minor, uuid in nvidia_smi_q.devices(nvidia_smi_q.read(full_query)):
+        out.add("kiln_gpu_device_info", "gauge", text, 1,
+                {"minor": str(minor), "device": f"nvidia{minor}", "UUID": uuid, "pci_bus_id": bus})
+    return out.text()
+

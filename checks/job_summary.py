@@ -4,9 +4,9 @@ job's ``AdminComment``, as Princeton's jobstats does: it lives in Slurm's accoun
 no database of its own, and ``kiln usage`` reads it with the job (``kiln:gpu_util=63.5,...``), written with
 ``sacctmgr update job`` as jobstats does (slurmctld no longer takes updates of a finished job).
 
-The job's GPUs per node come from ``scontrol show job -d`` (``GRES=gpu:h100:2(IDX:0-1)``), which names the
-GPUs by the index dcgm-exporter labels ``gpu`` with on a node whose GPUs Slurm finds in the same order
-(kiln's gres.conf lists /dev/nvidia0.. in order). Slurm shows them only while the job holds them, so the
+The job's GPUs per node come from ``scontrol show job -d`` (``GRES=gpu:h100:2(IDX:0-1)``): Slurm's index
+into gres.conf's /dev/nvidia0.., so a minor number, matched with dcgm-exporter's series by UUID through
+the node's ``kiln_gpu_device_info`` (``query``). Slurm shows them only while the job holds them, so the
 same program runs as PrologSlurmctld too (``--start``) and keeps them in JOBS/<id>.json for the epilog. A job that never got a GPU, or whose GPUs have no
 samples (shorter than one scrape), gets no figure. Standard library only (the controller's python3);
 pure parsers, and ``main`` apart. Run as SlurmUser: the Prometheus password it reads is slurm's own copy
@@ -34,7 +34,7 @@ from datetime import datetime
 
 from checks.parsers.hostlist import expand_hostlist
 from checks.parsers.scontrol import SlurmRecordError, show_job, show_job_command
-from checks.parsers.slurm_values import SLURM_ENV, epoch
+from checks.parsers.slurm_values import BILLING_UNITS, SLURM_ENV, count as tres_count_of, epoch, tres
 
 CONFIG = "/etc/slurm/kiln-job-summary.json"
 JOBS = "/var/lib/kiln/jobs"  # slurm's: what each running job holds, from its prolog to its epilog
@@ -72,9 +72,12 @@ def parse_job(text: str) -> dict:
                 raise SlurmRecordError(f"GRES line for {node!r}, which is not one of the job's nodes once")
             gpus[node] = idx
     times = {key: epoch(str(job.get(key, ""))) for key in ("StartTime", "EndTime")}
-    account = str(job.get("Account", ""))
+    account, partition = str(job.get("Account", "")), str(job.get("Partition", ""))
+    held = tres(str(job.get("TRES", "")))
     return {"start": times["StartTime"], "end": times["EndTime"], "gpus": gpus,
-            "account": account if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", account) else ""}
+            "account": account if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", account) else "",
+            "partition": partition if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", partition) else "",
+            "billing": tres_count_of(held["billing"]) if "billing" in held else None}
 
 
 def _label(value: str) -> str:
@@ -84,24 +87,40 @@ def _label(value: str) -> str:
 
 
 def query(metric: str, gpus: dict[str, list[int]], seconds: int) -> str:
-    """The mean of ``metric`` over the job's GPUs and the last ``seconds``, as one PromQL expression."""
-    parts = [f'avg_over_time({metric}{{node="{_label(n)}",gpu=~"{"|".join(str(i) for i in idx)}"}}[{seconds}s])'
+    """The mean of ``metric`` over the job's GPUs and the last ``seconds``, as one PromQL expression. Slurm
+    names a job's GPUs by their index in gres.conf's ``File=/dev/nvidia[0-N]``, i.e. by minor number;
+    dcgm-exporter names them by NVML's index (PCI order) and UUID, and the two orders differ on real nodes.
+    The node's ``kiln_gpu_device_info`` (checks/gpu.py, from ``nvidia-smi -q``) says which UUID is which
+    /dev/nvidiaN: the job's series are found by UUID through it, never by assuming the orders agree."""
+    parts = [f'avg_over_time({metric}{{node="{_label(n)}"}}[{seconds}s]) * on(node, UUID) '
+             f'kiln_gpu_device_info{{node="{_label(n)}",minor=~"{"|".join(str(i) for i in idx)}"}}'
              for n, idx in sorted(gpus.items())]
-    return "avg(" + " or ".join(parts) + ")"
+    return "avg(" + " or ".join(f"({p})" for p in parts) + ")"
 
 
-def summary(util: float | None, mem: float | None, gpus: dict[str, list[int]], seconds: int) -> str:
-    """``kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600``: plain key=value words (sacctmgr turns
-    quotes into backticks, so no JSON)."""
+# What "busy" means, best first: the share of time the GPU's graphics/compute engine was active (DCGM's
+# profiling field, a ratio), else NVML's utilization (percent of time any kernel ran: 100 for a job that
+# keeps one tiny kernel running). The AdminComment says which one measured the job (util_by).
+ACTIVITY = (("gr_engine_active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100.0), ("gpu_util", "DCGM_FI_DEV_GPU_UTIL", 1.0))
+
+
+def summary(util: float | None, mem: float | None, gpus: dict[str, list[int]], seconds: int,
+            util_by: str | None = None) -> str:
+    """``kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600,util_by=gr_engine_active``: plain key=value
+    words (sacctmgr turns quotes into backticks, so no JSON)."""
     fields = {"gpu_util": None if util is None else round(util, 1),
               "gpu_mem_util": None if mem is None else round(mem, 1),
-              "gpus": sum(len(v) for v in gpus.values()), "seconds": seconds}
+              "gpus": sum(len(v) for v in gpus.values()), "seconds": seconds,
+              "util_by": util_by if util is not None else None}
     return PREFIX + ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
 
 
-def add_job(counters: dict, account: str, gpus: int, seconds: int, util: float | None, price: float) -> dict:
+def add_job(counters: dict, account: str, gpus: int, seconds: int, util: float | None, price: float,
+            billing: int | None = None) -> dict:
     """``counters`` (account -> figures) with one finished job added: its GPU-seconds, the measured and
-    useful (x utilization) GPU-seconds when measured, and its cost (GPU-hours x its node type's price)."""
+    useful (x utilization) GPU-seconds when measured, and its cost: Slurm's ``billing`` where its partition
+    is billed by kiln's weights (kiln/usage/billing.py, as kiln usage charges it), else GPU-hours x its
+    node type's price."""
     acc = counters.setdefault(account, {"jobs": 0, "gpu_seconds": 0.0, "measured_gpu_seconds": 0.0,
                                         "useful_gpu_seconds": 0.0, "cost": 0.0})
     gpu_seconds = float(gpus * seconds)
@@ -110,7 +129,7 @@ def add_job(counters: dict, account: str, gpus: int, seconds: int, util: float |
     if util is not None:
         acc["measured_gpu_seconds"] += gpu_seconds
         acc["useful_gpu_seconds"] += gpu_seconds * util / 100
-    acc["cost"] += gpu_seconds / 3600 * price
+    acc["cost"] += billing * seconds / 3600 / BILLING_UNITS if billing is not None else gpu_seconds / 3600 * price
     return counters
 
 
@@ -128,7 +147,9 @@ def count(config: dict, info: dict, seconds: int, util: float | None) -> None:
                 counters = {}
         except (OSError, ValueError):
             counters = {}  # none yet, or unreadable: start again (Prometheus reads a counter reset)
-        add_job(counters, account, sum(len(v) for v in info["gpus"].values()), seconds, util, float(price))
+        billed = info.get("partition") in config.get("billed_partitions", ()) and info.get("billing") is not None
+        add_job(counters, account, sum(len(v) for v in info["gpus"].values()), seconds, util, float(price),
+                info["billing"] if billed else None)
         with open(COUNTERS + ".tmp", "w") as f:
             json.dump(counters, f, sort_keys=True)
         os.chmod(COUNTERS + ".tmp", 0o644)
@@ -198,11 +219,16 @@ def main(argv: list[str] | None = None) -> int:
         seconds = max(1, int(end - info["start"]))
         with open(CONFIG) as f:
             config = json.load(f)
-        util = _ask(config, query("DCGM_FI_DEV_GPU_UTIL", info["gpus"], seconds), end)
+        util, util_by = None, None
+        for name, metric, scale in ACTIVITY:
+            value = _ask(config, query(metric, info["gpus"], seconds), end)
+            if value is not None:
+                util, util_by = min(100.0, value * scale), name
+                break
         used = _ask(config, query("DCGM_FI_DEV_FB_USED", info["gpus"], seconds), end)
         free = _ask(config, query("DCGM_FI_DEV_FB_FREE", info["gpus"], seconds), end)
         mem = 100 * used / (used + free) if used is not None and free is not None and used + free > 0 else None
-        record(job, summary(util, mem, info["gpus"], seconds), env)
+        record(job, summary(util, mem, info["gpus"], seconds, util_by), env)
         count(config, info, seconds, util)
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:  # SlurmRecordError among them
         print(f"kiln-job-summary: job {job}: no GPU figures ({e})", file=sys.stderr)

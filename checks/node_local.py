@@ -35,7 +35,8 @@ from checks.parsers.exposition import Exposition, write  # noqa: E402
 from checks.drain_reasons import KILNS, classify  # noqa: E402
 from checks.slurm import KILN_PREFIX, node_state, show_node  # noqa: E402
 from checks.suites import run_suites  # noqa: E402
-from checks.verdict import Verdict  # noqa: E402
+from checks import gpu  # noqa: E402
+from checks.verdict import CheckError, Verdict  # noqa: E402
 from checks.version import installed  # noqa: E402
 
 EXPECT = "/etc/kiln/node-checks.json"
@@ -131,6 +132,35 @@ def textfile(verdicts: list[Verdict], directory: str, seconds: float) -> None:
     write(directory, "kiln.prom", out.text())
 
 
+def gpu_devices(node: Node, directory: str) -> None:
+    """kiln-gpu-devices.prom (checks/gpu.py ``device_exposition``): which /dev/nvidiaN is which GPU UUID,
+    written once per boot (devices do not change while the node is up); left as it was when nvidia-smi
+    does not answer whole (the GPU checks say why)."""
+    path = os.path.join(directory, gpu.DEVICE_FILE)
+    try:
+        if os.stat(path).st_mtime > _boot_time():
+            return
+    except OSError:
+        pass
+    out = node.run(gpu.FULL_QUERY)
+    if out.rc != 0:
+        return
+    try:
+        text = gpu.device_exposition(out.stdout)
+    except CheckError:
+        return
+    os.makedirs(directory, exist_ok=True)
+    write(directory, gpu.DEVICE_FILE, text)
+
+
+def _boot_time() -> float:
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    return 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kiln-node-check", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=("health", "prolog", "epilog"), default="health",
@@ -159,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         action = "not asked" if args.no_drain or not (expect.get("slurm") or {}).get("compute") else \
             drain_or_resume(node, name, verdicts)
         seconds = time.monotonic() - start
-        textfile(verdicts, args.textfile or expect.get("textfile_dir") or TEXTFILE_DIR, seconds)
+        directory = args.textfile or expect.get("textfile_dir") or TEXTFILE_DIR
+        textfile(verdicts, directory, seconds)
+        if (expect.get("gpu") or {}).get("count"):
+            gpu_devices(node, directory)
         failed = [v for v in verdicts if v.failed]
         if args.json:
             print(json.dumps({"node": name, "mode": args.mode, "seconds": round(seconds, 3), "slurm": action,

@@ -20,6 +20,7 @@ from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT, alert_rules)
 from kiln.monitoring.metrics_contract import health_checked, scraped_gpus
+from kiln.usage import billing
 
 USER = "kiln"  # the HTTP basic-auth user of every monitoring listener
 CONF = "/etc/prometheus"
@@ -197,11 +198,14 @@ def alertmanager_defaults(cluster: Cluster, host: Host) -> str:
 
 def usage_settings(cluster: Cluster) -> dict:
     """What kiln-job-summary's usage counters need (checks/job_summary.py): each GPU node's price per
-    GPU-hour (``kiln_usage_gpu_hour_prices`` by node type), and for the Slurm collector the currency and
+    GPU-hour (``kiln_usage_gpu_hour_prices`` by node type) and the partitions Slurm bills by kiln's weights
+    (kiln/usage/billing.py), and for the Slurm collector the currency and
     each team's fair-share target."""
     prices = cluster.setting("usage_gpu_hour_prices")
     total = sum(t.shares for t in cluster.teams) or 1
     return {"node_prices": {h.name: prices[h.node_type] for h in cluster.compute
                             if h.gpu_count and h.node_type in prices},
+            # partitions whose jobs Slurm bills by kiln's weights: a job there costs its billing TRES
+            "billed_partitions": sorted(p for p, w in billing.partition_weights(cluster, prices).items() if w),
             "currency": cluster.setting("usage_currency"),
             "share_targets": {t.name: round(t.shares / total, 6) for t in cluster.teams}}

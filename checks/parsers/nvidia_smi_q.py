@@ -123,3 +123,16 @@ def fabric(gpu: dict) -> dict[str, str] | None:
     health = section.get("Health") if isinstance(section.get("Health"), dict) else {}
     return {"state": section.get("State", ""), "status": section.get("Status", ""),
             "clique": section.get("CliqueId", ""), "health": health.get("Summary", "")}
+
+
+def devices(tree: dict) -> list[tuple[str, int, str]]:
+    """(PCI bus id, minor number, UUID) of each GPU: the minor number N is the GPU's ``/dev/nvidiaN``, the
+    device Slurm's gres.conf names and gives a job; NVML's index (dcgm-exporter's ``gpu`` label) follows
+    the PCI order instead, and the two differ on real nodes (tests/recorded/captured/nvidia-smi-q). A GPU
+    without a readable minor number or UUID is left out."""
+    out = []
+    for bus, gpu in tree["gpus"].items():
+        minor, uuid = str(gpu.get("Minor Number", "")), str(gpu.get("GPU UUID", ""))
+        if minor.isdigit() and re.fullmatch(r"(?:GPU|MIG)-[0-9A-Fa-f-]{8,64}", uuid):
+            out.append((bus, int(minor), uuid))
+    return out

@@ -21,6 +21,7 @@ SLURM_ENV = {"TZ": "UTC", "LC_ALL": "C", "LANG": "C"}
 NO_TIME = ("", "Unknown", "None", "N/A", "(null)")
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None|N/A|\(null\)|", re.ASCII)
 TRES = re.compile(r"(?:[a-z_]+(?:/[A-Za-z0-9_:.-]+)?=[0-9.]+[KMGTPE]?(?:,|$))*", re.ASCII)
+BILLING_UNITS = 100  # Slurm's billing TRES under kiln's weights: hundredths of the currency per hour
 COUNT = re.compile(r"\d{1,12}", re.ASCII)
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from checks.parsers.slurm_values import BILLING_UNITS
 from kiln.inventory.model import Cluster, NodeType
 
-UNITS = 100  # billing units per currency unit: Slurm's billing TRES is an integer; cents keep the price
+UNITS = BILLING_UNITS  # billing units per currency unit: Slurm's billing TRES is an integer; cents keep the price
 
 
 def gpu_price(types: Iterable[NodeType], prices: dict[str, float]) -> float | None:

@@ -110,6 +110,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
     per_team: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     per_user: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
     rows, types, counted = [], {}, set()
+    measured_by: dict[str, float] = defaultdict(float)
     billed = billing.partition_weights(cluster, prices)
     for job in jobs:
         seconds = _seconds_in(job, since, until)
@@ -142,12 +143,15 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
             acc["measured_gpu_hours"] += gpu_h if measured else 0.0
             acc["measured_cost"] += cost if measured else 0.0
             acc["pending_hours"] += pending / 3600
+        if measured:
+            measured_by[job.util_by or "gpu_util"] += gpu_h
         _per_day(job, since, until, days, daily[job.account])
         if gpu_h or cpu_h:
             rows.append({"job": job.job_id, "user": job.user, "team": job.account, "name": job.name,
                          "state": job.state, "node_type": node_type, "gpus": job.gpus,
                          "gpu_hours": _round(gpu_h), "cost": _round(cost, 2), "charged_by": charged_by,
-                         "gpu_util": job.gpu_util, "idle_gpu_hours": _round(idle) if measured else None})
+                         "gpu_util": job.gpu_util, "util_by": job.util_by,
+                         "idle_gpu_hours": _round(idle) if measured else None})
     all_gpu_h = sum(v["gpu_hours"] for v in per_team.values())
 
     def figures(acc: dict) -> dict:
@@ -182,5 +186,9 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
         "idle_jobs": sorted((r for r in rows if r["idle_gpu_hours"]), key=lambda r: -r["idle_gpu_hours"])[:TOP],
         "days": [datetime.fromtimestamp(d, timezone.utc).strftime("%Y-%m-%d") for d in days],
         "team_gpu_hours_per_day": {name: [_round(v) for v in daily[name]] for name in sorted(set(daily) | set(teams))},
+        # what "useful" measured: GPU-hours whose busy share came from DCGM's engine activity (time the
+        # graphics/compute engine was active) or from NVML's utilization (time any kernel ran: a job with one
+        # small kernel always running reads 100 %)
+        "useful_measured_by": {k: _round(v) for k, v in sorted(measured_by.items())},
         "reservations": reservation_figures(list(reservations), jobs, cluster, since, until),
     }

@@ -51,6 +51,19 @@ class Job:
     gpu_util: float | None   # percent, measured over the job's life; None: not measured
     name: str
     billing: int | None = None  # Slurm's billing TRES of the allocation (kiln/usage/billing.py); None: none
+    util_by: str | None = None  # what measured gpu_util: gr_engine_active (DCGM profiling) or gpu_util (NVML)
+
+
+UTIL_BY = ("gr_engine_active", "gpu_util")  # checks/job_summary.py ACTIVITY: what measured a job's busy share
+
+
+def admin_util_by(text: str) -> str | None:
+    """What measured the utilization kiln recorded (``util_by``; a summary older than the word: GPU_UTIL)."""
+    if admin_util(text) is None:
+        return None
+    fields = dict(part.split("=", 1) for part in text[len(ADMIN_PREFIX):].split(",") if "=" in part)
+    by = fields.get("util_by", "gpu_util")
+    return by if by in UTIL_BY else None
 
 
 def admin_util(text: str) -> float | None:
@@ -80,7 +93,7 @@ def read(text: str, sep: str) -> tuple[list[Job], str]:
                         epoch(f["Submit"]), epoch(f["Eligible"]), epoch(f["Start"]), epoch(f["End"]),
                         count(f["ElapsedRaw"]), count(alloc.get("gres/gpu")), count(alloc.get("cpu")), f["NodeList"],
                         f["Reservation"], admin_util(f["AdminComment"]), f["JobName"],
-                        count(alloc["billing"]) if "billing" in alloc else None))
+                        count(alloc["billing"]) if "billing" in alloc else None, admin_util_by(f["AdminComment"])))
     return jobs, framed.problem("sacct")
 
 

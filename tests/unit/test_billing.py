@@ -106,3 +106,21 @@ def test_jobs_are_charged_by_slurms_billing_exclusive_ones_by_the_node_and_acros
     assert teams["beta"]["pending_hours"] == pytest.approx(0.5 + 30 / 3600, abs=1e-3)
     assert teams["beta"]["lost_gpu_hours_preemption"] == 2.0 and teams["beta"]["runs"] == 4
     assert teams["beta"]["cost"] == pytest.approx(20.0 + 2.5 + 5.0 + 5.0)
+
+
+def test_the_job_summarys_counters_charge_a_billed_partitions_job_its_billing(monkeypatch, tmp_path, two_types):
+    """kiln-job-summary's Prometheus counters cost a job as kiln usage does: by Slurm's billing."""
+    from checks import job_summary
+    from roles.monitoring_config import usage_settings
+    config = usage_settings(load_cluster(two_types))
+    assert config["billed_partitions"] == ["gpu"]
+    shown = ("JobId=9 JobName=x\n   UserId=ann(2101) Account=alpha QOS=normal\n   Partition=gpu\n"
+             "   TRES=cpu=32,mem=4000M,node=1,billing=1000,gres/gpu=1\n")
+    info = job_summary.parse_job(shown)
+    assert info["billing"] == 1000 and info["partition"] == "gpu"
+    info["gpus"] = {"gpu02": [0]}
+    monkeypatch.setattr(job_summary, "COUNTERS", str(tmp_path / "usage-counters.json"))
+    job_summary.count(config, info, 3600, None)
+    import json
+    counted = json.loads((tmp_path / "usage-counters.json").read_text())["alpha"]
+    assert counted["cost"] == 4 * PRICE and counted["gpu_seconds"] == 3600  # one GPU held, the node paid

@@ -443,11 +443,14 @@ def test_job_summary_reads_the_jobs_gpus_and_asks_one_query():
     assert info["gpus"] == {"kiln02": [0, 1], "kiln03": [3]}
     assert info["end"] - info["start"] == 120
     q = job_summary.query("DCGM_FI_DEV_GPU_UTIL", info["gpus"], 120)
-    assert q == ('avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln02",gpu=~"0|1"}[120s]) or '
-                 'avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln03",gpu=~"3"}[120s]))')
-    text = job_summary.summary(63.25, 40.0, info["gpus"], 120)
+    assert q == ('avg((avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln02"}[120s]) * on(node, UUID) '
+                 'kiln_gpu_device_info{node="kiln02",minor=~"0|1"}) or '
+                 '(avg_over_time(DCGM_FI_DEV_GPU_UTIL{node="kiln03"}[120s]) * on(node, UUID) '
+                 'kiln_gpu_device_info{node="kiln03",minor=~"3"}))')
+    text = job_summary.summary(63.25, 40.0, info["gpus"], 120, "gr_engine_active")
     from kiln.usage.sacct import admin_util
-    assert admin_util(text) == 63.2 and text == "kiln:gpu_util=63.2,gpu_mem_util=40.0,gpus=3,seconds=120"
+    assert admin_util(text) == 63.2
+    assert text == "kiln:gpu_util=63.2,gpu_mem_util=40.0,gpus=3,seconds=120,util_by=gr_engine_active"
     assert job_summary.parse_job("JobId=7 JobName=x\n   JobState=PENDING Reason=None\n")["gpus"] == {}
     with pytest.raises(ValueError):
         job_summary.query("X", {'a"}or vector(1)': [0]}, 10)
