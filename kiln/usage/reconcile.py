@@ -15,11 +15,14 @@ HOUR = 3600
 TOLERANCE = 0.01  # a gap larger than 1 % of sreport's figure is named
 
 
+ROLLUP_GRACE = 300  # slurmdbd rolls an hour up in the seconds after it ends: give it five minutes
+
+
 def whole_hours(since: float, until: float, now: float) -> tuple[float, float]:
     """The window sreport can answer for: from the hour ``since`` is in to the last hour ended before
-    both ``until`` and ``now`` (empty when none has)."""
+    ``until`` and rolled up by ``now`` (empty when none has)."""
     start = since - since % HOUR
-    end = min(until, now)
+    end = min(until, now - ROLLUP_GRACE)
     end -= end % HOUR
     return start, max(start, end)
 

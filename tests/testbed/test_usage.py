@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from kiln.inventory import load_cluster
 from kiln.monitoring.alerts import query
 from kiln.secrets import monitoring_password
+from kiln.usage import billing
 from tests.testbed.slurm_helpers import job_state, kiln, ok, on, wait_for
 
 PRICE = 2.5  # kiln/testbed/inventory.py: EUR per GPU-hour of testbed_compute
@@ -23,19 +24,44 @@ def _submit(tb, user: str, account: str, args: str, seconds: int) -> str:
     return out.strip().split(";")[0]
 
 
-def _sacct_gpu_hours(tb, since: str, until: str) -> dict[str, float]:
-    """GPU-hours per account from sacct's own fields, clipped to [since, until) by hand."""
-    text = ok(tb, tb.controller, f"TZ=UTC sacct -a -X -D -n -P -S {since} -E {until} -o Account,Start,End,AllocTRES")
+def _sacct_runs(tb, since: str, until: str) -> list[dict]:
+    """Every run in [since, until) from sacct's own fields: its account, GPUs, CPUs, memory (MB), Slurm's
+    billing and its seconds inside the window, clipped by hand."""
+    text = ok(tb, tb.controller, f"TZ=UTC sacct -a -X -D -n -P --noconvert -S {since} -E {until} "
+                                 "-o JobIDRaw,Account,Start,End,AllocTRES")
     lo, hi = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp() for t in (since, until))
-    out: dict[str, float] = {}
+    out = []
     for line in text.splitlines():
-        account, start, end, alloc = line.split("|")
-        gpus = dict(p.split("=", 1) for p in alloc.split(",") if "=" in p).get("gres/gpu")
-        if not gpus or start in ("Unknown", "None"):
+        job, account, start, end, alloc = line.split("|")
+        held = dict(p.split("=", 1) for p in alloc.split(",") if "=" in p)
+        if start in ("Unknown", "None"):
             continue
         s = datetime.strptime(start, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
         e = hi if end in ("Unknown", "None") else datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-        out[account] = out.get(account, 0.0) + int(gpus) * max(0.0, min(e, hi) - max(s, lo)) / 3600
+        mem = held.get("mem", "0M")
+        out.append({"job": job, "account": account, "gpus": int(held.get("gres/gpu", 0)), "cpus": int(held["cpu"]),
+                    "mem_mb": int(mem[:-1]) * (1024 if mem.endswith("G") else 1) if mem[-1:] in "MG" else int(mem) // 2**20,
+                    "billing": int(held.get("billing", 0)), "seconds": max(0.0, min(e, hi) - max(s, lo))})
+    return out
+
+
+def _sacct_gpu_hours(tb, since: str, until: str) -> dict[str, float]:
+    """GPU-hours per account from sacct's own fields, clipped to [since, until) by hand."""
+    out: dict[str, float] = {}
+    for run in _sacct_runs(tb, since, until):
+        out[run["account"]] = out.get(run["account"], 0.0) + run["gpus"] * run["seconds"] / 3600
+    return out
+
+
+def _billed(tb, runs: list[dict]) -> dict[str, float]:
+    """Cost per account as Slurm bills it (billing x hours, in hundredths of the currency), after checking
+    that each GPU run's billing is what kiln's weights make of its allocation (kiln/usage/billing.py)."""
+    node_type = load_cluster(tb.inventory).node_types["testbed_compute"]
+    out: dict[str, float] = {}
+    for run in runs:
+        if run["gpus"]:
+            assert run["billing"] == billing.expected(run["gpus"], run["cpus"], run["mem_mb"], node_type, PRICE), run
+        out[run["account"]] = out.get(run["account"], 0.0) + billing.cost(run["billing"], run["seconds"])
     return out
 
 
@@ -70,10 +96,11 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
         data = json.loads(out.stdout)
         assert "<h1>Usage of cluster kilntest</h1>" in page.read_text() and "vision" in page.read_text()
         expected = _sacct_gpu_hours(tb, since, until)
+        charged = _billed(tb, _sacct_runs(tb, since, until))  # Slurm's billing of each run, checked
         teams = {t["team"]: t for t in data["teams"]}
         for team in ("vision", "language"):
             assert abs(teams[team]["gpu_hours"] - expected[team]) < 0.002, (team, teams[team], expected)
-            assert abs(teams[team]["cost"] - round(expected[team] * PRICE, 2)) <= 0.01, (team, teams[team])
+            assert abs(teams[team]["cost"] - round(charged[team], 2)) <= 0.01, (team, teams[team], charged)
         assert data["currency"] == "EUR"
         assert abs(teams["vision"]["useful_gpu_hours"] / teams["vision"]["gpu_hours"] - 0.6) < 0.1, teams["vision"]
         assert teams["language"]["idle_gpu_hours"] > 0
@@ -110,6 +137,7 @@ def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
                                 "usagefactor,gracetime")
     assert "high|100|1-00:00:00|gres/gpu=2|scavenger|cluster|1.000000|00:00:00" in qos, qos
     assert "scavenger|0||||requeue|0.000000|00:00:10" in qos, qos
+    since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     scavenger = _submit(tb, "bob", "language", f"--qos=scavenger --gpus=4 -w {node}", 600)
     jobs = [scavenger]
     try:
@@ -125,6 +153,14 @@ def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
         assert history.splitlines()[0] == "PREEMPTED", history
         restarts = ok(tb, tb.controller, f"scontrol show job {scavenger}")
         assert "Restarts=1" in restarts and "Requeue=1" in restarts, restarts
+        # kiln usage shows both runs: the preempted one as GPU-hours lost to preemption (sacct -D)
+        until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        language = {t["team"]: t for t in json.loads(out.stdout)["teams"]}["language"]
+        first = next(r for r in _sacct_runs(tb, since, until) if r["job"] == scavenger)
+        assert language["runs"] >= 2 and language["jobs"] >= 1, language
+        assert abs(language["lost_gpu_hours_preemption"] - 4 * first["seconds"] / 3600) < 0.002, (language, first)
         long = _submit(tb, "alice", "vision", "--qos=high -t 2-00:00:00", 1)
         jobs.append(long)
         wait_for(lambda: on(tb, tb.controller, f"squeue -h -j {long} -o %r").stdout.strip()
@@ -189,3 +225,62 @@ def test_job_names_that_forge_fields_are_counted_to_their_own_team_for_their_rea
     assert data["left_out"] == "", data["left_out"]
     print(f"forged names: vision {teams['vision']['gpu_hours'] * 3600:.0f} GPU-s in kiln usage, {added:.0f} GPU-s "
           f"in the job summary's counters; language nothing")
+
+
+def test_an_exclusive_job_pays_its_node_and_reconcile_sets_kiln_beside_sreport_and_sshare(slurm):
+    """#44: a one-GPU job with --exclusive holds every CPU of a four-GPU node: Slurm bills it the node
+    (kiln's TRESBillingWeights, MAX_TRES) and kiln usage charges that billing; a one-GPU job of one CPU
+    pays its share. kiln usage --reconcile reads sreport and sshare: each team's fair-share target is
+    Slurm's NormShares of the inventory's shares, and over whole hours that have ended kiln's GPU-hours
+    agree with sreport's within 1 %."""
+    tb = slurm
+    node = tb.computes[0]
+    cluster = load_cluster(tb.inventory)
+    node_type = cluster.node_types["testbed_compute"]
+    partition = ok(tb, tb.controller, "scontrol show partition batch")
+    assert "TRESBillingWeights=" in partition and "GRES/gpu=250" in partition, partition
+    assert "MAX_TRES" in ok(tb, tb.controller, "scontrol show config | grep -i PriorityFlags"), "PriorityFlags"
+    since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    exclusive = _submit(tb, "alice", "vision", f"--gpus=1 --exclusive -w {node}", 15)
+    small = _submit(tb, "bob", "language", f"--gpus=1 -c 1 -w {tb.computes[1]}", 15)
+    for job in (exclusive, small):
+        wait_for(lambda j=job: job_state(tb, tb.controller, j) == "COMPLETED", timeout=180, interval=2,
+                 what=f"job {job} completed")
+    until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    runs = {r["job"]: r for r in _sacct_runs(tb, since, until)}
+    whole_node = node_type.gpu_count * PRICE * billing.UNITS
+    assert runs[exclusive]["billing"] == whole_node, runs[exclusive]  # one GPU asked, the node paid
+    assert runs[small]["billing"] < whole_node, runs[small]
+    _billed(tb, list(runs.values()))  # each run's billing is what kiln's weights make of what it held
+    out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json", "--reconcile")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "left out" not in out.stderr, out.stderr  # sreport's and sshare's answers were read whole
+    data = json.loads(out.stdout)
+    jobs = {r["job"]: r for r in data["top_cost_jobs"]}
+    hours = runs[exclusive]["seconds"] / 3600
+    assert jobs[exclusive]["charged_by"] == "billing"
+    assert abs(jobs[exclusive]["cost"] - round(node_type.gpu_count * PRICE * hours, 2)) <= 0.01, jobs[exclusive]
+    rec = data["reconcile"]
+    total = sum(t.shares for t in cluster.teams)
+    if rec["teams"]:  # the window's hour has ended (the run crossed an hour): kiln and sreport agree
+        for row in rec["teams"]:
+            team = next(t for t in cluster.teams if t.name == row["team"])
+            assert abs(row["fair_share_target"] - team.shares / total) < 0.01, row  # sshare's NormShares
+            assert row["reason"] == "" or row["sreport_gpu_hours"] == row["gpu_hours"] == 0, row
+    else:
+        assert "hourly rollups" in rec["note"], rec
+    # sshare and sreport answered for the whole hours before now, where the run's earlier jobs are
+    now = datetime.now(timezone.utc)
+    start = now.replace(minute=0, second=0, microsecond=0).timestamp() - 3 * 3600
+    out = kiln("usage", "-i", str(tb.inventory), "--since",
+               datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), "--json", "--reconcile")
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads(out.stdout)["reconcile"]
+    targets = {r["team"]: r["fair_share_target"] for r in rec["teams"]}
+    assert abs(targets["vision"] - 0.6) < 0.01, rec  # the inventory's shares, as Slurm normalizes them
+    for row in rec["teams"]:
+        assert row["reason"] == "", row  # whole hours: kiln's GPU-hours are sreport's within 1 %
+    print(f"billing: exclusive one-GPU job {runs[exclusive]['billing']} (the node), one GPU of one CPU "
+          f"{runs[small]['billing']}; reconcile over {len(rec['teams'])} teams: "
+          + ", ".join(f"{r['team']} kiln {r['gpu_hours']:.4f} sreport {r['sreport_gpu_hours']:.4f}" for r in rec["teams"]))
+

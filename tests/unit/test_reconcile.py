@@ -56,7 +56,8 @@ def test_sreport_gives_gpu_seconds_per_account_under_its_banner():
 def test_the_window_is_whole_hours_that_have_ended():
     h = 3600
     assert whole_hours(10 * h + 600, 14 * h + 120, 20 * h) == (10 * h, 14 * h)
-    assert whole_hours(10 * h + 600, 20 * h, 12 * h + 5) == (10 * h, 12 * h)  # now: 12:00 is the last rollup
+    assert whole_hours(10 * h + 600, 20 * h, 12 * h + 400) == (10 * h, 12 * h)  # 12:00's rollup has run
+    assert whole_hours(10 * h + 600, 20 * h, 12 * h + 5) == (10 * h, 11 * h)  # it may not have yet
     assert whole_hours(10 * h + 600, 20 * h, 10 * h + 900) == (10 * h, 10 * h)  # none has ended yet
 
 
