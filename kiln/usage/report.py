@@ -7,7 +7,8 @@ type (``kiln_usage_gpu_hour_prices``), charged as Slurm bills it where kiln weig
 (its ``billing`` TRES: kiln/usage/billing.py; an exclusive job pays its node); useful GPU-hours weigh GPU-hours by the job's measured GPU
 utilization (kiln's AdminComment), so the cost per useful GPU-hour is what a team pays for work its
 GPUs did. Jobs without a measurement are left out of the useful figures, and the share of GPU-hours
-that was measured is reported beside them. Waiting counts from when a job became eligible
+that was measured is reported beside them. A team's share used is its share of what Slurm's fair
+share counts in the window (billing x seconds x its QoS's UsageFactor), beside its share of GPU-hours. Waiting counts from when a job became eligible
 (``Eligible``: after a hold, a dependency or ``--begin``), not from its submission. GPU-hours per team come day by day too (UTC days), and
 each Slurm reservation's GPU-hours held in the window beside the share its jobs used.
 """
@@ -111,6 +112,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
     per_user: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
     rows, types, counted = [], {}, set()
     measured_by: dict[str, float] = defaultdict(float)
+    factors = {q.name: q.usage_factor for q in cluster.setting("qos")}  # Slurm's UsageFactor per QoS (1 if unset)
     billed = billing.partition_weights(cluster, prices)
     for job in jobs:
         seconds = _seconds_in(job, since, until)
@@ -143,6 +145,9 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
             acc["measured_gpu_hours"] += gpu_h if measured else 0.0
             acc["measured_cost"] += cost if measured else 0.0
             acc["pending_hours"] += pending / 3600
+            # what fair share counts: billing (Slurm's default: CPUs) x seconds x the QoS's UsageFactor
+            acc["fair_share_usage"] += ((job.billing if job.billing is not None else job.cpus) * seconds
+                                        * factors.get(job.qos, 1.0))
         if measured:
             measured_by[job.util_by or "gpu_util"] += gpu_h
         _per_day(job, since, until, days, daily[job.account])
@@ -153,6 +158,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
                          "gpu_util": job.gpu_util, "util_by": job.util_by,
                          "idle_gpu_hours": _round(idle) if measured else None})
     all_gpu_h = sum(v["gpu_hours"] for v in per_team.values())
+    all_usage = sum(v["fair_share_usage"] for v in per_team.values())
 
     def figures(acc: dict) -> dict:
         useful = acc["useful_gpu_hours"]
@@ -171,7 +177,10 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
         acc, team = per_team.get(name, defaultdict(float)), teams.get(name)
         team_rows.append({"team": name, **figures(acc),
                           "share_target": _round(team.shares / total_shares) if team else None,
-                          "share_used": _round(acc["gpu_hours"] / all_gpu_h) if all_gpu_h else 0.0,
+                          # the window's share of what fair share counts (a scavenger QoS of UsageFactor 0
+                          # uses GPU-hours, not share) beside the share of GPU-hours
+                          "share_used": _round(acc["fair_share_usage"] / all_usage) if all_usage else 0.0,
+                          "gpu_hours_share": _round(acc["gpu_hours"] / all_gpu_h) if all_gpu_h else 0.0,
                           "gpu_limit": team.gpu_limit if team else None})
     cluster_acc: dict = defaultdict(float)
     for acc in per_team.values():

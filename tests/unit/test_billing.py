@@ -124,3 +124,21 @@ def test_the_job_summarys_counters_charge_a_billed_partitions_job_its_billing(mo
     import json
     counted = json.loads((tmp_path / "usage-counters.json").read_text())["alpha"]
     assert counted["cost"] == 4 * PRICE and counted["gpu_seconds"] == 3600  # one GPU held, the node paid
+
+
+def test_share_used_counts_what_fair_share_counts_so_scavenger_runs_are_free(two_types, tmp_path):
+    """A scavenger QoS of UsageFactor 0 uses GPU-hours but no fair share: beta's runs under it leave its
+    share used at what its other jobs count."""
+    root = tmp_path / "inv"
+    shutil.copytree(two_types, root)
+    (root / "group_vars" / "all" / "qos.yml").write_text(
+        "kiln_qos:\n  - {name: high, priority: 100, preempt: [scavenger]}\n  - {name: scavenger, usage_factor: 0}\n")
+    cluster = load_cluster(root)
+    jobs, _ = sacct.read(frame(RECORDED, 16), SEP)
+    data = report(jobs, cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"),
+                  cluster.setting("usage_gpu_hour_prices"), "EUR")
+    teams = {t["team"]: t for t in data["teams"]}
+    alpha_usage = 1000 * 3600 + 250 * 3600           # 301, 302
+    beta_usage = 1000 * 7200 + 250 * 3600            # 303, 304; 305's two scavenger runs count 0
+    assert teams["beta"]["share_used"] == round(beta_usage / (alpha_usage + beta_usage), 3)
+    assert teams["beta"]["gpu_hours_share"] > teams["beta"]["share_used"]  # its GPU-hours include the free runs
