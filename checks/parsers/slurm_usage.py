@@ -10,7 +10,8 @@ its depth in the tree with spaces, even under ``-P``: the indent is dropped.
   UsageFactor, decayed by ``PriorityDecayHalfLife``; ``EffectvUsage`` is an account's share of its
   parent's usage, the figure Slurm sets beside ``NormShares`` (the target).
 - ``sreport -P -t Seconds -T gres/gpu cluster AccountUtilizationByUser``: GPU-seconds per account and
-  user from slurmdbd's hourly rollups, so only whole hours that have ended are in it.
+  user from slurmdbd's hourly rollups, so only whole hours that have ended are in it. Its ``root`` line
+  is the whole cluster; root's own jobs are its users' lines.
 """
 
 from __future__ import annotations
@@ -86,16 +87,20 @@ def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
 
 
 def read_sreport_gpu(text: str) -> tuple[dict[str, float], Records]:
-    """GPU-seconds per account (its line without a login: the account's total) of ``sreport_gpu_command``'s
-    output. ``root`` is the whole cluster."""
+    """GPU-seconds per account of ``sreport_gpu_command``'s output: an account's line without a login is its
+    total; ``root``'s is the whole cluster's, so root's own jobs are the sum of its users' lines."""
     rows, left = _table(text, ("Account", "Login", "Used"))
-    out: dict[str, float] = {}
+    totals: dict[str, float] = {}
+    users: dict[str, float] = {}
     for row in rows:
-        if row.get("Login") or row.get("TRES Name", "gres/gpu") != "gres/gpu":
+        if row.get("TRES Name", "gres/gpu") != "gres/gpu":
             continue
         used = _number(row["Used"])
         if used is None:
             left.refuse("|".join(row.values()))
             continue
-        out[row["Account"]] = out.get(row["Account"], 0.0) + used
-    return out, left
+        into = users if row.get("Login") else totals
+        into[row["Account"]] = into.get(row["Account"], 0.0) + used
+    if "root" in totals:
+        totals["root"] = users.get("root", 0.0)
+    return totals, left

@@ -25,7 +25,8 @@ Cluster/Account/User Utilization 2026-11-02T09:00:00 - 2026-11-02T11:59:59 (1080
 Usage reported in TRES Seconds
 --------------------------------------------------------------------------------
 Cluster|Account|Login|Proper Name|TRES Name|Used
-kilntest|root|||gres/gpu|43200
+kilntest|root|||gres/gpu|43800
+kilntest|root|root|root|gres/gpu|600
 kilntest|alpha|||gres/gpu|28800
 kilntest|alpha|ann|Ann|gres/gpu|28800
 kilntest|beta|||gres/gpu|14400
@@ -47,8 +48,9 @@ def test_sreport_gives_gpu_seconds_per_account_under_its_banner():
     cmd = slurm_usage.sreport_gpu_command("2026-11-02T09:00:00", "2026-11-02T12:00:00")
     assert cmd[:7] == ["sreport", "-P", "-t", "Seconds", "-T", "gres/gpu", "cluster"]
     used, left = slurm_usage.read_sreport_gpu(SREPORT)
-    assert used == {"root": 43200.0, "alpha": 28800.0, "beta": 14400.0}  # the users' lines are in their account's
-    assert left.bad == 0
+    # an account's own line is its total; root's is the cluster's, so root's jobs are its users' lines
+    assert used == {"root": 600.0, "alpha": 28800.0, "beta": 14400.0}
+    assert left.bad == 1 and "not-a-number" in left.problem("sreport")  # a line of no number: named, not read
     used, left = slurm_usage.read_sreport_gpu("sreport: error: Problem talking to the database\n")
     assert used == {} and left.bad == 1 and "Problem talking" in left.problem("sreport")
 
