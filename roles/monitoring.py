@@ -48,7 +48,7 @@ from roles import health
 from roles import monitoring_config as conf
 from roles.slurm_config import job_summary
 from roles.context import NodeContext, changed_any, when_changed
-from roles.operations import (DAEMON_RELOAD, answers, logs_of, managed_directory, pinned_packages, service_restarted,
+from roles.operations import (DAEMON_RELOAD, answers, kept_stopped_until_configured, logs_of, managed_directory, pinned_packages, service_restarted,
                               service_running, tcp_answers)
 
 COLLECTOR = "/usr/local/sbin/kiln-slurm-metrics"
@@ -91,6 +91,11 @@ def install(ctx: NodeContext) -> None:
     packages = {"prometheus-node-exporter": versions["node_exporter"]}
     if _serves_monitoring(ctx):
         packages |= {"prometheus": versions["prometheus"], "prometheus-alertmanager": versions["alertmanager"]}
+    # Debian starts each daemon at its install with the package's defaults (listening on every address
+    # without a password; Prometheus scraping its own default targets, whose series, unlabelled by node,
+    # outlive kiln's restart by five minutes): masked until configure starts them with kiln's files
+    kept_stopped_until_configured(name="monitoring: kept stopped until kiln configures them", ctx=ctx,
+                                  daemons={p: p + ".service" for p in packages})
     pinned_packages(name="monitoring: " + ", ".join(packages) + ", held", ctx=ctx, packages=packages)
     if ctx.node.in_group(CONTROLLER):
         health.install_package(ctx)  # the collector and the job summary read Slurm with its shared readers

@@ -331,6 +331,34 @@ def line_removed(ctx, index: int, command: str):
 DAEMON_RELOAD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"
 
 
+def _watch_daemons(ctx, daemons=None, **_):
+    ctx.watch_packages(list(daemons or ()))
+    for unit in (daemons or {}).values():
+        ctx.watch_unit(unit)
+
+
+@watching(_watch_daemons)
+@operation()
+def kept_stopped_until_configured(ctx, daemons: dict[str, str]):
+    """
+    Mask the units of packages about to be installed, so the packages' own start (Debian starts a daemon
+    at its install, with the package's defaults) never runs them before kiln has written their
+    configuration; ``service_running`` unmasks a unit when kiln starts it.
+
+    + ctx: the node's NodeContext
+    + daemons: package -> its unit; only those whose package is not installed yet are masked
+
+    .. code:: python
+
+        kept_stopped_until_configured(ctx=ctx, daemons={"prometheus": "prometheus.service"})
+    """
+    snap = _snapshot(ctx)
+    fresh = [unit for package, unit in daemons.items()
+             if package not in snap.packages and snap.unit(unit).load != "masked"]
+    if fresh:
+        yield "systemctl mask " + quote_all(fresh)
+
+
 @operation()
 def service_running(ctx, unit: str, enabled: bool = True, start=True, before: str | None = None):
     """
@@ -346,6 +374,8 @@ def service_running(ctx, unit: str, enabled: bool = True, start=True, before: st
     """
     snap = _snapshot(ctx)
     state = snap.unit(unit)
+    if state.load == "masked" and (enabled or start):  # kept stopped until configured: configured now
+        yield f"systemctl unmask {quote(unit)}"
     if enabled and state.enabled not in ("enabled", "static", "alias", "generated", "enabled-runtime"):
         yield f"systemctl enable {quote(unit)}"
     if callable(start):
