@@ -80,6 +80,9 @@ class NodeContext:
     users: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
     snapshot: Any = None
+    # units kept stopped until configured (roles/operations.py kept_stopped_until_configured): unit -> its
+    # package; masked in this run where the snapshot had no such package, unmasked when kiln starts them
+    kept_stopped: dict[str, str] = field(default_factory=dict)
 
     def watch_path(self, path: str) -> None:
         self._watch(self.paths, [path])

@@ -333,8 +333,9 @@ DAEMON_RELOAD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 def _watch_daemons(ctx, daemons=None, **_):
     ctx.watch_packages(list(daemons or ()))
-    for unit in (daemons or {}).values():
+    for package, unit in (daemons or {}).items():
         ctx.watch_unit(unit)
+        ctx.kept_stopped[unit] = package
 
 
 @watching(_watch_daemons)
@@ -374,7 +375,8 @@ def service_running(ctx, unit: str, enabled: bool = True, start=True, before: st
     """
     snap = _snapshot(ctx)
     state = snap.unit(unit)
-    if state.load == "masked" and (enabled or start):  # kept stopped until configured: configured now
+    masked_now = unit in ctx.kept_stopped and ctx.kept_stopped[unit] not in snap.packages  # masked by this run
+    if (state.load == "masked" or masked_now) and (enabled or start):  # kept stopped until configured: it is now
         yield f"systemctl unmask {quote(unit)}"
     if enabled and state.enabled not in ("enabled", "static", "alias", "generated", "enabled-runtime"):
         yield f"systemctl enable {quote(unit)}"

@@ -31,3 +31,11 @@ def test_a_masked_daemon_is_unmasked_before_it_is_enabled_and_one_installed_is_l
     for unit in UNITS:
         assert text.index(f"systemctl unmask {unit}") < text.index(f"systemctl enable {unit}") \
             < text.index(f"systemctl start {unit}"), unit
+
+
+def test_a_first_deploy_unmasks_what_it_masked(monkeypatch):
+    """The snapshot is read before the run: a unit masked by this run's install is unmasked by its start."""
+    text = commands(plan_host(cluster_for("debian12"), "ctl1", "debian12", fresh("debian12"), monkeypatch))
+    for unit in UNITS:
+        assert text.index("systemctl mask ") < text.index(f"systemctl unmask {unit}") \
+            < text.index(f"systemctl enable {unit}"), unit
