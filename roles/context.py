@@ -83,6 +83,8 @@ class NodeContext:
     # units kept stopped until configured (roles/operations.py kept_stopped_until_configured): unit -> its
     # package; masked in this run where the snapshot had no such package, unmasked when kiln starts them
     kept_stopped: dict[str, str] = field(default_factory=dict)
+    # the run configures the node too (a deploy), not only installs (an image build, where no daemon starts)
+    configures: bool = True
 
     def watch_path(self, path: str) -> None:
         self._watch(self.paths, [path])

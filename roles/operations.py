@@ -347,12 +347,15 @@ def kept_stopped_until_configured(ctx, daemons: dict[str, str]):
     configuration; ``service_running`` unmasks a unit when kiln starts it.
 
     + ctx: the node's NodeContext
-    + daemons: package -> its unit; only those whose package is not installed yet are masked
+    + daemons: package -> its unit; only those whose package is not installed yet are masked, and only
+      in a run that configures the node too (an image build installs into a root where nothing starts)
 
     .. code:: python
 
         kept_stopped_until_configured(ctx=ctx, daemons={"prometheus": "prometheus.service"})
     """
+    if not ctx.configures:
+        return  # an image build: nothing starts in its root, and the image keeps the units as installed
     snap = _snapshot(ctx)
     fresh = [unit for package, unit in daemons.items()
              if package not in snap.packages and snap.unit(unit).load != "masked"]

@@ -72,9 +72,10 @@ def plan_host(cluster, name: str, platform, snapshot, secrets, stages=None, in_c
     state = State(inventory, Config(), check_for_changes=False)
     host = inventory.get_host(name)
     host.get_fact = _fresh_node_fact  # this host only: it is never connected
-    ctx = NodeContext(cluster, cluster.hosts[name], platform, secrets, in_container)
+    stages = stages or roles.STAGES
+    ctx = NodeContext(cluster, cluster.hosts[name], platform, secrets, in_container, configures="configure" in stages)
     with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(state.config.copy()), ctx_host.use(host):
-        roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles, role_names), stages or roles.STAGES)
+        roles.prepare(ctx, roles.for_host(cluster.hosts[name].roles, role_names), stages)
         ctx.snapshot = snapshot
         result = evaluate(state, host, commands=True)
     return result, ctx

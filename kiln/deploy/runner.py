@@ -266,7 +266,7 @@ class Deploy:
                 continue
             platform, in_container = value
             self.contexts[self.node(host)] = NodeContext(self.cluster, self.cluster.hosts[self.node(host)], platform,
-                                                   self.secrets, in_container)
+                                                   self.secrets, in_container, configures="configure" in self.stages)
         if bad:
             for name, r in self.results.items():
                 if r.status == "pending":
