@@ -166,6 +166,11 @@ def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
         first = next(r for r in _sacct_runs(tb, since, until) if r["job"] == scavenger)
         assert language["runs"] == 2 and language["jobs"] == 1, language  # one job, its two runs
         assert abs(language["lost_gpu_hours_preemption"] - 4 * first["seconds"] / 3600) < 0.002, (language, first)
+        # ended here, and counted by its epilog before the next test reads the counters
+        counted = _counters(tb).get("language", {}).get("jobs", 0)
+        ok(tb, tb.controller, f"scancel {scavenger}")
+        wait_for(lambda: _counters(tb).get("language", {}).get("jobs", 0) > counted, timeout=60, interval=2,
+                 what="the cancelled scavenger job counted by kiln-job-summary")
         long = _submit(tb, "alice", "vision", "--qos=high -t 2-00:00:00", 1)
         jobs.append(long)
         wait_for(lambda: on(tb, tb.controller, f"squeue -h -j {long} -o %r").stdout.strip()
