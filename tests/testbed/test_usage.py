@@ -34,8 +34,8 @@ def _sacct_runs(tb, since: str, until: str) -> list[dict]:
     for line in text.splitlines():
         job, account, start, end, alloc = line.split("|")
         held = dict(p.split("=", 1) for p in alloc.split(",") if "=" in p)
-        if start in ("Unknown", "None"):
-            continue
+        if start in ("Unknown", "None") or not held:
+            continue  # never started, or held nothing (a run cancelled as it was starting)
         s = datetime.strptime(start, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
         e = hi if end in ("Unknown", "None") else datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
         mem = held.get("mem", "0M")
