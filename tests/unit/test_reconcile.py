@@ -77,3 +77,14 @@ def test_teams_within_one_percent_agree_and_a_gap_is_named():
     assert rows["scav"]["fair_share_raw_usage"] == 0
     left = reconcile([{"team": "beta", "gpu_hours": 5.0}], used, shares, left_out="1 sacct record(s) ...")
     assert "could not read some of sacct's records" in left[0]["reason"]
+
+
+def test_sshare_recorded_on_the_testbed_is_read_whole():
+    """Slurm 22.05.8's own output (tests/recorded): accounts indented, FairShare empty for an account."""
+    from tests.conftest import REPO
+    text = (REPO / "tests" / "recorded" / "sshare-slurm22.05-testbed.txt").read_text()
+    shares, left = slurm_usage.read_sshare(text)
+    assert left.bad == 0 and sorted(shares) == ["language", "root", "vision"]
+    assert shares["vision"].norm_shares == 0.594059 and shares["language"].norm_shares == 0.39604
+    assert shares["vision"].effective_usage + shares["language"].effective_usage == 1.0
+    assert shares["vision"].fair_share is None and shares["root"].raw_usage > 0
