@@ -88,3 +88,12 @@ def test_sshare_recorded_on_the_testbed_is_read_whole():
     assert shares["vision"].norm_shares == 0.594059 and shares["language"].norm_shares == 0.39604
     assert shares["vision"].effective_usage + shares["language"].effective_usage == 1.0
     assert shares["vision"].fair_share is None and shares["root"].raw_usage > 0
+
+
+def test_sreport_recorded_on_the_testbed_is_read_whole():
+    """Slurm 22.05.8's own output (tests/recorded), the hour its nine jobs ran, once rolled up."""
+    from tests.conftest import REPO
+    text = (REPO / "tests" / "recorded" / "sreport-gpu-slurm22.05-testbed.txt").read_text()
+    used, left = slurm_usage.read_sreport_gpu(text)
+    assert left.bad == 0
+    assert used == {"root": 0.0, "language": 720.0, "vision": 540.0}  # root ran nothing of its own
