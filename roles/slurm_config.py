@@ -64,16 +64,16 @@ def partition_lines(cluster: Cluster) -> list[str]:
     hosts = cluster.partition_hosts()
     weights = billing.partition_weights(cluster, cluster.setting("usage_gpu_hour_prices"))
 
-    def billed(name: str) -> str:
+    def weighted(name: str) -> str:
         return f" TRESBillingWeights={weights[name]}" if weights[name] else ""
     if not cluster.partitions:
         return [f"PartitionName={DEFAULT_PARTITION} Nodes={fold([h.name for h in hosts[DEFAULT_PARTITION]])} "
-                f"Default=YES MaxTime=INFINITE State=UP{billed(DEFAULT_PARTITION)}"]
+                f"Default=YES MaxTime=INFINITE State=UP{weighted(DEFAULT_PARTITION)}"]
     lines = []
     for part in cluster.partitions:
         nodes = fold([h.name for h in hosts[part.name]]) if hosts[part.name] else '""'
         lines.append(f"PartitionName={part.name} Nodes={nodes} Default={'YES' if part.default else 'NO'} "
-                     f"MaxTime={part.max_time} PriorityTier={part.priority_tier} State=UP{billed(part.name)}")
+                     f"MaxTime={part.max_time} PriorityTier={part.priority_tier} State=UP{weighted(part.name)}")
     return lines
 
 

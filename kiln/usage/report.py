@@ -2,15 +2,16 @@
 
 Pure: ``report(jobs, cluster, since, until, prices, currency)`` gives the plain dict ``kiln usage --json``
 prints. A job's time counts only inside the window (a job that started before it or runs past it counts
-its share, as ``sreport`` does). Cost is the job's GPU-hours times the price per GPU-hour of its node
-type (``kiln_usage_gpu_hour_prices``), charged as Slurm bills it where kiln weighs the job's partition
-(its ``billing`` TRES: kiln/usage/billing.py; an exclusive job pays its node); useful GPU-hours weigh GPU-hours by the job's measured GPU
-utilization (kiln's AdminComment), so the cost per useful GPU-hour is what a team pays for work its
-GPUs did. Jobs without a measurement are left out of the useful figures, and the share of GPU-hours
-that was measured is reported beside them. A team's share used is its share of what Slurm's fair
-share counts in the window (billing x seconds x its QoS's UsageFactor), beside its share of GPU-hours. Waiting counts from when a job became eligible
-(``Eligible``: after a hold, a dependency or ``--begin``), not from its submission. GPU-hours per team come day by day too (UTC days), and
-each Slurm reservation's GPU-hours held in the window beside the share its jobs used.
+its share, as ``sreport`` does). Cost is what Slurm bills: the job's ``billing`` TRES where kiln weighs
+its partition (kiln/usage/billing.py; an exclusive job pays its node), else its GPU-hours times the
+price per GPU-hour of its node type (``kiln_usage_gpu_hour_prices``). Useful GPU-hours weigh GPU-hours
+by the job's measured GPU utilization (kiln's AdminComment), so the cost per useful GPU-hour is what a
+team pays for work its GPUs did. Jobs without a measurement are left out of the useful figures, and the
+share of GPU-hours that was measured is reported beside them. A team's share used is its share of what
+Slurm's fair share counts in the window (billing x seconds x its QoS's UsageFactor), beside its share of
+GPU-hours. Waiting counts from when a job became eligible (``Eligible``: after a hold, a dependency or
+``--begin``), not from its submission. GPU-hours per team come day by day too (UTC days), and each
+Slurm reservation's GPU-hours held in the window beside the share its jobs used.
 """
 
 from __future__ import annotations
