@@ -34,6 +34,9 @@ def sreport_gpu_command(since: str, until: str) -> list[str]:
             f"start={since}", f"end={until}"]
 
 
+DEPTH = "\0depth"  # a key no header names
+
+
 def _table(text: str, needed: tuple[str, ...]) -> tuple[list[dict[str, str]], Records]:
     """The rows under the first line that names every field of ``needed`` (banner lines above it are
     sreport's title), each a dict by the header's names; lines of another field count are left out."""
@@ -48,7 +51,9 @@ def _table(text: str, needed: tuple[str, ...]) -> tuple[list[dict[str, str]], Re
         if len(parts) != len(header):
             left.refuse(line)
             continue
-        rows.append(dict(zip(header, parts)))
+        row = dict(zip(header, parts))
+        row[DEPTH] = len(line) - len(line.lstrip(" "))  # sshare's indent: the line's depth in the tree
+        rows.append(row)
     if header is None and text.strip():
         left.refuse(text.strip().split("\n")[0])
     return rows, left
@@ -70,6 +75,7 @@ class Share:
     raw_usage: float | None      # billing-seconds x UsageFactor, decayed
     effective_usage: float | None  # its share of the parent's usage
     fair_share: float | None     # Slurm's fair-share factor (0..1), None for an account under Fair Tree
+    depth: int = 1               # 0 for root, 1 for root's children
 
 
 def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
@@ -82,8 +88,22 @@ def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
             continue
         out[account] = Share(account, _number(row.get("RawShares", "")), _number(row.get("NormShares", "")),
                              _number(row.get("RawUsage", "")), _number(row.get("EffectvUsage", "")),
-                             _number(row.get("FairShare", "")))
+                             _number(row.get("FairShare", "")), row[DEPTH])
     return out, left
+
+
+def root_children(text: str) -> dict[str, float]:
+    """The RawShares of everything directly under root in ``sshare_command``'s output: accounts by their
+    name, root's own users as ``user NAME`` (Slurm gives the root user 1 share). Each account's NormShares
+    is its RawShares over these."""
+    rows, _ = _table(text, ("Account", "User", "RawShares"))
+    out = {}
+    for row in rows:
+        shares = _number(row.get("RawShares", ""))
+        if row[DEPTH] != 1 or shares is None:
+            continue
+        out[f"user {row['User']}" if row.get("User") else row["Account"]] = shares
+    return out
 
 
 def read_sreport_gpu(text: str) -> tuple[dict[str, float], Records]:
@@ -97,7 +117,7 @@ def read_sreport_gpu(text: str) -> tuple[dict[str, float], Records]:
             continue
         used = _number(row["Used"])
         if used is None:
-            left.refuse("|".join(row.values()))
+            left.refuse("|".join(v for k, v in row.items() if k != DEPTH))
             continue
         into = users if row.get("Login") else totals
         into[row["Account"]] = into.get(row["Account"], 0.0) + used

@@ -141,7 +141,11 @@ def _reconciled(jobs: list, cluster, hours: tuple[float, float], slurm_reports: 
             echo(f"kiln usage: {bad.problem(what)}", err=True)
     ours = report_mod.report(jobs, cluster, since, until, cluster.setting("usage_gpu_hour_prices"),
                              cluster.setting("usage_currency"))
-    return {"since": since, "until": until, "teams": reconcile_mod.reconcile(ours["teams"], used, shares, left_out),
+    total = sum(t.shares for t in cluster.teams)
+    intended = {t.name: t.shares / total for t in cluster.teams}
+    rows = reconcile_mod.reconcile(ours["teams"], used, shares, left_out, intended,
+                                   slurm_usage.root_children(slurm_reports[1][1].stdout))
+    return {"since": since, "until": until, "teams": rows,
             "note": "whole hours only: sreport counts slurmdbd's hourly rollups, an hour once it has ended"}
 
 
@@ -186,3 +190,5 @@ def _print(data: dict, start: datetime, end: datetime) -> None:
                     else f"{100 * t['fair_share_used']:.0f}%/{100 * t['fair_share_target']:.0f}%")
             echo(f"    {t['team']:<16} kiln {t['gpu_hours']:>9.2f} GPU-h  sreport {t['sreport_gpu_hours']:>9.2f}"
                  f"  {gap:>7}  fair share used/target (sshare) {fair}" + (f"  {t['reason']}" if t["reason"] else ""))
+            if t["fair_share_note"]:
+                echo(f"    {'':<16} {t['fair_share_note']}")

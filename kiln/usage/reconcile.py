@@ -27,10 +27,32 @@ def whole_hours(since: float, until: float, now: float) -> tuple[float, float]:
     return start, max(start, end)
 
 
+def share_note(team: str, target: float | None, intended: float | None, root_children: dict[str, float],
+               teams: set[str]) -> str:
+    """Why Slurm's fair-share target (NormShares) is not the inventory's (the team's shares over all teams'),
+    when they differ by more than one point: what else holds shares under root."""
+    if target is None or intended is None or abs(target - intended) <= TOLERANCE:
+        return ""
+    others = {k: v for k, v in root_children.items() if k not in teams and v}
+    if not others:
+        return (f"Slurm's target {100 * target:.1f}% is not the inventory's {100 * intended:.1f}%: the accounts' "
+                "shares are not the inventory's; run kiln deploy")
+    held = ", ".join(f"{name} ({shares:g})" for name, shares in sorted(others.items()))
+    advice = ("remove what is stale with sacctmgr, or give it a team in the inventory"
+              if set(others) - {"user root"} else
+              "that is Slurm's own share for root; teams' shares in the hundreds make it negligible")
+    return (f"Slurm's target {100 * target:.1f}% is not the inventory's {100 * intended:.1f}%: beside the "
+            f"inventory's teams, root's shares go to {held}: {advice}")
+
+
 def reconcile(kiln_teams: list[dict], sreport_seconds: dict[str, float], shares: dict[str, Share],
-              left_out: str = "") -> list[dict]:
+              left_out: str = "", intended: dict[str, float] | None = None,
+              root_children: dict[str, float] | None = None) -> list[dict]:
     """Per team (kiln's report rows of the whole-hour window): kiln's GPU-hours, sreport's, the gap and
-    its reason; sshare's target and effective usage beside them."""
+    its reason; sshare's target and effective usage beside them, with the inventory's target
+    (``intended``) and, where they differ, what else holds shares under root (``root_children``, from
+    ``slurm_usage.root_children``)."""
+    intended = intended or {}
     out = []
     for team in kiln_teams:
         name = team["team"]
@@ -52,6 +74,9 @@ def reconcile(kiln_teams: list[dict], sreport_seconds: dict[str, float], shares:
                     "difference": round(gap, 3), "difference_share": None if share is None else round(share, 4),
                     "reason": reason,
                     "fair_share_target": fair.norm_shares if fair else None,
+                    "fair_share_intended": intended.get(name),
+                    "fair_share_note": share_note(name, fair.norm_shares if fair else None, intended.get(name),
+                                                  root_children or {}, set(intended)),
                     "fair_share_used": fair.effective_usage if fair else None,
                     "fair_share_raw_usage": fair.raw_usage if fair else None,
                     "fair_share_factor": fair.fair_share if fair else None})

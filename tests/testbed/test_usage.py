@@ -291,6 +291,17 @@ def test_an_exclusive_job_pays_its_node_and_reconcile_sets_kiln_beside_sreport_a
     assert abs(targets["vision"] - 0.6) < 0.01, rec  # the inventory's shares, as Slurm normalizes them
     for row in rec["teams"]:
         assert row["reason"] == "", row  # whole hours: kiln's GPU-hours are sreport's within 1 %
+        assert row["fair_share_note"] == "", row
+    # an account the inventory does not have (a team removed from it, say) takes its part of root's shares:
+    # Slurm's target is then not the inventory's, and the reconcile names the account
+    ok(tb, tb.controller, "sacctmgr -i add account kiln_stale Fairshare=50")
+    try:
+        out = kiln("usage", "-i", str(tb.inventory), "--since",
+                   datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"), "--reconcile")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "kiln_stale (50)" in out.stdout and "not the inventory's 60.0%" in out.stdout, out.stdout
+    finally:
+        ok(tb, tb.controller, "sacctmgr -i delete account kiln_stale")
     print(f"billing: exclusive one-GPU job {runs[exclusive]['billing']} (the node), one GPU of one CPU "
           f"{runs[small]['billing']}; reconcile over {len(rec['teams'])} teams: "
           + ", ".join(f"{r['team']} kiln {r['gpu_hours']:.4f} sreport {r['sreport_gpu_hours']:.4f}" for r in rec["teams"]))

@@ -97,3 +97,33 @@ def test_sreport_recorded_on_the_testbed_is_read_whole():
     used, left = slurm_usage.read_sreport_gpu(text)
     assert left.bad == 0
     assert used == {"root": 0.0, "language": 720.0, "vision": 540.0}  # root ran nothing of its own
+
+
+def test_a_target_unlike_the_inventorys_names_what_else_holds_shares():
+    """Slurm's NormShares is a team's shares over everything under root: an account left from a team the
+    inventory no longer has takes its part, and the reconcile says so, naming it."""
+    stale = (SSHARE.replace(" scav||1|0.009901|", " old_team||30|0.229008|")  # 70 + 30 + 30 + root's 1
+             .replace("|70|0.693069|", "|70|0.534351|").replace("|30|0.297030|", "|30|0.229008|"))
+    rows = {r["team"]: r for r in reconcile(
+        [{"team": "alpha", "gpu_hours": 8.0}, {"team": "beta", "gpu_hours": 4.0}], *_read(stale),
+        intended={"alpha": 0.7, "beta": 0.3}, root_children=slurm_usage.root_children(stale))}
+    assert slurm_usage.root_children(stale) == {"user root": 1.0, "alpha": 70.0, "beta": 30.0, "old_team": 30.0}
+    assert rows["alpha"]["fair_share_intended"] == 0.7
+    note = rows["alpha"]["fair_share_note"]
+    assert "not the inventory's 70.0%" in note and "old_team (30)" in note and "user root (1)" in note, note
+    assert "sacctmgr" in note
+    # root's own share alone, against small shares: named as Slurm's, and not as something to remove
+    small = SSHARE.replace("|70|0.693069|", "|7|0.636364|").replace("|30|0.297030|", "|3|0.272727|")
+    rows = reconcile([{"team": "alpha", "gpu_hours": 8.0}], *_read(small), intended={"alpha": 0.7, "beta": 0.3},
+                     root_children={"user root": 1.0, "alpha": 7.0, "beta": 3.0})
+    assert "user root (1)" in rows[0]["fair_share_note"] and "Slurm's own share" in rows[0]["fair_share_note"]
+    # the testbed's 40/60 with root's 1: within a point, nothing to say
+    rows = reconcile([{"team": "alpha", "gpu_hours": 8.0}], *_read(SSHARE), intended={"alpha": 0.7, "beta": 0.3},
+                     root_children=slurm_usage.root_children(SSHARE))
+    assert rows[0]["fair_share_note"] == ""
+
+
+def _read(sshare_text: str):
+    used, _ = slurm_usage.read_sreport_gpu(SREPORT)
+    shares, _ = slurm_usage.read_sshare(sshare_text)
+    return used, shares
