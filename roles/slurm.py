@@ -256,7 +256,11 @@ def configure(ctx: NodeContext) -> None:
         summary = ctx.watch_line(f"{CONF}/slurm.conf", r"^PrologSlurmctld=/usr/local/sbin/kiln-job-summary-start$")
         # and PreemptType (preemption by QoS)
         preempt = ctx.watch_line(f"{CONF}/slurm.conf", r"^PreemptType=preempt/qos$")
+        # and AuthInfo's cred_expire (the requeue delay: slurmctld reads it once, when it starts)
+        requeue = ctx.watch_line(f"{CONF}/slurm.conf",
+                                 rf"^AuthInfo=cred_expire={ctx.cluster.setting('slurm_requeue_delay')}$")
         flipped = lambda: ((configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
+                           or requeue not in ctx.snapshot.lines
                            or (summary in ctx.snapshot.lines) != slurm_config.job_summary(ctx.cluster)
                            or (preempt in ctx.snapshot.lines) != slurm_config.preempts(ctx.cluster))
         _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped, before=_dbd_answers(ctx, which))

@@ -90,7 +90,7 @@ def slurm_conf(cluster: Cluster) -> str:
         check_prolog=cluster.setting("slurm_check_prolog"), check_epilog=cluster.setting("slurm_check_epilog"),
         accounting_tres=accounting_tres(cluster), billed=billed(cluster), job_summary=job_summary(cluster), preempt=preempts(cluster),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
-        slurmd_timeout=cluster.setting("slurm_slurmd_timeout"),
+        slurmd_timeout=cluster.setting("slurm_slurmd_timeout"), requeue_delay=cluster.setting("slurm_requeue_delay"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
     )

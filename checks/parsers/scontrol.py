@@ -164,6 +164,23 @@ def show_reservations(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
+SHOW_CONFIG_COMMAND = ["scontrol", "show", "config"]
+
+
+def show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: the running slurmctld's settings, name -> value (``AuthInfo`` ->
+    ``cred_expire=30``). Each setting is a line ``Name<spaces>= value``; lines without `` = `` (the banner,
+    plugin sections' headers) are left aside, and the first of a name twice (a plugin's section repeating
+    it) is kept."""
+    out: dict[str, str] = {}
+    for line in text.split("\n"):
+        name, sep, value = line.partition(" = ")
+        name = name.strip()
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+            out.setdefault(name, value.strip())
+    return out
+
+
 PING_COMMAND = ["scontrol", "ping"]
 
 

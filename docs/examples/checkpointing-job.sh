@@ -19,6 +19,7 @@ dir=${CHECKPOINT_DIR:-$HOME/checkpoints}
 steps=${STEPS:-3600}                  # the work: this many steps of STEP_SECONDS each
 step_seconds=${STEP_SECONDS:-1}
 requeue_after=${REQUEUE_AFTER:-300}   # kiln's --grace should be shorter than this
+every=${CHECKPOINT_EVERY:-60}         # a periodic checkpoint every this many steps (a node can die unannounced)
 state="$dir/${SLURM_JOB_ID:?run me with sbatch}.step"
 mkdir -p "$dir"
 
@@ -48,7 +49,7 @@ trap checkpoint USR1
 while [ "$step" -lt "$steps" ]; do
     sleep "$step_seconds" & wait $!   # a trapped signal is handled at once, not after the sleep
     step=$((step + 1))
-    if [ $((step % 60)) -eq 0 ]; then save; fi   # a periodic checkpoint too (a node can die unannounced)
+    if [ $((step % every)) -eq 0 ]; then save; fi
 done
 save
 echo "$(date -Is) done: $step steps"

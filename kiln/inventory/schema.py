@@ -207,6 +207,10 @@ SETTINGS: dict[str, Setting] = {
            "cgroup.conf CgroupPlugin; cgroup/v1 on hosts with the hybrid hierarchy (the testbed)"),
         _s("slurm_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 300, "cluster",
            "SlurmdTimeout: seconds without an answer from slurmd before Slurm sets the node DOWN (a node that lost power)"),
+        _s("slurm_requeue_delay", Annotated[int, Field(ge=5, le=3600)], 30, "cluster",
+           "seconds a requeued job (its node lost, preempted, requeued by kiln patch) waits before it may start "
+           "again: Slurm's AuthInfo cred_expire, also the lifetime of a job step's launch credential (Slurm's "
+           "default 120); a change restarts slurmctld"),
         _s("slurm_upgrade_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 3600, "cluster",
            "SlurmdTimeout while kiln patch upgrades Slurm to a new release: raised on every Slurm host (slurm.conf, "
            "scontrol reconfigure) before the first daemon is upgraded, slurm_slurmd_timeout restored after, so a "

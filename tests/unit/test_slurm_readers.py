@@ -263,3 +263,24 @@ def test_the_writer_refuses_what_node_exporter_would_drop_the_file_for(tmp_path)
     if promtool:
         check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
         assert "error" not in (check.stdout + check.stderr).lower(), check.stdout + check.stderr
+
+
+def test_scontrol_show_config_gives_the_running_settings():
+    """Slurm 22.05's layout: a banner, ``Name<spaces>= value`` lines, a value holding '=' and spaces."""
+    from checks.parsers import scontrol
+    text = ("Configuration data as of 2026-12-03T23:01:02\n"
+            "AccountingStorageBackupHost = (null)\n"
+            "AuthInfo                = cred_expire=30\n"
+            "AuthType                = auth/munge\n"
+            "SlurmctldParameters     = enable_configless\n"
+            "SchedulerParameters     = nohold_on_prolog_fail\n"
+            "SlurmdTimeout           = 30 sec\n"
+            "\n"
+            "Cgroup Support Configuration:\n"
+            "AllowedRAMSpace         = 100.0%\n"
+            "Slurmctld(primary) at kilntest01 is UP\n")
+    config = scontrol.show_config(text)
+    assert config["AuthInfo"] == "cred_expire=30" and config["SlurmdTimeout"] == "30 sec"
+    assert config["AccountingStorageBackupHost"] == "(null)" and config["AllowedRAMSpace"] == "100.0%"
+    assert "Configuration data as of 2026-12-03T23:01:02" not in config and len(config) == 7
+    assert scontrol.SHOW_CONFIG_COMMAND == ["scontrol", "show", "config"]
