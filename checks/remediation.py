@@ -45,6 +45,16 @@ CONFIG = "/etc/kiln/remediation.json"
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
 LOCK = "/run/kiln-remediate.lock"
 CHECK_ID_RE = re.compile(repairs.CHECK_ID)
+# what ssh (or this program's own timeout) says when it got no session at all: the node's power, its
+# network or a hung kernel, not a service a restart mends
+NO_SESSION = re.compile(r"Connection timed out|No route to host|Connection refused|Network is unreachable|"
+                        r"Host is down|Connection closed by|timed out after")
+
+
+def unreachable(view: NodeView, out: subprocess.CompletedProcess) -> bool:
+    """The node answers neither Slurm (its state ends in ``*``: not responding) nor SSH (exit 255, no
+    session)."""
+    return view.state.endswith("*") and out.returncode == 255 and bool(NO_SESSION.search(out.stderr or ""))
 
 
 def parse_views(sinfo_text: str, scontrol: str, nodes: list[str], sep: str) -> list[NodeView]:
@@ -221,7 +231,10 @@ class Remediator:
             if view.state.endswith("*"):
                 # Slurm reboots a node through its slurmd (RebootProgram): one that does not answer (slurmd
                 # stopped beside the fault that needs the reboot) gets its slurmd back first
-                self.ssh(name, "restart slurmd")
+                restarted = self.ssh(name, "restart slurmd")
+                if unreachable(view, restarted):
+                    self._unreachable(name, d, restarted)
+                    return
             # not ASAP: Slurm would undrain the node after its reboot; a drained node's plain reboot keeps
             # it drained until the checks pass on it (its HealthCheckProgram or the next look resumes it)
             reason = f"{REPAIR_PREFIX} reboot {d.check}"
@@ -239,11 +252,21 @@ class Remediator:
         if d.step == repairs.RESET:
             self.silence(name, f"GPU reset for {d.check}")
         done = self.ssh(name, words)
+        if unreachable(view, done):
+            self._unreachable(name, d, done)
+            return
         if done.returncode != 0:
             self.log("result", name, step=d.step, result="failed", before=before,
                      detail=(done.stderr or done.stdout).strip()[:300] or f"rc {done.returncode}")
             return
         self.verify(name, d, before)
+
+    def _unreachable(self, name: str, d: Decision, out: subprocess.CompletedProcess) -> None:
+        """No session on the node and no answer to Slurm: no step of its ladder can run there; the next
+        look escalates (remediation_policy.decide)."""
+        self.log("result", name, step=d.step, result="unreachable",
+                 detail=f"no answer on SSH ({(out.stderr or '').strip()[:200]}) and none to Slurm: its power, "
+                        "network or kernel")
 
     # --- silences: a reboot or GPU reset is planned work, and pages nobody while it lasts ---
     def silence(self, name: str, work: str) -> None:

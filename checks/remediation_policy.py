@@ -61,7 +61,8 @@ class NodeView:
 class Episode:
     check: str
     opened: float
-    steps: list[dict] = field(default_factory=list)  # {"step", "t", "result": None|"ok"|"failed"|"interrupted"}
+    # {"step", "t", "result": None|"ok"|"failed"|"interrupted"|"unreachable"}
+    steps: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -217,6 +218,9 @@ def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open
     if breaker_open:
         return Decision("hold", "circuit breaker open: no automatic repair until kiln remediate --reset-breaker")
     last = ep.steps[-1] if ep.steps else None
+    if last is not None and last["result"] == "unreachable":
+        return Decision("escalate", "answers neither Slurm nor SSH (power, network or a hung kernel; its BMC "
+                        "can power-cycle it)", check=ep.check)
     if last is not None and last["result"] is None:
         if last["step"] == repairs.REBOOT:
             if view.boot_time is not None and view.boot_time > last["t"] and "*" not in view.state:

@@ -410,3 +410,44 @@ def test_slurms_refusal_of_a_registration_fails_the_nodes_check_until_it_registe
         return subprocess.CompletedProcess(args, 0, line, "")
     r._run = run
     assert r.check("gres02") == (not refused, refused)
+
+
+@pytest.mark.parametrize("ssh_says,unreachable", [
+    ("ssh: connect to host 10.0.0.0 port 22: No route to host", True),
+    ("ssh: connect to host 10.0.0.0 port 22: Connection timed out", True),
+    ("Command '['ssh', ...]' timed out after 300 seconds", True),
+    ("Permission denied (publickey).", False),  # a session refused: a key to mend, not a lost node
+])
+def test_a_node_that_answers_neither_slurm_nor_ssh_is_escalated_not_restarted_service_by_service(
+        tmp_path, ssh_says, unreachable):
+    """A powered-off node: Slurm has it down and not responding, and SSH gets no session. kiln-remediate
+    records it unreachable at its first step and escalates on the next look (its BMC or a person), instead
+    of restarting munge over an SSH that cannot connect; a node with a session whose restart fails climbs
+    its ladder as before."""
+    import subprocess
+    fake = _FakeCluster(tmp_path, [("n1", "down*", "Not responding"), ("n2", "idle", "none")])
+    r = fake.remediator(lambda: T0)
+    r.check = lambda node: (False, [f"no check result ({ssh_says})"])
+    plain = r._run
+
+    def run(args, timeout=60):
+        if args[0] == "ssh":
+            fake.calls.append(args)
+            return subprocess.CompletedProcess(args, 255, "", ssh_says)
+        return plain(args, timeout)
+    r._run = run
+    r.look()
+    r2 = fake.remediator(lambda: T0 + 10)
+    r2._run, r2.check = run, r.check
+    r2.look()
+    events = read_journal(fake.config["journal"])
+    results = [e["result"] for e in events if e["event"] == "result"]
+    escalated = [e for e in events if e["event"] == "escalated"]
+    if unreachable:
+        assert results == ["unreachable"] and "no answer on SSH" in events[-2]["detail"], events
+        assert len(escalated) == 1 and "answers neither Slurm nor SSH" in escalated[0]["reason"], escalated
+        assert [c[-1] for c in fake.calls if c[0] == "ssh"] == ["restart slurmd"]  # munge never tried
+        assert len(escalated[0]["reason"]) <= 200
+    else:
+        assert results == ["failed", "failed"] and not escalated
+        assert [c[-1] for c in fake.calls if c[0] == "ssh"] == ["restart slurmd", "restart munge"]
