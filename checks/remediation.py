@@ -48,7 +48,7 @@ CHECK_ID_RE = re.compile(repairs.CHECK_ID)
 # what ssh (or this program's own timeout) says when it got no session at all: the node's power, its
 # network or a hung kernel, not a service a restart mends
 NO_SESSION = re.compile(r"Connection timed out|No route to host|Connection refused|Network is unreachable|"
-                        r"Host is down|Connection closed by|timed out after")
+                        r"Host is down|timed out after")  # not "Connection closed": sshd answered
 
 
 def unreachable(view: NodeView, out: subprocess.CompletedProcess) -> bool:

@@ -417,6 +417,7 @@ def test_slurms_refusal_of_a_registration_fails_the_nodes_check_until_it_registe
     ("ssh: connect to host 10.0.0.0 port 22: Connection timed out", True),
     ("Command '['ssh', ...]' timed out after 300 seconds", True),
     ("Permission denied (publickey).", False),  # a session refused: a key to mend, not a lost node
+    ("Connection closed by 10.0.0.0 port 22", False),  # sshd answered (and dropped it: MaxStartups, say)
 ])
 def test_a_node_that_answers_neither_slurm_nor_ssh_is_escalated_not_restarted_service_by_service(
         tmp_path, ssh_says, unreachable):
