@@ -30,7 +30,8 @@ from kiln.hostlist import expand
 from kiln.testbed.inventory import TESTBED_VERSIONS
 from tests.conftest import REPO
 from tests.testbed.slurm_helpers import kiln, ok, on, submit, wait_for
-from tests.testbed.test_patch import boot_times, drained, inventory_with_driver, inventory_with_pins, journal, journal_so_far
+from tests.testbed.test_patch import (boot_times, drained, inventory_with_driver, inventory_with_pins, journal,
+                                      journal_so_far, rebooted)
 
 pytestmark = pytest.mark.testbed
 LEAD = 70   # the reservation begins this long after it is made: a one-minute job fits before it
@@ -101,7 +102,7 @@ def test_a_checkpointing_job_is_requeued_and_continues_elsewhere_while_its_node_
         assert summary["jobs"][long_job]["path"] == ["signalled USR1", "requeued"], summary["jobs"]
         assert summary["jobs"][keeps]["path"] == ["waited for (did not ask to be signalled)"], summary["jobs"]
         after = boot_times(tb)
-        assert after[node] != booted[node] and after[other] != booted[other]  # patched and rebooted
+        assert rebooted(booted, after, node) and rebooted(booted, after, other)  # patched and rebooted
         records = journal(inventory)
         sent = [(r["job"], r["action"]) for r in records if r["event"] == "job" and r["phase"] == "begin"]
         assert sorted(sent) == sorted([(long_job, "signal"), (long_job, "requeue")]), sent  # never the other job
