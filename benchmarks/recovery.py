@@ -51,7 +51,7 @@ def run(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def on(tb: Testbed, node: str, command: str) -> str:
-    return tb.ssh(node, ["sh", "-c", command], check=False, timeout=60).stdout
+    return tb.ssh(node, [command], check=False, timeout=60).stdout  # one word: the remote shell reads it
 
 
 def job_state(tb: Testbed, ctl: str, job: str) -> tuple[str, str]:
@@ -133,8 +133,11 @@ def main() -> None:
         for _ in range(args.rounds):
             for delay in delays:
                 deploy_with_delay(inventory, delay)
-                config = scontrol.show_config(on(tb, ctl, shlex.join(scontrol.SHOW_CONFIG_COMMAND)))
-                assert config.get("AuthInfo") == f"cred_expire={delay}", config.get("AuthInfo")  # slurmctld's own
+                shown = on(tb, ctl, shlex.join(scontrol.SHOW_CONFIG_COMMAND))
+                config = scontrol.show_config(shown)
+                if config.get("AuthInfo") != f"cred_expire={delay}":  # slurmctld's own value
+                    raise SystemExit(f"slurmctld runs AuthInfo={config.get('AuthInfo')!r}, not cred_expire={delay}:\n"
+                                     + "\n".join(shown.splitlines()[:12]))
                 results.append(one_loss(tb, ctl, delay, where))
                 print(f"  delay {delay:>4} s: {results[-1]}", flush=True)
         print()
