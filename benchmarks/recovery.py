@@ -156,6 +156,7 @@ def main() -> None:
               "about one a second since that checkpoint)")
     finally:
         tb.down(inventory_dir=inventory)
+        shutil.rmtree(ROOT, ignore_errors=True)  # its inventory and the secrets kiln made for it
 
 
 if __name__ == "__main__":
