@@ -75,7 +75,6 @@ class Share:
     raw_usage: float | None      # billing-seconds x UsageFactor, decayed
     effective_usage: float | None  # its share of the parent's usage
     fair_share: float | None     # Slurm's fair-share factor (0..1), None for an account under Fair Tree
-    depth: int = 1               # 0 for root, 1 for root's children
 
 
 def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
@@ -88,7 +87,7 @@ def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
             continue
         out[account] = Share(account, _number(row.get("RawShares", "")), _number(row.get("NormShares", "")),
                              _number(row.get("RawUsage", "")), _number(row.get("EffectvUsage", "")),
-                             _number(row.get("FairShare", "")), row[DEPTH])
+                             _number(row.get("FairShare", "")))
     return out, left
 
 

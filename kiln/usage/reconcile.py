@@ -27,7 +27,7 @@ def whole_hours(since: float, until: float, now: float) -> tuple[float, float]:
     return start, max(start, end)
 
 
-def share_note(team: str, target: float | None, intended: float | None, root_children: dict[str, float],
+def share_note(target: float | None, intended: float | None, root_children: dict[str, float],
                teams: set[str]) -> str:
     """Why Slurm's fair-share target (NormShares) is not the inventory's (the team's shares over all teams'),
     when they differ by more than one point: what else holds shares under root."""
@@ -75,7 +75,7 @@ def reconcile(kiln_teams: list[dict], sreport_seconds: dict[str, float], shares:
                     "reason": reason,
                     "fair_share_target": fair.norm_shares if fair else None,
                     "fair_share_intended": intended.get(name),
-                    "fair_share_note": share_note(name, fair.norm_shares if fair else None, intended.get(name),
+                    "fair_share_note": share_note(fair.norm_shares if fair else None, intended.get(name),
                                                   root_children or {}, set(intended)),
                     "fair_share_used": fair.effective_usage if fair else None,
                     "fair_share_raw_usage": fair.raw_usage if fair else None,
