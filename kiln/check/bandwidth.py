@@ -24,7 +24,12 @@ PORT = 18515            # perftest's default TCP port for the exchange before th
 RUN_SECONDS = 90        # one ib_write_bw run, either end (a few thousand messages; minutes under emulation)
 LISTEN_SECONDS = 20     # a server's socket should be listening within this on a busy node
 TRIES = 4
-SERVER_LOG = "/tmp/kiln-ib-write-bw-server.log"
+
+
+def server_log(port: int) -> str:
+    """Where the server on ``port`` writes: one file per port, so two rings (or two checks' runs) on
+    different ports never read each other's server."""
+    return f"/tmp/kiln-ib-write-bw-server-{int(port)}.log"
 
 
 def ring_phases(count: int) -> list[list[int]]:
@@ -43,14 +48,15 @@ def _listening(port: int) -> str:
 
 
 def server_command(args: str, port: int = PORT, seconds: int = LISTEN_SECONDS, fresh: bool = False) -> str:
-    """Start ``ib_write_bw`` as the server unless one already listens on ``port`` (``fresh``: end any
-    ib_write_bw left on the node first, such as the far end of a failed try), then wait until its socket
+    """Start ``ib_write_bw`` as the server unless one already listens on ``port`` (``fresh``: end the
+    server a failed try left on that port first), then wait until its socket
     listens. Exit 0 once it does; 1 after ``seconds``, printing the server's last lines."""
-    listening = _listening(port)
-    start = (f"(setsid timeout {RUN_SECONDS} ib_write_bw {args} -p {port} >{SERVER_LOG} 2>&1 </dev/null &)")
-    stop = "pkill -x ib_write_bw && sleep 0.5; " if fresh else ""
+    listening, log = _listening(port), server_log(port)
+    start = (f"(setsid timeout {RUN_SECONDS} ib_write_bw {args} -p {port} >{log} 2>&1 </dev/null &)")
+    # only the server on this port (its command line ends in "-p PORT"; a client's ends in an address)
+    stop = f"pkill -f -- {quote(f'ib_write_bw( .*)? -p {int(port)}$')} && sleep 0.5; " if fresh else ""
     return (f"{stop}{listening} || {start}; i=0; until {listening}; do i=$((i+1)); "
-            f"if [ $i -ge {seconds * 5} ]; then tail -n 3 {SERVER_LOG} 2>/dev/null; exit 1; fi; sleep 0.2; done")
+            f"if [ $i -ge {seconds * 5} ]; then tail -n 3 {log} 2>/dev/null; exit 1; fi; sleep 0.2; done")
 
 
 def client_command(args: str, address: str, port: int = PORT) -> str:
@@ -87,7 +93,7 @@ def measure_pair(client: Node, server: Node, address: str, args: str, threshold_
         except UnknownFormat:
             return bandwidth_verdict(out.stdout, threshold_gbps, label)  # refused: another run reads the same
         except CheckError as e:  # no row: the peer did not connect, or the run broke off after its header
-            log = server.run(f"tail -n 3 {SERVER_LOG} 2>/dev/null")
+            log = server.run(f"tail -n 3 {server_log(port)} 2>/dev/null")
             why = f"{e}; client: {_tail(out.stdout + out.stderr)}; server: {_tail(log.stdout)}"
             continue
         return bandwidth_verdict(out.stdout, threshold_gbps, label)

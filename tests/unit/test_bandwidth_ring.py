@@ -5,10 +5,12 @@ TCP port; a client with no server listening prints perftest's "Couldn't connect"
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import socket
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +36,15 @@ def sim(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_SIM_STATE", str(state))
     monkeypatch.setenv("PATH", f"{SIMULATORS}:{os.environ['PATH']}")
     yield env
-    subprocess.run(["pkill", "-x", "ib_write_bw"], check=False)
+    # the servers this test started (tests run side by side: another test's stay)
+    mine = f"KILN_SIM_STATE={state}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            ours = proc.name.isdigit() and int(proc.name) != os.getpid()
+            if ours and mine in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGTERM)
+        except OSError:
+            continue
 
 
 def test_a_pair_is_measured_once_its_server_listens(sim):
@@ -82,7 +92,7 @@ def test_a_client_that_cannot_connect_is_retried_and_its_last_lines_reported(sim
 
 def test_a_server_left_listening_is_used_and_a_fresh_one_replaces_it():
     assert server_command("-F", 18515).startswith("ss -Hltn 'sport = :18515' | grep -q . || ")
-    assert server_command("-F", 18515, fresh=True).startswith("pkill -x ib_write_bw && sleep 0.5; ss ")
+    assert server_command("-F", 18515, fresh=True).startswith("pkill -f -- 'ib_write_bw( .*)? -p 18515$' && sleep 0.5; ss ")
 
 
 HEADER = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
@@ -124,7 +134,7 @@ def test_a_run_broken_off_after_its_header_is_retried_and_the_next_figure_counts
     node, calls = _scripted_client([broken, HEADER + " 65536      200              3.10               3.05      0.005\n"])
     verdict = measure_pair(node, node, "10.0.0.2", "-F", 0.001, "a -> b via rxe0", pause=0)
     assert verdict.severity == "ok" and verdict.message == "a -> b via rxe0: 0.0256 Gb/s", verdict
-    assert sum(c.startswith("pkill -x ib_write_bw") for c in calls) == 1  # the second try's fresh server
+    assert sum(c.startswith("pkill -f -- 'ib_write_bw") for c in calls) == 1  # the second try's fresh server
 
 
 def test_a_pair_that_never_gives_a_row_names_why_from_both_ends():
