@@ -3,9 +3,8 @@
 
 ``.ci/run`` starts this in the background before the README's test command. The bases come first, at
 normal priority: the shared nspawn testbed comes up minutes into the run and waits on its base. The
-VM images follow at normal priority too: the VM tier runs beside the nspawn tiers (its own pytest-xdist
-worker, tests/conftest.py) and waits on them from the start. The Vagrant boxes, needed only by its
-last tests, follow at the lowest CPU priority (nice 19): they use what the tiers leave idle. Every build
+VM images and boxes follow at the lowest CPU priority (nice 19): they use what the nspawn tier leaves
+idle (its tests mostly wait on Slurm, timers and reboots) and take nothing from its timing. Every build
 goes through kiln's own image store (``kiln.image.build``): one build at a time under its lock, and a
 test that asks for an image this is still building waits for it and finds it built. The inventories are
 the ones the tests write (``tests/vm/cluster.py``, ``kiln vagrant box``), so the image names, which are
@@ -64,11 +63,10 @@ def main(argv: list[str]) -> int:
     _say(f"bases ready after {time.monotonic() - started:.0f} s")
     if "--bases-only" in argv:
         return 0
+    os.nice(19)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="kiln-prebuild-") as tmp:
         for step in (vm_images, vagrant_boxes):
-            if step is vagrant_boxes:
-                os.nice(19)
             try:
                 step(Path(tmp))
             except (Exception, AssertionError) as exc:  # noqa: BLE001 - the test that boots it builds it again

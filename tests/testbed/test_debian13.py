@@ -7,10 +7,8 @@ cgroup/v1 plugin (its cgroup/v2 refuses any container whose /proc/self/cgroup li
 the VM kind is where Debian 13 runs Slurm on cgroup v2. The driver rolled out is Debian's own
 upgrade (trixie 550.163.01-2 -> trixie-backports 550.163.01-4~bpo13+1).
 
-Under pytest-xdist (CI) this module runs on a worker of its own beside the shared Debian 12 testbed's
-tests (tests/conftest.py). In one process (``-n 0``) the shared testbed is taken down first (its five
-nodes' health checks would share the two cores with this one); tests that need it come before this
-module (conftest.py orders them).
+The shared Debian 12 testbed is taken down first (its five nodes' health checks would share the two
+cores with this one); tests that need it come before this module (conftest.py orders them).
 """
 
 from __future__ import annotations

@@ -31,10 +31,9 @@ def require_vms() -> None:
 
 
 def pytest_runtest_setup(item):  # noqa: ARG001 - every item here is a VM-tier test
-    """In one process (``-n 0``) the VM tier runs after every nspawn test (tests/testbed/conftest.py orders
-    them) and is CPU-bound under emulation: the shared nspawn testbed is taken down before the first
-    VM-tier test instead of running its five nodes beside the VMs until the run ends. Under pytest-xdist
-    the VM tier has a worker of its own, where no shared testbed is up, and this does nothing."""
+    """The VM tier runs after every nspawn test (tests/testbed/conftest.py orders them) and is CPU-bound
+    under emulation: the shared nspawn testbed is taken down before the first VM-tier test instead of
+    running its five nodes (Slurm, a health check every 10 s) beside the VMs until the run ends."""
     take_down_shared_testbed()
 
 
