@@ -91,6 +91,7 @@ def slurm_conf(cluster: Cluster) -> str:
         accounting_tres=accounting_tres(cluster), billed=billed(cluster), job_summary=job_summary(cluster), preempt=preempts(cluster),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         slurmd_timeout=cluster.setting("slurm_slurmd_timeout"), requeue_delay=cluster.setting("slurm_requeue_delay"),
+        private_data=private_data(cluster), store_job_scripts=cluster.setting("slurm_store_job_scripts"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
     )
@@ -145,5 +146,12 @@ def topology_conf(cluster: Cluster) -> str | None:
     return render("slurm/topology.conf.j2", lines=lines)
 
 
+def private_data(cluster: Cluster) -> str:
+    """PrivateData's value, the same in slurm.conf and slurmdbd.conf ("" when users see everything)."""
+    return ",".join(sorted(set(cluster.setting("slurm_private_data"))))
+
+
 def slurmdbd_conf(cluster: Cluster, password: str) -> str:
-    return render("slurm/slurmdbd.conf.j2", dbd_host=dbd_host(cluster), password=password)
+    return render("slurm/slurmdbd.conf.j2", dbd_host=dbd_host(cluster), password=password,
+                  private_data=private_data(cluster),
+                  purge_lines=cluster.setting("slurm_accounting_retention").slurmdbd_lines())

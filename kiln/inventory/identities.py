@@ -118,14 +118,17 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
                 add(file, f"{where}.gid", f"gid {team.gid} of team {team.name!r} is already {gids[team.gid]}'s", line)
             gids.setdefault(team.gid, f"team {team.name}")
             group_names.setdefault(team.name, f"team {team.name}")
-        for j, user in enumerate(team.users):
-            key, me = f"{where}.users[{j}]", f"user {user.name}"
+        probe = team.probe()
+        for key, user in [(f"{where}.users[{j}]", u) for j, u in enumerate(team.users)] + \
+                ([(f"{where}.probe_uid", probe)] if probe else []):
+            me = f"user {user.name}"
             if user.name in SYSTEM_GROUPS or group_names.get(user.name, me) != me:
-                add(file, f"{key}.name", f"user {user.name!r} would take the name of "
+                add(file, f"{where}.name" if key.endswith("probe_uid") else f"{key}.name", f"user {user.name!r} would take the name of "
                     f"{group_names.get(user.name, 'a system group')} (each user gets a group of its own name)", line)
             for table, what in ((uids, "uid"), (gids, "gid (each user's own group has the user's uid)")):
                 if table.get(user.uid, me) != me:
-                    add(file, f"{key}.uid", f"uid {user.uid} of {user.name!r} is already the {what.split(' ')[0]} of "
-                        f"{table[user.uid]}: give every user and group its own number", line)
+                    add(file, key if key.endswith("probe_uid") else f"{key}.uid", f"uid {user.uid} of {user.name!r} is "
+                        f"already the {what.split(' ')[0]} of {table[user.uid]}: give every user and group its own number",
+                        line)
                 table.setdefault(user.uid, me)
             group_names.setdefault(user.name, me)

@@ -23,12 +23,14 @@ from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, If
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
+from kiln.inventory.privacy_schema import DEFAULT_PRIVATE_DATA, AccountingRetention, PrivateDataKind
 from kiln.inventory.remediation_schema import Remediation
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
 
 PREFIX = "kiln_"
+PROBE_PREFIX = "kiln-probe-"  # a team's probe account: kiln-probe-<team> (the isolation suite's)
 
 SUPPORTED_OS = ("debian12", "debian13", "ubuntu2204", "ubuntu2404", "rocky9")
 SERVICE_ACCOUNTS = ("slurm", "munge")
@@ -127,6 +129,20 @@ class Team(_Strict):
                                 "Slurm's own 'normal'); empty: kiln leaves the account's QoS as they are")
     default_qos: QosName | None = Field(None, description="the QoS of a job that names none; default: the first "
                                         "of qos")
+    probe_uid: int | None = Field(None, ge=1000, le=2**31 - 2, description="uid (and gid of its own group) of the "
+                                  "team's probe account kiln-probe-<team>: no shell, no password, no Slurm "
+                                  "association; the isolation suite runs as it. Unset: the team is not probed")
+
+    @model_validator(mode="after")
+    def _probe_name_fits(self) -> "Team":
+        if self.probe_uid is not None and len(PROBE_PREFIX + self.name) > 32:
+            raise ValueError(f"the probe account {PROBE_PREFIX + self.name!r} would be longer than 32 characters: "
+                             "shorten the team's name or leave probe_uid unset")
+        return self
+
+    def probe(self) -> TeamUser | None:
+        """The team's probe account, when it has a probe_uid."""
+        return None if self.probe_uid is None else TeamUser(name=PROBE_PREFIX + self.name, uid=self.probe_uid)
 
 
 class Qos(_Strict):
@@ -211,6 +227,18 @@ SETTINGS: dict[str, Setting] = {
            "seconds a requeued job (its node lost, preempted, requeued by kiln patch) waits before it may start "
            "again: Slurm's AuthInfo cred_expire, also the lifetime of a job step's launch credential (Slurm's "
            "default 120); a change restarts slurmctld"),
+        _s("slurm_private_data", list[PrivateDataKind], DEFAULT_PRIVATE_DATA, "cluster",
+           "Slurm's PrivateData (slurm.conf and slurmdbd.conf): what a user sees only of their own: accounts, "
+           "jobs (squeue, sacct, scontrol show job, job scripts), usage (sreport, sshare), users; also cloud, "
+           "events, nodes, partitions, reservations. root, SlurmUser and operators see all, so kiln's own "
+           "tools are unchanged; [] lets every user see everything (Slurm's default)"),
+        _s("slurm_store_job_scripts", bool, True, "cluster",
+           "keep each batch job's script and environment in accounting (AccountingStoreFlags=job_script,job_env): "
+           "its owner and operators read them with sacct --batch-script / --env-vars; they are purged with the "
+           "job (kiln_slurm_accounting_retention.jobs)"),
+        _s("slurm_accounting_retention", AccountingRetention, AccountingRetention(), "cluster",
+           "how long slurmdbd keeps jobs, steps, events, reservations, suspensions, transactions and usage before "
+           "it purges them (see AccountingRetention; 12 months, usage 24; null keeps a kind for ever)"),
         _s("slurm_upgrade_slurmd_timeout", Annotated[int, Field(ge=10, le=65533)], 3600, "cluster",
            "SlurmdTimeout while kiln patch upgrades Slurm to a new release: raised on every Slurm host (slurm.conf, "
            "scontrol reconfigure) before the first daemon is upgraded, slurm_slurmd_timeout restored after, so a "

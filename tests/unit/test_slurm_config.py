@@ -84,3 +84,54 @@ def test_slurmdbd_conf_carries_the_password_only_there(example):
     conf = slurm_config.slurmdbd_conf(example, "s3cretpass")
     assert "StoragePass=s3cretpass\n" in conf and "DbdHost=ctl01\n" in conf
     assert "s3cretpass" not in slurm_config.slurm_conf(example)
+
+
+def test_users_see_only_their_own_jobs_usage_and_accounts_by_default(example):
+    """PrivateData is the same in slurm.conf (squeue, scontrol) and slurmdbd.conf (sacct, sreport); batch
+    scripts and environments are kept in accounting; slurmdbd purges each kind of record after its age."""
+    conf = slurm_config.slurm_conf(example)
+    dbd = slurm_config.slurmdbd_conf(example, "secret")
+    assert "\nPrivateData=accounts,jobs,usage,users\n" in conf and "\nPrivateData=accounts,jobs,usage,users\n" in dbd
+    assert "\nAccountingStoreFlags=job_script,job_env\n" in conf
+    for line in ("PurgeJobAfter=12months", "PurgeStepAfter=12months", "PurgeEventAfter=12months",
+                 "PurgeResvAfter=12months", "PurgeSuspendAfter=12months", "PurgeTXNAfter=12months",
+                 "PurgeUsageAfter=24months"):
+        assert f"\n{line}\n" in dbd, line
+    assert dbd.endswith("\n") and "StoragePass=secret\n" in dbd
+
+
+def test_privacy_and_retention_follow_their_settings(example):
+    from dataclasses import replace
+
+    from kiln.inventory.privacy_schema import AccountingRetention
+    settings = dict(example.settings, kiln_slurm_private_data=[], kiln_slurm_store_job_scripts=False,
+                    kiln_slurm_accounting_retention=AccountingRetention(jobs="90days", usage=None))
+    cluster = replace(example, settings=settings)
+    conf, dbd = slurm_config.slurm_conf(cluster), slurm_config.slurmdbd_conf(cluster, "secret")
+    assert "PrivateData" not in conf and "PrivateData" not in dbd and "AccountingStoreFlags" not in conf
+    assert "\nPurgeJobAfter=90days\n" in dbd and "PurgeUsageAfter" not in dbd
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ({"kiln_slurm_private_data": ["jobs", "secrets"]}, "kiln_slurm_private_data"),
+    ({"kiln_slurm_private_data": "jobs"}, "kiln_slurm_private_data"),
+    ({"kiln_slurm_accounting_retention": {"jobs": "12"}}, "jobs"),
+    ({"kiln_slurm_accounting_retention": {"jobs": "1month;rm"}}, "jobs"),
+    ({"kiln_slurm_accounting_retention": {"jobs": "0days"}}, "jobs"),
+    ({"kiln_slurm_accounting_retention": {"job": "1days"}}, "job"),
+])
+def test_privacy_and_retention_values_are_checked(tmp_path, value, complaint):
+    """A kind Slurm does not know, an age without its unit or with anything after it, is refused with
+    the setting's name, before anything is touched."""
+    import shutil
+
+    import yaml
+
+    from kiln.inventory.errors import InventoryInvalid
+    root = tmp_path / "inv"
+    shutil.copytree(REPO / "inventory" / "example", root)
+    (root / "group_vars" / "all" / "privacy.yml").write_text(yaml.safe_dump(value))
+    with pytest.raises(InventoryInvalid) as raised:
+        load_cluster(root)
+    said = "\n".join(str(e) for e in raised.value.errors)
+    assert complaint in said and "privacy.yml" in said, said
