@@ -28,13 +28,13 @@ from pyinfra.operations import server
 
 from kiln.secrets import BEEGFS_CONNAUTH, ceph_keyring
 from roles.context import NodeContext, when_changed
+from roles.secret_files import BEEGFS_CONNAUTH_FILE
 from roles.operations import line_present, managed_directory, pinned_packages, service_running
 from roles.repositories import vendor_repository
 
 BEEGFS_CLIENT_CONF = "/etc/beegfs/beegfs-client.conf"
 BEEGFS_HELPERD_CONF = "/etc/beegfs/beegfs-helperd.conf"
 BEEGFS_MOUNTS = "/etc/beegfs/beegfs-mounts.conf"
-BEEGFS_CONNAUTH_FILE = "/etc/beegfs/connauthfile"
 LUSTRE_CONF = "/etc/modprobe.d/lustre.conf"
 
 

@@ -46,6 +46,7 @@ from kiln.inventory.model import CONTROLLER, MONITORING
 from kiln.shell import quote
 from roles import health
 from roles import monitoring_config as conf
+from roles.secret_files import JOB_SUMMARY_PASSWORD
 from roles.slurm_config import job_summary
 from roles.context import NodeContext, changed_any, when_changed
 from roles.operations import (DAEMON_RELOAD, answers, kept_stopped_until_configured, logs_of, managed_directory, pinned_packages, service_restarted,
@@ -200,9 +201,9 @@ def _job_summary(ctx: NodeContext) -> None:
     prometheus = conf.address(ctx.cluster.group(MONITORING)[0])
     ctx.put("/etc/slurm/kiln-job-summary.json", json.dumps(
         {"prometheus": f"{'[' + prometheus + ']' if ':' in prometheus else prometheus}:{conf.PROMETHEUS_PORT}",
-         "password_file": "/etc/slurm/kiln-prometheus.password", **conf.usage_settings(ctx.cluster)},
+         "password_file": JOB_SUMMARY_PASSWORD, **conf.usage_settings(ctx.cluster)},
         sort_keys=True) + "\n", mode="644", name="monitoring: kiln-job-summary's Prometheus and prices")
-    ctx.put("/etc/slurm/kiln-prometheus.password", ctx.secrets.monitoring_password + "\n", mode="600", user="slurm",
+    ctx.put(JOB_SUMMARY_PASSWORD, ctx.secrets.monitoring_password + "\n", mode="600", user="slurm",
             group="slurm", secret=True, name="monitoring: the password kiln-job-summary sends")
 
 

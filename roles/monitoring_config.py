@@ -21,11 +21,12 @@ from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_
                              PROMETHEUS_PORT, alert_rules)
 from kiln.monitoring.metrics_contract import health_checked, scraped_gpus
 from kiln.usage import billing
+from roles.secret_files import PROMETHEUS_PASSWORD
 
 USER = "kiln"  # the HTTP basic-auth user of every monitoring listener
 CONF = "/etc/prometheus"
 WEB_CONFIG = f"{CONF}/kiln-web.yml"
-PASSWORD_FILE = f"{CONF}/kiln-password"
+PASSWORD_FILE = PROMETHEUS_PASSWORD
 RULES = f"{CONF}/kiln-rules.yml"
 TARGETS = f"{CONF}/kiln-targets"
 PROMETHEUS_YML = f"{CONF}/prometheus.yml"

@@ -31,7 +31,7 @@ from kiln.monitoring.alerts import base_url
 from kiln.monitoring.silences import Silences
 from kiln.secrets import public_ssh_key
 from kiln.shell import quote
-from roles import health
+from roles import health, secret_files
 from roles.context import NodeContext, changed_any, when_changed
 from kiln.inventory.formats import canonical_address
 from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, service_restarted,
@@ -40,9 +40,9 @@ from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed
 AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 UNIT = "/etc/systemd/system/kiln-remediate.service"
 CONFIG = "/etc/kiln/remediation.json"
-KEY = "/etc/kiln/remediation/id_ed25519"
+KEY = secret_files.REMEDIATION_KEY
 KNOWN_HOSTS = "/etc/kiln/remediation/known_hosts"
-ALERTMANAGER_PASSWORD = "/etc/kiln/remediation/alertmanager.password"
+ALERTMANAGER_PASSWORD = secret_files.REMEDIATION_ALERTMANAGER_PASSWORD
 REMEDIATE = """#!/usr/bin/python3
 # kiln-remediate (kiln's remediation role); see /usr/local/lib/kiln/checks/remediation.py
 import sys

@@ -46,6 +46,7 @@ from roles import slurm_config
 from roles.context import NodeContext, changed_any, render, when_changed
 from roles.operations import (DAEMON_RELOAD, answers, line_present, line_removed, logs_of, managed_directory,
                               path_absent, pinned_packages, service_restarted, service_running, settled, tcp_answers)
+from roles.secret_files import MUNGE_KEY, SLURMDBD_CONF
 from roles.slurm_accounting import slurm_accounts
 from roles.storage import slurmd_mounts
 
@@ -182,7 +183,7 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
     the files beside it, slurmdbd.conf with the database password. A configless compute node gets
     slurmd's --conf-server instead of the Slurm files (and loses any left from before)."""
     cluster = ctx.cluster
-    ctx.mark("munge_key", ctx.put("/etc/munge/munge.key", ctx.secrets.munge_key, mode="400", user="munge",
+    ctx.mark("munge_key", ctx.put(MUNGE_KEY, ctx.secrets.munge_key, mode="400", user="munge",
                                   group="munge", secret=True, name="slurm: munge key"))
     if "compute" in which:
         _slurmd_mounts(ctx)
@@ -210,7 +211,7 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
     if topology:
         ctx.mark("slurm_conf", ctx.put(f"{CONF}/topology.conf", topology, mode="644", name="slurm: topology.conf"))
     if "dbd" in which:
-        ctx.mark("dbd_conf", ctx.put(f"{CONF}/slurmdbd.conf",
+        ctx.mark("dbd_conf", ctx.put(SLURMDBD_CONF,
                                      slurm_config.slurmdbd_conf(cluster, ctx.secrets.dbd_password),
                                      mode="600", user="slurm", group="slurm", secret=True,
                                      name="slurm: slurmdbd.conf"))

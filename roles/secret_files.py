@@ -1,0 +1,26 @@
+"""Every file holding a secret that kiln's roles may place on a host, named once here: the roles write
+them, and the isolation suite (checks/isolation.py) makes sure no user can read them. A role that places a
+new secret names its path here."""
+
+from __future__ import annotations
+
+from kiln.inventory.model import Cluster
+from kiln.secrets import ceph_keyring
+
+MUNGE_KEY = "/etc/munge/munge.key"
+SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"  # the database password
+PROMETHEUS_PASSWORD = "/etc/prometheus/kiln-password"  # what Prometheus sends to the listeners it scrapes
+JOB_SUMMARY_PASSWORD = "/etc/slurm/kiln-prometheus.password"  # what kiln-job-summary sends to Prometheus
+REMEDIATION_KEY = "/etc/kiln/remediation/id_ed25519"  # kiln-remediate's SSH key to compute nodes
+REMEDIATION_ALERTMANAGER_PASSWORD = "/etc/kiln/remediation/alertmanager.password"
+BEEGFS_CONNAUTH_FILE = "/etc/beegfs/connauthfile"
+
+
+def secret_files(cluster: Cluster) -> list[str]:
+    """The paths, whichever hosts hold them (the suite reads those a host has)."""
+    paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
+             REMEDIATION_ALERTMANAGER_PASSWORD, BEEGFS_CONNAUTH_FILE]
+    ceph = cluster.setting("ceph")
+    if ceph:
+        paths.append(f"/etc/ceph/{ceph_keyring(ceph.client_name)}")
+    return paths
