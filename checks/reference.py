@@ -158,6 +158,17 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                     "kiln drift shows the diff; kiln deploy writes it back", ""),
     "DRIFT_UNITS": ("drift", "warn", "units enabled or disabled unlike the image",
                     "enable or disable them to match, or rebuild the image", ""),
+    # --- isolation (login hosts, as each team's probe account) ---
+    "ISOLATION_PROBE_ACCOUNT": ("isolation", "fail", "a team's probe account (kiln-probe-<team>) is missing: "
+                                "the probes could not run as it", "kiln deploy creates it", "kiln_teams"),
+    "ISOLATION_JOBS": ("isolation", "fail", "a team's user sees jobs of other users in the queue",
+                       "set PrivateData=jobs (kiln_slurm_private_data) and kiln deploy", "kiln_slurm_private_data"),
+    "ISOLATION_SECRETS": ("isolation", "fail", "a team's user can read a secret kiln placed on the host (munge "
+                          "key, slurmdbd.conf, the monitoring password, kiln-remediate's key, a filesystem key)",
+                          "kiln deploy restores owner and mode; rotate what was readable", ""),
+    "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's request (a reservation) from a "
+                              "team's user: it is an operator or administrator",
+                              "sacctmgr modify user NAME set adminlevel=none", ""),
     # --- across nodes, opt-in ---
     "NCCL_CLUSTER_BUSBW": ("nccl-cluster", "fail", "all_reduce_perf over the nodes is below its floor (or failed); the "
                            "message names the slow pair found by halving", "check those nodes' HCAs, cables and NVLink",

@@ -58,6 +58,12 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
             users.append({"name": user.name, "uid": user.uid, "group": user.name,
                           "groups": [team.name] if team.gid is not None else [], "shell": "/bin/bash",
                           "home": f"/home/{user.name}", "create_home": not homes, "system": False})
+        probe = team.probe()
+        if probe:  # the isolation suite's account: what a user of the team can reach, and no login
+            groups.append((probe.name, probe.uid, False))
+            users.append({"name": probe.name, "uid": probe.uid, "group": probe.name,
+                          "groups": [team.name] if team.gid is not None else [], "shell": platform.nologin,
+                          "home": "/nonexistent", "create_home": False, "system": False})
     return groups, users
 
 
@@ -71,7 +77,7 @@ def _accounts(ctx: NodeContext, service: bool) -> None:
         return
     teams = [g for g in groups if g[0] not in services]
     if teams:
-        accounts(name=f"base: {sum(len(t.users) for t in ctx.cluster.teams)} team users, fixed IDs", ctx=ctx,
+        accounts(name=f"base: {len(users) - len(services)} team users, fixed IDs", ctx=ctx,
                  groups=teams, users=[u for u in users if not u["system"]])
 
 

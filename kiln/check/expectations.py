@@ -13,12 +13,13 @@ from pathlib import Path
 from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
-from kiln.inventory.model import MONITORING, Cluster, Host
+from kiln.inventory.model import LOGIN, MONITORING, Cluster, Host
 from kiln.monitoring import PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS, rules
 from kiln.monitoring.metrics_contract import needed
 from kiln.shell import command
 from kiln.versions import upstream
+from roles.secret_files import secret_files
 
 
 @cache
@@ -35,6 +36,16 @@ def _monitoring(cluster: Cluster, host: Host) -> dict:
     rendered = rules(cluster.setting("alert_thresholds"), cluster.setting("monitoring_scrape_seconds"))
     return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(rendered["groups"][0]["rules"]),
             "scrape_seconds": cluster.setting("monitoring_scrape_seconds"), "series": needed(cluster, ALERTS)}
+
+
+def _isolation(cluster: Cluster, host: Host) -> dict:
+    """On login hosts (the controllers where there are none), the teams' probe accounts and the secrets
+    kiln may place: the isolation suite's; {} elsewhere."""
+    probed_on = cluster.group(LOGIN) or cluster.controllers
+    probes = [t.probe().name for t in cluster.teams if t.probe_uid is not None]
+    if not probes or host.name not in {h.name for h in probed_on}:
+        return {}
+    return {"probes": probes, "secrets": secret_files(cluster)}
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:
@@ -58,6 +69,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "storage_throughput_mib": cluster.setting("check_storage_throughput_mib"),
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "monitoring": _monitoring(cluster, host),
+        "isolation": _isolation(cluster, host),
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync"), "host_programs": host_programs()},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),

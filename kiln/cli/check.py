@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from checks.suites import SUITES
 from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, complete_hosts, complete_suites,
                              default_inventory, echo, forks_option, inventory_option, load_or_exit, verbose_option)
 
@@ -14,7 +15,7 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, complete_host
 @click.command()
 @inventory_option
 @click.option("--suite", "suites", shell_complete=complete_suites, default=None,
-              help="comma-separated suites (default: all): gpu,fabric,storage,slurm,system,drift,monitoring")
+              help="comma-separated suites (default: all): " + ", ".join(SUITES))
 @click.option("--limit", shell_complete=complete_hosts, default=None,
               help="Ansible host pattern (as for kiln deploy)")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
@@ -35,7 +36,6 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
         from checks.reference import markdown
         click.echo(markdown(), nl=False)
         return
-    from checks.suites import SUITES
     from kiln.inventory.limit import LimitError, resolve_limit
 
     cluster = load_or_exit(inventory or default_inventory(), "nothing was checked")

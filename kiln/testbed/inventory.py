@@ -45,12 +45,14 @@ VM_HEALTH_CHECK_INTERVAL = 60
 # default would report a live mount as dead. A dead mount is still reported, in this time.
 VM_STORAGE_TIMEOUT = 30
 
-# Two teams, so fair-share, per-team GPU limits, QoS and pam_slurm_adopt can be shown with real users.
+# Two teams, so fair-share, per-team GPU limits, QoS and pam_slurm_adopt can be shown with real users, and
+# each with a probe account for the isolation suite.
 TESTBED_TEAMS = [
     {"name": "vision", "shares": 60, "gid": 2001, "gpu_limit": 2,
-     "users": [{"name": "alice", "uid": 2101}], "qos": ["normal", "high", "scavenger"], "default_qos": "normal"},
+     "users": [{"name": "alice", "uid": 2101}], "qos": ["normal", "high", "scavenger"], "default_qos": "normal",
+     "probe_uid": 2191},
     {"name": "language", "shares": 40, "gid": 2002, "gpu_limit": 4,
-     "users": [{"name": "bob", "uid": 2102}], "qos": ["normal", "scavenger"]},
+     "users": [{"name": "bob", "uid": 2102}], "qos": ["normal", "scavenger"], "probe_uid": 2192},
 ]
 # QoS as a site sets them: a high-priority QoS with a wall-time and per-user GPU limit that preempts a
 # free scavenger QoS (its jobs are requeued, after 10 s of grace).

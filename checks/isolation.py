@@ -1,0 +1,114 @@
+"""Isolation suite, on login hosts (the controller where there are none): what one team's user can reach
+of others', probed as a real unprivileged user of each team, never read off a configuration file.
+
+kiln creates a probe account for each team with a ``probe_uid`` (``kiln-probe-<team>``: the team's group,
+no login shell, no password, no Slurm association; roles/base.py). The suite runs each probe as each of
+them through ``runuser`` and fails on any probe that gets through:
+
+- ISOLATION_PROBE_ACCOUNT: the probe account is missing (the probes below could not run);
+- ISOLATION_JOBS: squeue shows the probe a job of another user (Slurm's PrivateData=jobs). With no other
+  user's job in the queue there is nothing to hide: the verdict says so and passes;
+- ISOLATION_SECRETS: the probe reads a secret kiln placed on the host (munge key, slurmdbd.conf, the
+  monitoring password, kiln-remediate's SSH key, a filesystem's key);
+- ISOLATION_SLURM_ADMIN: Slurm takes an operator's request from the probe (a reservation ten years out,
+  deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser.
+
+Expectations (``expect["isolation"]``): probes (the probe accounts, by team), secrets (the paths of every
+secret kiln may place on a host). Never in the node-local runner: these probes are the operator's.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from checks.node import Node
+from checks.parsers import squeue
+from checks.parsers.delimited import separator
+from checks.verdict import Verdict, fail, ok
+
+JOB_FIELDS = ("UserName",)
+
+
+def as_user(user: str, *argv: str) -> str:
+    """``argv`` run as ``user`` (no login shell, no environment of root's beyond the C locale)."""
+    return shlex.join(["runuser", "-u", user, "--", *argv])
+
+
+def readable_secrets(paths: list[str]) -> str:
+    """A shell line printing each of ``paths`` the user running it can read a byte of."""
+    return "for p in " + " ".join(shlex.quote(p) for p in paths) + \
+        '; do head -c1 -- "$p" >/dev/null 2>&1 && printf "%s\\n" "$p"; done; true'
+
+
+def commands(expect: dict) -> list[str]:
+    """What ``run`` asks before anything else: each probe account's existence. The probes themselves are
+    asked as the suite reaches them (squeue's separator is made for each call)."""
+    return [f"id -u {shlex.quote(p)}" for p in (expect.get("isolation") or {}).get("probes", [])]
+
+
+def _users(node: Node, user: str | None) -> tuple[list[str] | None, str]:
+    """The user of each job squeue lists when ``user`` asks (root: None), or None and why."""
+    sep = separator()
+    query = squeue.jobs_command(sep, JOB_FIELDS)
+    out = node.run(as_user(user, *query) if user else shlex.join(query))
+    if out.rc != 0:
+        return None, (out.stderr or out.stdout).strip()[:200]
+    jobs, framed = squeue.read_jobs(out.stdout, sep, JOB_FIELDS)
+    if framed.bad:
+        return None, framed.problem("squeue")
+    return [j["UserName"] for j in jobs], ""
+
+
+def _jobs(node: Node, probe: str) -> Verdict:
+    everyone, why = _users(node, None)
+    if everyone is None:
+        return fail("ISOLATION_JOBS", f"root could not list the queue ({why}): is slurmctld up?")
+    seen, why = _users(node, probe)
+    if seen is None:
+        return fail("ISOLATION_JOBS", f"{probe} could not list the queue ({why}): users cannot see their own jobs")
+    leaked = sorted({u for u in seen if u != probe})
+    others = sum(1 for u in everyone if u != probe)
+    if leaked:
+        return fail("ISOLATION_JOBS", f"{probe} sees {sum(1 for u in seen if u != probe)} job(s) of "
+                    f"{', '.join(leaked[:5])}: set PrivateData=jobs (kiln_slurm_private_data) and kiln deploy")
+    if not others:
+        return ok("ISOLATION_JOBS", f"no job of another user is queued: nothing {probe} could see (probe again "
+                  "while jobs run)")
+    return ok("ISOLATION_JOBS", f"{probe} sees none of the {others} job(s) of other users")
+
+
+def _secrets(node: Node, probe: str, paths: list[str]) -> Verdict:
+    if not paths:
+        return ok("ISOLATION_SECRETS", "kiln places no secret on this host")
+    out = node.run(as_user(probe, "/bin/sh", "-c", readable_secrets(paths)))
+    read = [p for p in out.stdout.split("\n") if p in paths]
+    if read:
+        return fail("ISOLATION_SECRETS", f"{probe} can read {', '.join(read)}: kiln deploy restores their "
+                    "owner and mode; then rotate what was readable")
+    return ok("ISOLATION_SECRETS", f"{probe} reads none of kiln's secrets")
+
+
+def _slurm_admin(node: Node, probe: str) -> Verdict:
+    """A reservation ten years out, one minute long, asked for as the probe: Slurm takes it only from an
+    operator or administrator (or SlurmUser). One taken is deleted again at once, as root."""
+    name = f"kiln-isolation-{probe}"
+    out = node.run(as_user(probe, "scontrol", "create", "reservation", f"ReservationName={name}",
+                           "StartTime=now+3650days", "Duration=1", "Users=root", "NodeCnt=1"))
+    if out.rc == 0:
+        node.run(shlex.join(["scontrol", "delete", f"ReservationName={name}"]))
+        return fail("ISOLATION_SLURM_ADMIN", f"Slurm took a reservation from {probe}: it is an operator or "
+                    f"administrator (sacctmgr modify user {probe} set adminlevel=none)")
+    return ok("ISOLATION_SLURM_ADMIN", f"Slurm refuses an operator's request (a reservation) from {probe}")
+
+
+def run(node: Node, expect: dict) -> list[Verdict]:
+    isolation = expect.get("isolation") or {}
+    verdicts = []
+    for probe in isolation.get("probes", []):
+        if node.run(f"id -u {shlex.quote(probe)}").rc != 0:
+            verdicts.append(fail("ISOLATION_PROBE_ACCOUNT", f"no account {probe} on this host: kiln deploy "
+                                 "creates it (the team's probe_uid)"))
+            continue
+        verdicts += [_jobs(node, probe), _secrets(node, probe, isolation.get("secrets", [])),
+                     _slurm_admin(node, probe)]
+    return verdicts

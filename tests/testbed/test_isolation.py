@@ -1,0 +1,86 @@
+"""Teams kept apart on the deployed testbed (Slurm's PrivateData, stored job scripts, kiln's secrets) and
+the isolation suite that probes it as each team's unprivileged probe account: passing on the deployed
+cluster, and failing on each protection taken away (then given back: kiln deploy, or the change undone)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.testbed.slurm_helpers import kiln, ok, on, submit, wait_for
+
+pytestmark = pytest.mark.testbed
+
+MARK = "kiln-isolation-marker-7f3a"
+
+
+def isolation(tb, tmp_path) -> dict[str, tuple[str, str]]:
+    """The controller's isolation verdicts (the testbed has no login node: the controller is it)."""
+    out = kiln("check", "-i", str(tb.inventory), "--suite", "isolation", "--json", str(tmp_path / "c.json"), timeout=300)
+    data = json.loads((tmp_path / "c.json").read_text())
+    found: dict[str, tuple[str, str]] = {}
+    for c in data["nodes"][tb.controller]["checks"]:  # one verdict per probe account: a failing one wins
+        if c["id"] not in found or c["severity"] == "fail":
+            found[c["id"]] = (c["severity"], c["message"])
+    assert (out.returncode == 0) == all(s != "fail" for s, _ in found.values()), out.stdout + out.stderr
+    return found
+
+
+def failing(found: dict) -> set[str]:
+    return {k for k, (s, _) in found.items() if s == "fail"}
+
+
+@pytest.mark.proves("slurm", "isolation", "kiln check", tier="nspawn")
+def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_on_each_way_through(slurm, tmp_path):
+    tb, ctl = slurm, slurm.controller
+    job = submit(tb, ctl, f"-N1 -t 5 --wrap='echo {MARK}; sleep 240'", user="alice")
+    try:
+        wait_for(lambda: ok(tb, ctl, f"squeue -h -j {job} -o %T").strip() in ("RUNNING", "PENDING"), timeout=30,
+                 what="alice's job queued")
+        # Another team's user sees none of it: not in squeue, not by id, not its stored script
+        assert job not in on(tb, ctl, "runuser -u bob -- squeue -h -o %i").stdout
+        shown = on(tb, ctl, f"runuser -u bob -- scontrol show job {job}")
+        assert shown.returncode != 0 and "Invalid job id" in shown.stderr, shown
+        wait_for(lambda: MARK in on(tb, ctl, f"sacct -j {job} --batch-script").stdout, timeout=30,
+                 what="the job's script stored in accounting")
+        assert MARK not in on(tb, ctl, f"runuser -u bob -- sacct -j {job} --batch-script").stdout
+        # its owner and the operator (root) read it
+        assert MARK in ok(tb, ctl, f"runuser -u alice -- sacct -j {job} --batch-script")
+        # nor another team's usage
+        assert "alice" not in on(tb, ctl, "runuser -u bob -- sshare -a -h -o User").stdout
+
+        found = isolation(tb, tmp_path)
+        assert not failing(found), found
+        assert {"ISOLATION_JOBS", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN"} <= set(found)
+        assert "none of the 1 job(s) of other users" in found["ISOLATION_JOBS"][1], found  # not vacuous
+
+        # Each protection taken away fails its probe, and only it
+        ok(tb, ctl, "sed -i '/^PrivateData=/d' /etc/slurm/slurm.conf && scontrol reconfigure")
+        found = isolation(tb, tmp_path)
+        assert failing(found) == {"ISOLATION_JOBS"} and "alice" in found["ISOLATION_JOBS"][1], found
+        out = kiln("deploy", "-i", str(tb.inventory))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert not failing(isolation(tb, tmp_path))  # kiln deploy put PrivateData back
+
+        ok(tb, ctl, "chmod 644 /etc/prometheus/kiln-password")
+        found = isolation(tb, tmp_path)
+        ok(tb, ctl, "chmod 640 /etc/prometheus/kiln-password")
+        assert failing(found) == {"ISOLATION_SECRETS"} and "/etc/prometheus/kiln-password" in found["ISOLATION_SECRETS"][1]
+
+        ok(tb, ctl, "sacctmgr -i add user kiln-probe-vision account=vision adminlevel=operator")
+        try:
+            found = isolation(tb, tmp_path)
+        finally:
+            ok(tb, ctl, "sacctmgr -i delete user name=kiln-probe-vision")
+        # an operator also sees every job: both probes fail
+        assert failing(found) == {"ISOLATION_SLURM_ADMIN", "ISOLATION_JOBS"}, found
+
+        ok(tb, ctl, "userdel kiln-probe-language")
+        found = isolation(tb, tmp_path)
+        assert failing(found) == {"ISOLATION_PROBE_ACCOUNT"}, found
+        out = kiln("deploy", "-i", str(tb.inventory))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert not failing(isolation(tb, tmp_path))
+    finally:
+        on(tb, ctl, f"scancel {job}")

@@ -1,0 +1,134 @@
+"""The isolation suite (checks/isolation.py) passes where a team's probe account reaches nothing of
+others', and FAILS on each way through: another user's jobs, a readable secret, Slurm administration, a
+missing probe account. Answers are what squeue, runuser and scontrol print (Slurm 22.05, seen on the
+testbed); tests/testbed/test_isolation.py shows the same on live nodes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from checks.isolation import run
+from checks.node import Node, Result
+from checks.suites import run_suites, suite_commands
+from tests.slurm_framing import record
+
+PROBE = "kiln-probe-vision"
+EXPECT = {"isolation": {"probes": [PROBE], "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"]}}
+SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
+
+
+def squeue_answer(command: str, jobs: list[tuple[str, str]]) -> Result:
+    """squeue -O JobID:SEP,UserName:SEP,JobID: in the framed form of tests/slurm_framing.py."""
+    sep = SEP.search(command).group(1)
+    return Result(0, "".join(record(job, user, job, sep=sep) for job, user in jobs))
+
+
+class Cluster:
+    """A login host's answers: the queue, what the probe sees of it, what it can read, Slurm's verdict on
+    its scontrol reconfigure."""
+
+    def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True):
+        self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
+        self.asked: list[str] = []
+
+    def answer(self, command: str) -> Result:
+        self.asked.append(command)
+        as_probe = command.startswith(f"runuser -u {PROBE} -- ")
+        if command == f"id -u {PROBE}":
+            return Result(0, "2191\n") if self.account else Result(1, "", f"id: '{PROBE}': no such user\n")
+        if "squeue" in command:
+            seen = self.queue if (self.leaks or not as_probe) else [j for j in self.queue if j[1] == PROBE]
+            return squeue_answer(command, seen)
+        if "scontrol create reservation" in command and as_probe:
+            return Result(0, f"Reservation created: kiln-isolation-{PROBE}\n") if self.admin else \
+                Result(1, "", "Error creating the reservation: Invalid user id\n")
+        if command == f"scontrol delete ReservationName=kiln-isolation-{PROBE}":
+            assert self.admin, "deleted a reservation the probe never got"
+            return Result(0, "")
+        if "head -c1" in command and as_probe:
+            return Result(0, "".join(f"{p}\n" for p in self.readable))
+        raise AssertionError(f"unexpected command {command!r}")
+
+
+def verdicts(cluster: Cluster) -> dict[str, tuple[str, str]]:
+    return {v.id: (v.severity, v.message) for v in run(Node("login01", cluster.answer), EXPECT)}
+
+
+def test_a_probe_that_reaches_nothing_passes_every_probe():
+    found = verdicts(Cluster())
+    assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
+                                                     "ISOLATION_SLURM_ADMIN": "ok"}
+    assert "none of the 2 job(s) of other users" in found["ISOLATION_JOBS"][1]
+
+
+def test_every_probe_runs_as_the_probe_account_and_root_only_counts():
+    cluster = Cluster()
+    verdicts(cluster)
+    probes = [c for c in cluster.asked if "squeue" in c or "reservation" in c.lower() or "head -c1" in c]
+    as_root = [c for c in probes if not c.startswith(f"runuser -u {PROBE} -- ")]
+    assert len(as_root) == 1 and as_root[0].startswith("squeue "), as_root
+
+
+def test_a_reservation_the_probe_got_is_deleted_again():
+    cluster = Cluster(admin=True)
+    verdicts(cluster)
+    assert cluster.asked[-1] == f"scontrol delete ReservationName=kiln-isolation-{PROBE}"
+
+
+@pytest.mark.parametrize("fault, check, says", [
+    (dict(leaks=True), "ISOLATION_JOBS", "sees 2 job(s) of alice, bob: set PrivateData=jobs"),
+    (dict(readable=["/etc/munge/munge.key"]), "ISOLATION_SECRETS", "can read /etc/munge/munge.key"),
+    (dict(admin=True), "ISOLATION_SLURM_ADMIN", "it is an operator or administrator"),
+])
+def test_each_probe_fails_when_its_protection_is_gone(fault, check, says):
+    found = verdicts(Cluster(**fault))
+    assert found[check][0] == "fail" and says in found[check][1], found[check]
+    assert [k for k, (s, _) in found.items() if s == "fail"] == [check]
+
+
+def test_a_missing_probe_account_fails_and_probes_nothing_as_root_in_its_place():
+    cluster = Cluster(account=False)
+    found = verdicts(cluster)
+    assert found == {"ISOLATION_PROBE_ACCOUNT": ("fail", f"no account {PROBE} on this host: kiln deploy creates it "
+                                                          "(the team's probe_uid)")}
+    assert cluster.asked == [f"id -u {PROBE}"]
+
+
+def test_an_empty_queue_passes_and_says_there_was_nothing_to_see():
+    found = verdicts(Cluster(queue=[]))
+    assert found["ISOLATION_JOBS"][0] == "ok" and "nothing kiln-probe-vision could see" in found["ISOLATION_JOBS"][1]
+
+
+def test_a_readable_path_the_suite_did_not_ask_about_is_not_taken_from_the_answer():
+    """Only the paths the suite asked about count: a line the probe's shell printed otherwise is no secret."""
+    found = verdicts(Cluster(readable=["/etc/hostname"]))
+    assert found["ISOLATION_SECRETS"][0] == "ok"
+
+
+def test_an_unreadable_squeue_answer_fails_never_passes():
+    class Garbled(Cluster):
+        def answer(self, command):
+            if "squeue" in command and command.startswith("runuser"):
+                return Result(0, "41 |x| alice\n")
+            return super().answer(command)
+    found = verdicts(Garbled())
+    assert found["ISOLATION_JOBS"][0] == "fail" and "cannot read whole" in found["ISOLATION_JOBS"][1]
+
+
+def test_hosts_without_probes_run_nothing_and_the_suite_is_registered():
+    assert run(Node("gpu01", lambda c: pytest.fail(c)), {"isolation": {}}) == []
+    assert suite_commands(EXPECT, ["isolation"]) == [f"id -u {PROBE}"]
+    assert {v.suite for v in run_suites(Node("login01", Cluster().answer), EXPECT, ["isolation"])} == {"isolation"}
+
+
+def test_secret_paths_are_quoted_as_one_word_each():
+    """A path is data: a space or a quote in it stays inside its own word of the shell line."""
+    import subprocess
+
+    from checks.isolation import readable_secrets
+    odd = ["/etc/a b", "/etc/x';touch /tmp/kiln-isolation-pwned;'", "$(id)"]
+    out = subprocess.run(["/bin/sh", "-c", readable_secrets(odd).replace('head -c1 -- "$p" >/dev/null 2>&1 && ', "")],
+                         capture_output=True, text=True)
+    assert out.stdout.split("\n")[:-1] == odd and out.returncode == 0
