@@ -64,6 +64,7 @@ def render_files(inventory: Path, dest: Path) -> None:
     write(dest / "hosts", render("base/hosts.j2", cluster_name=cluster.name,
                                  hosts=[(h.address, h.name) for h in cluster.hosts.values()]))
     write(dest / "limits.conf", render("base/limits.conf.j2"))
+    write(dest / "sshd.conf", render("base/sshd.conf.j2", password=cluster.setting("ssh_password_login")))
     write(dest / "munge.key", secrets.munge_key, 0o600)
     write(dest / "slurm.conf", slurm_config.slurm_conf(cluster))
     write(dest / "gres.conf", slurm_config.gres_conf(cluster))

@@ -10,15 +10,19 @@ them through ``runuser`` and fails on any probe that gets through:
   user's job in the queue there is nothing to hide: the verdict says so and passes;
 - ISOLATION_SECRETS: the probe reads a secret kiln placed on the host (munge key, slurmdbd.conf, the
   monitoring password, kiln-remediate's SSH key, a filesystem's key);
+- ISOLATION_SSH_PASSWORD: the host's sshd offers the probe password or keyboard-interactive login (what
+  sshd lists after ``Permission denied`` to a client that offers no key, its host key checked against the
+  host's own public keys);
 - ISOLATION_SLURM_ADMIN: Slurm takes an operator's request from the probe (a reservation ten years out,
   deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser.
 
 Expectations (``expect["isolation"]``): probes (the probe accounts, by team), secrets (the paths of every
-secret kiln may place on a host). Never in the node-local runner: these probes are the operator's.
+secret kiln may place on a host), address (where the host's sshd listens: its inventory address). Never in the node-local runner: these probes are the operator's.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from checks.node import Node
@@ -88,6 +92,35 @@ def _secrets(node: Node, probe: str, paths: list[str]) -> Verdict:
     return ok("ISOLATION_SECRETS", f"{probe} reads none of kiln's secrets")
 
 
+# A client that offers no key and takes no password (BatchMode): sshd answers with the methods it would
+# take. The host key is checked, against the host's own public keys written to a file of the probe's.
+_SSH_METHODS = ('kh=$(mktemp) || exit 1; for k in /etc/ssh/ssh_host_*_key.pub; do printf "%s %s\\n" "$1" '
+                '"$(cut -d" " -f1,2 "$k")"; done > "$kh"; ssh -o BatchMode=yes -o StrictHostKeyChecking=yes '
+                '-o UserKnownHostsFile="$kh" -o GlobalKnownHostsFile=/dev/null -o PubkeyAuthentication=no '
+                '-o PreferredAuthentications=password,keyboard-interactive -o ConnectTimeout=10 -- "$1" true 2>&1; '
+                'rm -f "$kh"')
+_DENIED = re.compile(r"Permission denied \(([a-z,-]*)\)")
+
+
+def ssh_methods_command(probe: str, address: str) -> str:
+    """The probe asks the sshd at ``address`` which methods it takes."""
+    return as_user(probe, "/bin/sh", "-c", _SSH_METHODS, "sh", address)
+
+
+def _ssh_password(node: Node, probe: str, address: str) -> Verdict:
+    out = node.run(ssh_methods_command(probe, address))
+    said = _DENIED.findall(out.stdout)
+    if not said:
+        return fail("ISOLATION_SSH_PASSWORD", f"sshd at {address} did not list its methods to {probe} "
+                    f"({out.stdout.strip()[-200:] or 'no answer'}): is sshd up, and its host key one of "
+                    "/etc/ssh/ssh_host_*_key.pub?")
+    methods = set(said[-1].split(","))
+    if methods & {"password", "keyboard-interactive"}:
+        return fail("ISOLATION_SSH_PASSWORD", f"sshd at {address} takes {', '.join(sorted(methods))} from {probe}: "
+                    "a guessed password logs in (kiln deploy writes keys only unless kiln_ssh_password_login)")
+    return ok("ISOLATION_SSH_PASSWORD", f"sshd at {address} takes only {', '.join(sorted(methods))}")
+
+
 def _slurm_admin(node: Node, probe: str) -> Verdict:
     """A reservation ten years out, one minute long, asked for as the probe: Slurm takes it only from an
     operator or administrator (or SlurmUser). One taken is deleted again at once, as root."""
@@ -111,4 +144,6 @@ def run(node: Node, expect: dict) -> list[Verdict]:
             continue
         verdicts += [_jobs(node, probe), _secrets(node, probe, isolation.get("secrets", [])),
                      _slurm_admin(node, probe)]
+        if isolation.get("address"):
+            verdicts.append(_ssh_password(node, probe, isolation["address"]))
     return verdicts

@@ -166,6 +166,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "ISOLATION_SECRETS": ("isolation", "fail", "a team's user can read a secret kiln placed on the host (munge "
                           "key, slurmdbd.conf, the monitoring password, kiln-remediate's key, a filesystem key)",
                           "kiln deploy restores owner and mode; rotate what was readable", ""),
+    "ISOLATION_SSH_PASSWORD": ("isolation", "fail", "the host's sshd takes passwords or keyboard-interactive "
+                               "login from a team's user", "kiln deploy writes keys only (unless "
+                               "kiln_ssh_password_login); find who changed sshd's drop-ins", "kiln_ssh_password_login"),
     "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's request (a reservation) from a "
                               "team's user: it is an operator or administrator",
                               "sacctmgr modify user NAME set adminlevel=none", ""),

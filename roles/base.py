@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pyinfra.operations import server
 
+from kiln.shell import quote
 from roles.context import NodeContext, render, when_changed
 from roles.operations import accounts, pinned_packages, service_restarted, service_running
 
@@ -81,6 +82,20 @@ def _accounts(ctx: NodeContext, service: bool) -> None:
                  groups=teams, users=[u for u in users if not u["system"]])
 
 
+SSHD_CONF = "/etc/ssh/sshd_config.d/00-kiln.conf"  # before any other drop-in: sshd takes the first value
+
+
+def _sshd(ctx: NodeContext) -> None:
+    """sshd takes keys only (no password, no keyboard-interactive) unless kiln_ssh_password_login; a
+    running sshd reloads after its configuration tested whole (sshd -t), so a bad file never locks out."""
+    conf = ctx.put(SSHD_CONF, render("base/sshd.conf.j2", password=ctx.cluster.setting("ssh_password_login")),
+                   mode="644", name="base: sshd takes keys only")
+    service = quote(ctx.platform.ssh_service)
+    server.shell(name="base: reload sshd (if its drop-in changed)",
+                 commands=[f"systemctl is-active -q {service} || exit 0; /usr/sbin/sshd -t && systemctl reload {service}"],
+                 _if=when_changed(conf))
+
+
 def configure(ctx: NodeContext) -> None:
     cluster, platform = ctx.cluster, ctx.platform
     hosts = [(h.address, h.name) for h in cluster.hosts.values()]
@@ -91,6 +106,7 @@ def configure(ctx: NodeContext) -> None:
     if servers:
         ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
                                         mode="644", name="base: chrony servers"))
+    _sshd(ctx)
     sysctls = sorted(ctx.node.sysctls.items())
     if sysctls:
         conf = ctx.put("/etc/sysctl.d/90-kiln.conf", render("base/sysctl.conf.j2", sysctls=sysctls), mode="644",

@@ -43,6 +43,7 @@ class Platform:
     nologin: str = "/usr/sbin/nologin"
     slurm_conf_dir: str = "/etc/slurm"
     pam_sshd: str = "/etc/pam.d/sshd"
+    ssh_service: str = "ssh"
     # PAM files sshd's session stack includes, and the command that takes pam_systemd out of each (it
     # would move an ssh session out of the job's cgroup that pam_slurm_adopt put it in)
     pam_systemd_off: tuple[tuple[str, str], ...] = (
@@ -72,6 +73,7 @@ PLATFORMS: dict[str, Platform] = {
                       dbd=("slurm-slurmdbd-ohpc",), compute=("slurm-slurmd-ohpc",),
                       pam_adopt=("slurm-pam_slurm-ohpc",)),
         chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin", initramfs_update="dracut -f",
+        ssh_service="sshd",
         # authselect writes these files: a site that runs `authselect apply-changes` must use a custom
         # profile without pam_systemd, or this deploy puts it back the next time
         pam_systemd_off=tuple((f, f"sed -i -E 's/^(-?session[[:space:]]+[^#]*pam_systemd[.]so)/#\\1/' {f}")

@@ -33,6 +33,9 @@ for u in json.load(open(f"{R}/users.json")):
     server.user(name=f"user {u['name']}", user=u["name"], uid=u["uid"], group=u["group"], groups=u["groups"] or None,
                 shell=u["shell"], home=u["home"], create_home=u["create_home"], system=u["system"])
 put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
+sshd = put("sshd.conf", "/etc/ssh/sshd_config.d/00-kiln.conf")
+server.shell(name="reload sshd", commands=["systemctl is-active -q ssh || exit 0; /usr/sbin/sshd -t && systemctl reload ssh"],
+             _if=sshd.did_change)
 apt.packages(name="chrony", packages=["chrony"], update=True, cache_time=3600, no_recommends=True)
 if host.get_fact(Command, "systemd-detect-virt --container 2>/dev/null || echo none").strip() == "none":
     # kiln leaves the clock to a container's host (chrony cannot set it there)

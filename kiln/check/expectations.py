@@ -45,7 +45,7 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
     probes = [t.probe().name for t in cluster.teams if t.probe_uid is not None]
     if not probes or host.name not in {h.name for h in probed_on}:
         return {}
-    return {"probes": probes, "secrets": secret_files(cluster)}
+    return {"probes": probes, "secrets": secret_files(cluster), "address": host.address}
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:

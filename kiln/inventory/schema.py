@@ -227,6 +227,9 @@ SETTINGS: dict[str, Setting] = {
            "seconds a requeued job (its node lost, preempted, requeued by kiln patch) waits before it may start "
            "again: Slurm's AuthInfo cred_expire, also the lifetime of a job step's launch credential (Slurm's "
            "default 120); a change restarts slurmctld"),
+        _s("ssh_password_login", bool, False, "cluster",
+           "sshd on every node takes passwords (and keyboard-interactive); off: keys only, root by key only "
+           "(/etc/ssh/sshd_config.d/00-kiln.conf, read before any other drop-in)"),
         _s("slurm_private_data", list[PrivateDataKind], DEFAULT_PRIVATE_DATA, "cluster",
            "Slurm's PrivateData (slurm.conf and slurmdbd.conf): what a user sees only of their own: accounts, "
            "jobs (squeue, sacct, scontrol show job, job scripts), usage (sreport, sshare), users; also cloud, "

@@ -52,7 +52,7 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
 
         found = isolation(tb, tmp_path)
         assert not failing(found), found
-        assert {"ISOLATION_JOBS", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN"} <= set(found)
+        assert {"ISOLATION_JOBS", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN", "ISOLATION_SSH_PASSWORD"} <= set(found)
         assert "none of the 1 job(s) of other users" in found["ISOLATION_JOBS"][1], found  # not vacuous
 
         # Each protection taken away fails its probe, and only it
@@ -75,6 +75,14 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
             ok(tb, ctl, "sacctmgr -i delete user name=kiln-probe-vision")
         # an operator also sees every job: both probes fail
         assert failing(found) == {"ISOLATION_SLURM_ADMIN", "ISOLATION_JOBS"}, found
+
+        ok(tb, ctl, "sed -i 's/^PasswordAuthentication no$/PasswordAuthentication yes/' /etc/ssh/sshd_config.d/00-kiln.conf"
+                    " && systemctl reload ssh")
+        found = isolation(tb, tmp_path)
+        assert failing(found) == {"ISOLATION_SSH_PASSWORD"} and "password" in found["ISOLATION_SSH_PASSWORD"][1], found
+        out = kiln("deploy", "-i", str(tb.inventory))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert not failing(isolation(tb, tmp_path))  # kiln deploy wrote keys only back, and sshd reloaded
 
         ok(tb, ctl, "userdel kiln-probe-language")
         found = isolation(tb, tmp_path)

@@ -117,7 +117,7 @@ def ansible_work(groups: set[str], versions: dict, container: bool) -> dict[str,
     work = {"files": set(), "packages": set(), "services": set()}
     for task in play["tasks"]:
         when = str(task.get("when", "true")).replace(" and dbd_conf is changed", "").replace(
-            " and ctld_unit is changed", "").replace("munge_unit is changed", "true")
+            " and ctld_unit is changed", "").replace("munge_unit is changed", "true").replace("sshd_conf is changed", "true")
         if not env.compile_expression(when)(**facts):
             continue
         items = task.get("loop", [None])

@@ -15,7 +15,8 @@ from checks.suites import run_suites, suite_commands
 from tests.slurm_framing import record
 
 PROBE = "kiln-probe-vision"
-EXPECT = {"isolation": {"probes": [PROBE], "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"]}}
+EXPECT = {"isolation": {"probes": [PROBE], "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"],
+                        "address": "10.0.0.1"}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
 
 
@@ -29,8 +30,10 @@ class Cluster:
     """A login host's answers: the queue, what the probe sees of it, what it can read, Slurm's verdict on
     its scontrol reconfigure."""
 
-    def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True):
+    def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
+                 ssh="publickey"):
         self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
+        self.ssh = ssh
         self.asked: list[str] = []
 
     def answer(self, command: str) -> Result:
@@ -47,6 +50,10 @@ class Cluster:
         if command == f"scontrol delete ReservationName=kiln-isolation-{PROBE}":
             assert self.admin, "deleted a reservation the probe never got"
             return Result(0, "")
+        if "BatchMode=yes" in command and as_probe:
+            assert command.endswith(" sh 10.0.0.1") and "StrictHostKeyChecking=yes" in command
+            return Result(255, self.ssh if "Permission" in self.ssh or "\n" in self.ssh else
+                          f"{PROBE}@10.0.0.1: Permission denied ({self.ssh}).\n")
         if "head -c1" in command and as_probe:
             return Result(0, "".join(f"{p}\n" for p in self.readable))
         raise AssertionError(f"unexpected command {command!r}")
@@ -59,7 +66,7 @@ def verdicts(cluster: Cluster) -> dict[str, tuple[str, str]]:
 def test_a_probe_that_reaches_nothing_passes_every_probe():
     found = verdicts(Cluster())
     assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
-                                                     "ISOLATION_SLURM_ADMIN": "ok"}
+                                                     "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok"}
     assert "none of the 2 job(s) of other users" in found["ISOLATION_JOBS"][1]
 
 
@@ -74,13 +81,21 @@ def test_every_probe_runs_as_the_probe_account_and_root_only_counts():
 def test_a_reservation_the_probe_got_is_deleted_again():
     cluster = Cluster(admin=True)
     verdicts(cluster)
-    assert cluster.asked[-1] == f"scontrol delete ReservationName=kiln-isolation-{PROBE}"
+    created = next(i for i, c in enumerate(cluster.asked) if "scontrol create reservation" in c)
+    assert cluster.asked[created + 1] == f"scontrol delete ReservationName=kiln-isolation-{PROBE}"
 
 
 @pytest.mark.parametrize("fault, check, says", [
     (dict(leaks=True), "ISOLATION_JOBS", "sees 2 job(s) of alice, bob: set PrivateData=jobs"),
     (dict(readable=["/etc/munge/munge.key"]), "ISOLATION_SECRETS", "can read /etc/munge/munge.key"),
     (dict(admin=True), "ISOLATION_SLURM_ADMIN", "it is an operator or administrator"),
+    (dict(ssh=f"{PROBE}@10.0.0.1: Permission denied (publickey,password).\n"), "ISOLATION_SSH_PASSWORD",
+     "takes password, publickey"),
+    (dict(ssh=f"{PROBE}@10.0.0.1: Permission denied (publickey,keyboard-interactive).\n"), "ISOLATION_SSH_PASSWORD",
+     "takes keyboard-interactive, publickey"),
+    (dict(ssh="ssh: connect to host 10.0.0.1 port 22: Connection refused\n"), "ISOLATION_SSH_PASSWORD",
+     "did not list its methods"),
+    (dict(ssh="Host key verification failed.\n"), "ISOLATION_SSH_PASSWORD", "did not list its methods"),
 ])
 def test_each_probe_fails_when_its_protection_is_gone(fault, check, says):
     found = verdicts(Cluster(**fault))

@@ -135,3 +135,15 @@ def test_privacy_and_retention_values_are_checked(tmp_path, value, complaint):
         load_cluster(root)
     said = "\n".join(str(e) for e in raised.value.errors)
     assert complaint in said and "privacy.yml" in said, said
+
+
+@pytest.mark.parametrize("password, said", [(False, "no"), (True, "yes")])
+def test_sshd_takes_keys_only_unless_the_inventory_says_otherwise(password, said):
+    """The drop-in comes before any other (sshd takes the first value it reads: a cloud image's
+    50-cloud-init.conf saying yes cannot win) and says both ways a password could be asked."""
+    from roles.base import SSHD_CONF
+    from roles.context import render
+    text = render("base/sshd.conf.j2", password=password)
+    assert SSHD_CONF == "/etc/ssh/sshd_config.d/00-kiln.conf"
+    assert f"\nPasswordAuthentication {said}\n" in text and f"\nKbdInteractiveAuthentication {said}\n" in text
+    assert "\nPermitRootLogin prohibit-password\n" in text and "\nPermitEmptyPasswords no\n" in text
