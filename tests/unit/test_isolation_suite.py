@@ -147,3 +147,11 @@ def test_secret_paths_are_quoted_as_one_word_each():
     out = subprocess.run(["/bin/sh", "-c", readable_secrets(odd).replace('head -c1 -- "$p" >/dev/null 2>&1 && ', "")],
                          capture_output=True, text=True)
     assert out.stdout.split("\n")[:-1] == odd and out.returncode == 0
+
+
+def test_every_isolation_probe_has_its_row_in_the_zone_and_control_table():
+    from checks.reference import CHECKS
+    from tests.conftest import REPO
+    table = (REPO / "docs" / "isolation.md").read_text()
+    for check_id in (c for c in CHECKS if c.startswith("ISOLATION_")):
+        assert f"| `{check_id}` |" in table, check_id
