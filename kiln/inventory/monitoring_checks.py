@@ -9,6 +9,10 @@ from typing import Any
 from kiln.inventory import model
 from kiln.inventory.loader import RawInventory
 
+# One billing unit: Slurm's billing TRES is an integer of hundredths of the currency per hour
+# (kiln/usage/billing.py UNITS); a price below it bills 0.
+SMALLEST_PRICE = 0.01
+
 # Operating systems whose own repositories carry Prometheus, Alertmanager and node_exporter
 MONITORING_OS = ("debian12", "debian13", "ubuntu2204", "ubuntu2404")
 
@@ -38,11 +42,16 @@ def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: di
 
 
 def check_usage_prices(raw: RawInventory, node_types: dict, hosts: dict, values: dict[str, Any], add: Any) -> None:
-    """Every priced node type exists (a misspelt one would price its jobs at 0), and the GPU node types of
-    one partition share one price: Slurm bills a partition by one set of weights (kiln/usage/billing.py)."""
+    """Every priced node type exists (a misspelt one would price its jobs at 0), no price is below the
+    hundredth Slurm's integer billing keeps (it would bill 0), and the GPU node types of one partition share one price: Slurm bills a partition by one set of weights (kiln/usage/billing.py)."""
     prices = values.get("kiln_usage_gpu_hour_prices") or {}
     file, line = raw.origin("kiln_usage_gpu_hour_prices", default="group_vars/all/")
-    for name in prices:
+    currency = values.get("kiln_usage_currency") or "USD"
+    for name, price in prices.items():
+        if 0 < price < SMALLEST_PRICE:
+            add(file, f"kiln_usage_gpu_hour_prices.{name}", f"{price} {currency} per GPU-hour is less than one "
+                f"hundredth: Slurm's billing counts whole hundredths of the currency per hour, so its jobs would "
+                "be billed 0; give 0 (free) or at least 0.01", line)
         if name not in node_types:
             add(file, f"kiln_usage_gpu_hour_prices.{name}", f"{name!r} is not a node type of this inventory (node "
                 f"types: {', '.join(sorted(node_types)) or 'none'}): a price for it would never apply", line)

@@ -142,3 +142,21 @@ def test_share_used_counts_what_fair_share_counts_so_scavenger_runs_are_free(two
     beta_usage = 1000 * 7200 + 250 * 3600            # 303, 304; 305's two scavenger runs count 0
     assert teams["beta"]["share_used"] == round(beta_usage / (alpha_usage + beta_usage), 3)
     assert teams["beta"]["gpu_hours_share"] > teams["beta"]["share_used"]  # its GPU-hours include the free runs
+
+
+@pytest.mark.parametrize("price, refused", [(0.005, True), (0.0099, True), (0, False), (0.01, False)])
+def test_a_price_below_one_billing_unit_is_refused_it_would_bill_nothing(two_types, tmp_path, price, refused):
+    """Slurm's billing counts whole hundredths of the currency per hour: 0.005 a GPU-hour would bill every
+    job 0. 0 (free) and 0.01 are taken."""
+    from kiln.inventory.monitoring_checks import SMALLEST_PRICE
+    assert SMALLEST_PRICE == 1 / billing.UNITS
+    root = tmp_path / "inv"
+    shutil.copytree(two_types, root)
+    (root / "group_vars" / "all" / "prices.yml").write_text(f"kiln_usage_gpu_hour_prices: {{gpu_a: {price}, gpu_c: {price}}}\n")
+    cluster, errors = validate(root)
+    said = [str(e) for e in errors if "less than one hundredth" in str(e)]
+    assert bool(said) == refused, errors
+    if refused:
+        assert "prices.yml" in said[0] and "kiln_usage_gpu_hour_prices.gpu_a" in said[0] and "billed 0" in said[0]
+    else:
+        assert cluster is not None, errors
