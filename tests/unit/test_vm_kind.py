@@ -222,3 +222,28 @@ def test_a_supervisor_that_cannot_adopt_leaves_the_vm_as_it_was(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_waiting_for_ssh_outlasts_one_try_that_takes_too_long(monkeypatch):
+    """Under software emulation on a busy host one ssh try can run past its 15 s: that is one failed try,
+    and the wait goes on until its own deadline (it ended `up` at once before)."""
+    from kiln.testbed import testbed as testbed_module
+    from kiln.testbed.host import TestbedError
+    tries = []
+
+    def slow_then_up(cmd, check=True, timeout=None, **kw):
+        tries.append(timeout)
+        if len(tries) == 1:
+            raise TestbedError("ssh -F /x kilnvm02 timed out after 15 s")
+        return subprocess.CompletedProcess(cmd, 0 if len(tries) >= 3 else 255, "", "Connection refused")
+    monkeypatch.setattr(testbed_module, "run", slow_then_up)
+    monkeypatch.setattr(testbed_module.time, "sleep", lambda s: None)
+    tb = testbed_module.Testbed("unitwait")
+    tb._wait_ssh([Node("kilnvm02", "10.0.0.2", 24, "compute", Path("/nonexistent"))], timeout=60)
+    assert tries == [15, 15, 15]
+
+    def never(cmd, check=True, timeout=None, **kw):
+        raise TestbedError("ssh -F /x kilnvm02 timed out after 15 s")
+    monkeypatch.setattr(testbed_module, "run", never)
+    with pytest.raises(TestbedError, match="ssh does not answer: .*timed out after 15 s"):
+        tb._wait_ssh([Node("kilnvm02", "10.0.0.2", 24, "compute", Path("/nonexistent"))], timeout=0)
