@@ -63,18 +63,18 @@ def _users(node: Node, user: str | None) -> tuple[list[str] | None, str]:
     return [j["UserName"] for j in jobs], ""
 
 
-def _jobs(node: Node, probe: str) -> Verdict:
-    everyone, why = _users(node, None)
-    if everyone is None:
-        return fail("ISOLATION_JOBS", f"root could not list the queue ({why}): is slurmctld up?")
+def _jobs(node: Node, probe: str, everyone: tuple[list[str] | None, str]) -> Verdict:
+    """``everyone``: root's view of the queue (``_users(node, None)``), read once for all probes."""
+    if everyone[0] is None:
+        return fail("ISOLATION_JOBS", f"root could not list the queue ({everyone[1]}): is slurmctld up?")
     seen, why = _users(node, probe)
     if seen is None:
         return fail("ISOLATION_JOBS", f"{probe} could not list the queue ({why}): users cannot see their own jobs")
-    leaked = sorted({u for u in seen if u != probe})
-    others = sum(1 for u in everyone if u != probe)
-    if leaked:
-        return fail("ISOLATION_JOBS", f"{probe} sees {sum(1 for u in seen if u != probe)} job(s) of "
-                    f"{', '.join(leaked[:5])}: set PrivateData=jobs (kiln_slurm_private_data) and kiln deploy")
+    foreign = [u for u in seen if u != probe]
+    others = sum(1 for u in everyone[0] if u != probe)
+    if foreign:
+        return fail("ISOLATION_JOBS", f"{probe} sees {len(foreign)} job(s) of {', '.join(sorted(set(foreign))[:5])}: "
+                    "set PrivateData=jobs (kiln_slurm_private_data) and kiln deploy")
     if not others:
         return ok("ISOLATION_JOBS", f"no job of another user is queued: nothing {probe} could see (probe again "
                   "while jobs run)")
@@ -99,7 +99,8 @@ _SSH_METHODS = ('kh=$(mktemp) || exit 1; for k in /etc/ssh/ssh_host_*_key.pub; d
                 '-o UserKnownHostsFile="$kh" -o GlobalKnownHostsFile=/dev/null -o PubkeyAuthentication=no '
                 '-o PreferredAuthentications=password,keyboard-interactive -o ConnectTimeout=10 -- "$1" true 2>&1; '
                 'rm -f "$kh"')
-_DENIED = re.compile(r"Permission denied \(([a-z,-]*)\)")
+# ssh's last line: a banner sshd sends before authentication is printed before it and cannot stand in
+_DENIED = re.compile(r"Permission denied \(([a-z,-]*)\)\.?")
 
 
 def ssh_methods_command(probe: str, address: str) -> str:
@@ -109,12 +110,13 @@ def ssh_methods_command(probe: str, address: str) -> str:
 
 def _ssh_password(node: Node, probe: str, address: str) -> Verdict:
     out = node.run(ssh_methods_command(probe, address))
-    said = _DENIED.findall(out.stdout)
+    last = out.stdout.strip().rsplit("\n", 1)[-1]
+    said = _DENIED.search(last)
     if not said:
         return fail("ISOLATION_SSH_PASSWORD", f"sshd at {address} did not list its methods to {probe} "
                     f"({out.stdout.strip()[-200:] or 'no answer'}): is sshd up, and its host key one of "
                     "/etc/ssh/ssh_host_*_key.pub?")
-    methods = set(said[-1].split(","))
+    methods = set(said.group(1).split(","))
     if methods & {"password", "keyboard-interactive"}:
         return fail("ISOLATION_SSH_PASSWORD", f"sshd at {address} takes {', '.join(sorted(methods))} from {probe}: "
                     "a guessed password logs in (kiln deploy writes keys only unless kiln_ssh_password_login)")
@@ -136,13 +138,15 @@ def _slurm_admin(node: Node, probe: str) -> Verdict:
 
 def run(node: Node, expect: dict) -> list[Verdict]:
     isolation = expect.get("isolation") or {}
-    verdicts = []
+    verdicts: list[Verdict] = []
+    everyone: tuple[list[str] | None, str] | None = None
     for probe in isolation.get("probes", []):
         if node.run(f"id -u {shlex.quote(probe)}").rc != 0:
             verdicts.append(fail("ISOLATION_PROBE_ACCOUNT", f"no account {probe} on this host: kiln deploy "
                                  "creates it (the team's probe_uid)"))
             continue
-        verdicts += [_jobs(node, probe), _secrets(node, probe, isolation.get("secrets", [])),
+        everyone = everyone or _users(node, None)
+        verdicts += [_jobs(node, probe, everyone), _secrets(node, probe, isolation.get("secrets", [])),
                      _slurm_admin(node, probe)]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))

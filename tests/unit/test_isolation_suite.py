@@ -96,6 +96,11 @@ def test_a_reservation_the_probe_got_is_deleted_again():
     (dict(ssh="ssh: connect to host 10.0.0.1 port 22: Connection refused\n"), "ISOLATION_SSH_PASSWORD",
      "did not list its methods"),
     (dict(ssh="Host key verification failed.\n"), "ISOLATION_SSH_PASSWORD", "did not list its methods"),
+    # a pre-authentication banner holding a look-alike line: only ssh's own last line counts
+    (dict(ssh=f"Permission denied (publickey).\n{PROBE}@10.0.0.1: Permission denied (publickey,password).\n"),
+     "ISOLATION_SSH_PASSWORD", "takes password, publickey"),
+    (dict(ssh=f"Permission denied (publickey).\nssh: connect to host 10.0.0.1 port 22: Connection timed out\n"),
+     "ISOLATION_SSH_PASSWORD", "did not list its methods"),
 ])
 def test_each_probe_fails_when_its_protection_is_gone(fault, check, says):
     found = verdicts(Cluster(**fault))
@@ -155,3 +160,12 @@ def test_every_isolation_probe_has_its_row_in_the_zone_and_control_table():
     table = (REPO / "docs" / "isolation.md").read_text()
     for check_id in (c for c in CHECKS if c.startswith("ISOLATION_")):
         assert f"| `{check_id}` |" in table, check_id
+
+
+def test_roots_view_of_the_queue_is_read_once_for_all_probes():
+    second = "kiln-probe-language"
+    cluster = Cluster()
+    answer = cluster.answer
+    cluster.answer = lambda c: answer(c.replace(second, PROBE)) if second in c else answer(c)
+    run(Node("login01", cluster.answer), {"isolation": {**EXPECT["isolation"], "probes": [PROBE, second]}})
+    assert sum(1 for c in cluster.asked if c.startswith("squeue ")) == 1
