@@ -36,7 +36,7 @@ from kiln.testbed.host import TestbedError
 from kiln.testbed.testbed import Testbed
 from roles import slurm as slurm_role
 from roles import slurm_config
-from roles.base import account_specs
+from roles.base import account_specs, login_slice_files
 from roles.context import render
 from roles.slurm_accounting import accounts_script
 from roles.platform import PLATFORMS
@@ -65,6 +65,10 @@ def render_files(inventory: Path, dest: Path) -> None:
                                  hosts=[(h.address, h.name) for h in cluster.hosts.values()]))
     write(dest / "limits.conf", render("base/limits.conf.j2"))
     write(dest / "sshd.conf", render("base/sshd.conf.j2", password=cluster.setting("ssh_password_login")))
+    limits = cluster.setting("login_user_limits")
+    for (_, content), name in zip(login_slice_files(limits) if limits else [], ("user-slice.conf", "root-slice.conf")):
+        write(dest / name, content)
+    write(dest / "login-hosts.json", json.dumps([h.name for h in cluster.user_logins] if limits else []))
     write(dest / "munge.key", secrets.munge_key, 0o600)
     write(dest / "slurm.conf", slurm_config.slurm_conf(cluster))
     write(dest / "gres.conf", slurm_config.gres_conf(cluster))

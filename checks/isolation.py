@@ -13,11 +13,16 @@ them through ``runuser`` and fails on any probe that gets through:
 - ISOLATION_SSH_PASSWORD: the host's sshd offers the probe password or keyboard-interactive login (what
   sshd lists after ``Permission denied`` to a client that offers no key, its host key checked against the
   host's own public keys);
+- ISOLATION_FILES: in the team directories the host mounts (a mount's ``team_directories``), the probe
+  lists or creates a file in another team's directory, or creates one beside them (PATH/projects itself),
+  or cannot create one in its own team's (missing, wrong group or mode). What it creates it removes;
 - ISOLATION_SLURM_ADMIN: Slurm takes an operator's request from the probe (a reservation ten years out,
   deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser.
 
-Expectations (``expect["isolation"]``): probes (the probe accounts, by team), secrets (the paths of every
-secret kiln may place on a host), address (where the host's sshd listens: its inventory address). Never in the node-local runner: these probes are the operator's.
+Expectations (``expect["isolation"]``): probes (the probe accounts), probe_teams (each one's team), secrets (the paths of every
+secret kiln may place on a host), address (where the host's sshd listens: its inventory address),
+team_directories (``{path, team}`` of each team directory the host mounts), team_parents (the
+directories that hold them). Never in the node-local runner: these probes are the operator's.
 """
 
 from __future__ import annotations
@@ -123,6 +128,48 @@ def _ssh_password(node: Node, probe: str, address: str) -> Verdict:
     return ok("ISOLATION_SSH_PASSWORD", f"sshd at {address} takes only {', '.join(sorted(methods))}")
 
 
+# Each argument is KIND:PATH. own: the probe must create (and removes) a file there; other: it must neither
+# list nor create; beside: it must not create. Prints what got through, a line each ("KIND-WHAT PATH").
+_FILES = ('for a in "$@"; do k=${a%%:*}; d=${a#*:}; f="$d/.kiln-isolation-$$"; '
+          'if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; [ "$k" = own ] || printf "%s-wrote %s\\n" "$k" "$d"; '
+          'elif [ "$k" = own ]; then printf "own-unwritable %s\\n" "$d"; fi; '
+          'if [ "$k" = other ] && ls -A -- "$d" >/dev/null 2>&1; then printf "other-listed %s\\n" "$d"; fi; done; true')
+_FILE_FINDINGS = {"own-unwritable": "cannot create a file in its own team's {}",
+                  "other-wrote": "created a file in {}", "other-listed": "listed {}",
+                  "beside-wrote": "created a file in {}, beside the team directories"}
+
+
+def files_command(probe: str, targets: list[tuple[str, str]]) -> str:
+    """The probe tries each (KIND, PATH) of ``targets`` (KIND: own, other, beside)."""
+    return as_user(probe, "/bin/sh", "-c", _FILES, "sh", *(f"{kind}:{path}" for kind, path in targets))
+
+
+def read_file_findings(out: str, targets: list[tuple[str, str]]) -> list[str]:
+    """What got through, from ``files_command``'s output: only lines naming a target it was given, so a
+    directory named like a finding cannot add one."""
+    wanted = {(f"{kind}-{what}", path) for kind, path in targets for what in ("wrote", "listed", "unwritable")}
+    found = []
+    for line in out.split("\n"):
+        finding, _, path = line.partition(" ")
+        if (finding, path) in wanted and finding in _FILE_FINDINGS:
+            found.append(_FILE_FINDINGS[finding].format(path))
+    return found
+
+
+def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None:
+    directories = isolation.get("team_directories") or []
+    if not directories:
+        return None
+    targets = [("own" if d["team"] == team else "other", d["path"]) for d in directories] + \
+              [("beside", p) for p in isolation.get("team_parents") or []]
+    found = read_file_findings(node.run(files_command(probe, targets)).stdout, targets)
+    if found:
+        return fail("ISOLATION_FILES", f"{probe}: " + "; ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+                    + ": kiln deploy restores the team directories (root, the team's group, 2770)")
+    return ok("ISOLATION_FILES", f"{probe} writes its team's {sum(1 for k, _ in targets if k == 'own')} "
+              f"director(ies) and none of the other {len(targets) - sum(1 for k, _ in targets if k == 'own')}")
+
+
 def _slurm_admin(node: Node, probe: str) -> Verdict:
     """A reservation ten years out, one minute long, asked for as the probe: Slurm takes it only from an
     operator or administrator (or SlurmUser). One taken is deleted again at once, as root."""
@@ -140,6 +187,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     isolation = expect.get("isolation") or {}
     verdicts: list[Verdict] = []
     everyone: tuple[list[str] | None, str] | None = None
+    teams = isolation.get("probe_teams") or {}
     for probe in isolation.get("probes", []):
         if node.run(f"id -u {shlex.quote(probe)}").rc != 0:
             verdicts.append(fail("ISOLATION_PROBE_ACCOUNT", f"no account {probe} on this host: kiln deploy "
@@ -150,4 +198,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                      _slurm_admin(node, probe)]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
+        files = _files(node, probe, teams.get(probe, ""), isolation)
+        if files:
+            verdicts.append(files)
     return verdicts

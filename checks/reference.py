@@ -169,6 +169,10 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "ISOLATION_SSH_PASSWORD": ("isolation", "fail", "the host's sshd takes passwords or keyboard-interactive "
                                "login from a team's user", "kiln deploy writes keys only (unless "
                                "kiln_ssh_password_login); find who changed sshd's drop-ins", "kiln_ssh_password_login"),
+    "ISOLATION_FILES": ("isolation", "fail", "a team's user lists or writes another team's directory, writes "
+                        "beside the team directories, or cannot write its own team's directory",
+                        "kiln deploy restores the team directories (root, the team's group, 2770); look for "
+                        "what was written or read there", "kiln_storage_mounts"),
     "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's request (a reservation) from a "
                               "team's user: it is an operator or administrator",
                               "sacctmgr modify user NAME set adminlevel=none", ""),

@@ -11,6 +11,11 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
   group, /bin/bash, home created unless a storage mount provides /home).
 + limits: memlock and nofile unlimited/65536 for everyone, root included (RDMA, NCCL).
 + sysctls from ``kiln_sysctls`` in /etc/sysctl.d/90-kiln.conf, applied when the file changes.
++ login hosts (the controllers where there are none): all of one user's login sessions together get
+  ``kiln_login_user_limits`` (a drop-in for every user-UID.slice: CPUQuota, MemoryMax, TasksMax; root's
+  user-0.slice is given its own drop-in of the same name, which wins, lifting them), then
+  ``systemctl daemon-reload``, which applies them to slices already running. Elsewhere, or with the setting
+  null, the drop-ins are removed.
 + time: chrony, with ``kiln_ntp_servers`` when set; not started in containers (the host keeps the
   clock there, and chrony cannot set it).
 
@@ -25,7 +30,7 @@ from pyinfra.operations import server
 
 from kiln.shell import quote
 from roles.context import NodeContext, render, when_changed
-from roles.operations import accounts, pinned_packages, service_restarted, service_running
+from roles.operations import DAEMON_RELOAD, accounts, managed_directory, path_absent, pinned_packages, service_restarted, service_running
 
 
 def install(ctx: NodeContext) -> None:
@@ -96,6 +101,38 @@ def _sshd(ctx: NodeContext) -> None:
                  _if=when_changed(conf))
 
 
+USER_SLICES = "/etc/systemd/system/user-.slice.d/50-kiln.conf"
+# the same name in the more specific directory wins over the user-.slice.d one: root is not held back
+ROOT_SLICE = "/etc/systemd/system/user-0.slice.d/50-kiln.conf"
+ROOT_UNLIMITED = ["CPUQuota=", "MemoryMax=infinity", "TasksMax=infinity"]
+
+
+def login_slice_files(limits) -> list[tuple[str, str]]:
+    """(path, content) of the two slice drop-ins for ``limits`` (kiln_login_user_limits): every user's, root's."""
+    header = "# Written by kiln (kiln_login_user_limits). Do not edit.\n[Slice]\n"
+    return [(USER_SLICES, header + "\n".join(limits.slice_lines()) + "\n"),
+            (ROOT_SLICE, header + "\n".join(ROOT_UNLIMITED) + "\n")]
+
+
+def _login_limits(ctx: NodeContext) -> None:
+    limits = ctx.cluster.setting("login_user_limits")
+    if limits is None or ctx.node.name not in {h.name for h in ctx.cluster.user_logins}:
+        removed = []
+        for path in (USER_SLICES, ROOT_SLICE):
+            ctx.watch_path(path)
+            removed.append(path_absent(name=f"base: no {path}", ctx=ctx, path=path))
+        server.shell(name="base: lift the login limits (if removed)", commands=[DAEMON_RELOAD], _if=when_changed(*removed))
+        return
+    for path in (USER_SLICES, ROOT_SLICE):
+        ctx.watch_path(path.rsplit("/", 1)[0])
+        managed_directory(name=f"base: {path.rsplit('/', 1)[0]}", ctx=ctx, path=path.rsplit("/", 1)[0], user="root",
+                          group="root", mode="755")
+    written = [ctx.put(path, content, mode="644", name=f"base: {what}")
+               for (path, content), what in zip(login_slice_files(limits), ("limits of each user's login sessions",
+                                                                          "root's login sessions unlimited"))]
+    server.shell(name="base: apply the login limits (if changed)", commands=[DAEMON_RELOAD], _if=when_changed(*written))
+
+
 def configure(ctx: NodeContext) -> None:
     cluster, platform = ctx.cluster, ctx.platform
     hosts = [(h.address, h.name) for h in cluster.hosts.values()]
@@ -107,6 +144,7 @@ def configure(ctx: NodeContext) -> None:
         ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
                                         mode="644", name="base: chrony servers"))
     _sshd(ctx)
+    _login_limits(ctx)
     sysctls = sorted(ctx.node.sysctls.items())
     if sysctls:
         conf = ctx.put("/etc/sysctl.d/90-kiln.conf", render("base/sysctl.conf.j2", sysctls=sysctls), mode="644",

@@ -17,6 +17,12 @@ Defaults:
   ``backup-volfile-servers=A:B`` (the client fetches the volume from them when the first server is down).
 + NFS options are checked before anything is touched (kiln.inventory.storage_schema.check_nfs_options):
   no ``soft`` mounts, a real ``vers``, sane timeouts.
++ ``team_directories`` of a mount (e.g. ``[projects, scratch]``): PATH/projects (root, 0755) and in it one
+  directory per team (root, the team's group by its inventory gid, 2770: setgid, so what a member writes
+  keeps the team's group; nothing for others). A network filesystem's (``NETWORK_TYPES``, BeeGFS, GPFS)
+  are made from one host, the first of the inventory that mounts it (its root must not be squashed by
+  the server); a bind mount's on every host that has it. Made after the mount, so they land on the
+  mounted filesystem.
 + on compute nodes slurmd requires every network filesystem kiln mounts (``RequiresMountsFor``, written
   by the slurm role): a node whose storage did not mount at boot never takes jobs.
 """
@@ -77,6 +83,31 @@ def slurmd_mounts(node) -> list[str]:
     return [m.path for m in node.storage_mounts if m.type in NETWORK_TYPES]
 
 
+def makes_team_directories(cluster, host, mount) -> bool:
+    """Whether ``host`` makes ``mount``'s team directories: a network filesystem's only from the first host
+    of the inventory that mounts it (one writer; its root reaches the server unsquashed), others from each."""
+    if mount.type not in NETWORK_TYPES + NOT_IN_FSTAB:
+        return True
+    first = next(h for h in cluster.hosts.values()
+                 if any(m.path == mount.path and m.source == mount.source for m in h.storage_mounts))
+    return first.name == host.name
+
+
+def team_directories(ctx: NodeContext, mount) -> None:
+    if not mount.team_directories or not makes_team_directories(ctx.cluster, ctx.node, mount):
+        return
+    for d in mount.team_directories:
+        if d != ".":
+            parent = mount.team_parent(d)
+            ctx.watch_path(parent)
+            managed_directory(name=f"storage: {parent} (team directories)", ctx=ctx, path=parent, user="root",
+                              group="root", mode="755")
+    for path, team in mount.team_paths(ctx.cluster.teams):
+        ctx.watch_path(path)
+        managed_directory(name=f"storage: team {team}'s {path}", ctx=ctx, path=path, user="root", group=team,
+                          mode="2770")
+
+
 def install(ctx: NodeContext) -> None:
     clients = CLIENTS[ctx.platform.family]
     packages = {clients[m.type]: None for m in ctx.node.storage_mounts if m.type in clients}
@@ -90,10 +121,11 @@ def install(ctx: NodeContext) -> None:
 def configure(ctx: NodeContext) -> None:
     filesystems.configure(ctx)
     for m in ctx.node.storage_mounts:
-        if m.type == "bind" and m.source == m.path:
-            continue  # provided by the machine itself (the testbed's shared directory)
-        if m.type in NOT_IN_FSTAB:
-            continue  # mounted by its own service or tools (roles/filesystems.py)
+        if (m.type == "bind" and m.source == m.path) or m.type in NOT_IN_FSTAB:
+            # provided by the machine itself (the testbed's shared directory), or mounted by its own service
+            # or tools (roles/filesystems.py)
+            team_directories(ctx, m)
+            continue
         ctx.watch_path(m.path)
         managed_directory(name=f"storage: mount point {m.path}", ctx=ctx, path=m.path, user="root", group="root",
                           mode="755", only_create=True)
@@ -108,3 +140,4 @@ def configure(ctx: NodeContext) -> None:
         server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
                      commands=[f"mount -o remount {quote(m.path)}"],
                      _if=lambda i=mounted, e=entry: i in ctx.snapshot.lines and when_changed(e)())
+        team_directories(ctx, m)

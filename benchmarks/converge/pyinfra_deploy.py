@@ -36,6 +36,12 @@ put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 sshd = put("sshd.conf", "/etc/ssh/sshd_config.d/00-kiln.conf")
 server.shell(name="reload sshd", commands=["systemctl is-active -q ssh || exit 0; /usr/sbin/sshd -t && systemctl reload ssh"],
              _if=sshd.did_change)
+if host.name in json.load(open(f"{R}/login-hosts.json")):
+    # each user's login sessions held to kiln_login_user_limits; root's lifted
+    slices = [put("user-slice.conf", "/etc/systemd/system/user-.slice.d/50-kiln.conf"),
+              put("root-slice.conf", "/etc/systemd/system/user-0.slice.d/50-kiln.conf")]
+    server.shell(name="apply the login limits", commands=["systemctl daemon-reload"],
+                 _if=lambda: any(s.did_change() for s in slices))
 apt.packages(name="chrony", packages=["chrony"], update=True, cache_time=3600, no_recommends=True)
 if host.get_fact(Command, "systemd-detect-virt --container 2>/dev/null || echo none").strip() == "none":
     # kiln leaves the clock to a container's host (chrony cannot set it there)

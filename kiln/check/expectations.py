@@ -13,7 +13,7 @@ from pathlib import Path
 from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
-from kiln.inventory.model import LOGIN, MONITORING, Cluster, Host
+from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS, rules
 from kiln.monitoring.metrics_contract import needed
@@ -39,13 +39,16 @@ def _monitoring(cluster: Cluster, host: Host) -> dict:
 
 
 def _isolation(cluster: Cluster, host: Host) -> dict:
-    """On login hosts (the controllers where there are none), the teams' probe accounts and the secrets
-    kiln may place: the isolation suite's; {} elsewhere."""
-    probed_on = cluster.group(LOGIN) or cluster.controllers
+    """On login hosts (the controllers where there are none), the teams' probe accounts, the secrets kiln
+    may place and the team directories the host mounts: the isolation suite's; {} elsewhere."""
     probes = [t.probe().name for t in cluster.teams if t.probe_uid is not None]
-    if not probes or host.name not in {h.name for h in probed_on}:
+    if not probes or host.name not in {h.name for h in cluster.user_logins}:
         return {}
-    return {"probes": probes, "secrets": secret_files(cluster), "address": host.address}
+    mounts = [m for m in host.storage_mounts if m.team_directories]
+    return {"probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
+            "secrets": secret_files(cluster), "address": host.address,
+            "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
+            "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."]}
 
 
 def node_expectations(cluster: Cluster, host: Host) -> dict:

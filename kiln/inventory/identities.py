@@ -132,3 +132,17 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
                         line)
                 table.setdefault(user.uid, me)
             group_names.setdefault(user.name, me)
+
+
+def check_team_directories(raw: RawInventory, hosts: dict[str, Any], values: dict[str, Any], add: Any) -> None:
+    """A mount with team_directories needs a gid for every team: the directories' group must be one number
+    on every node and on the filesystem's server, which only an inventory gid is."""
+    mounted = next(((h, m) for h in hosts.values() for m in h.storage_mounts if m.team_directories), None)
+    if mounted is None:
+        return
+    file, line = raw.origin("kiln_teams")
+    for i, team in enumerate(values.get("kiln_teams", [])):
+        if team.gid is None:
+            add(file, f"kiln_teams[{i}].gid", f"team {team.name!r} has no gid, and {mounted[0].name} mounts "
+                f"{mounted[1].path} with team_directories: give the team a gid (its directories' group on every "
+                "node and the server)", line)

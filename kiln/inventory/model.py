@@ -137,6 +137,11 @@ class Cluster:
     def compute(self) -> list[Host]:
         return self.group(COMPUTE)
 
+    @property
+    def user_logins(self) -> list[Host]:
+        """Where the teams' users log in: the login hosts, or the controllers where there are none."""
+        return self.group(LOGIN) or self.controllers
+
     def partition_hosts(self) -> dict[str, list[Host]]:
         """Each Slurm partition's compute hosts, in the order slurm.conf lists them: the inventory's
         partitions (their groups' compute hosts, each once), or one partition ``all`` of every compute

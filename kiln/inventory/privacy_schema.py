@@ -1,5 +1,6 @@
-"""What Slurm lets one user see of another, and how long accounting keeps what it records
-(``kiln_slurm_private_data``, ``kiln_slurm_store_job_scripts``, ``kiln_slurm_accounting_retention``)."""
+"""What Slurm lets one user see of another, how long accounting keeps what it records, and how much of a
+login host one user may take (``kiln_slurm_private_data``, ``kiln_slurm_store_job_scripts``,
+``kiln_slurm_accounting_retention``, ``kiln_login_user_limits``)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,19 @@ class AccountingRetention(Strict):
         names = {"jobs": "Job", "steps": "Step", "events": "Event", "reservations": "Resv", "suspends": "Suspend",
                  "transactions": "TXN", "usage": "Usage"}
         return [f"Purge{names[kind]}After={age}" for kind, age in self.model_dump().items() if age]
+
+
+class LoginUserLimits(Strict):
+    """What all of one user's login sessions together may use on a login host (systemd's user-UID.slice,
+    through a drop-in for every user-.slice; root's own slice is left unlimited, so an operator and kiln
+    itself are never held back). Jobs are not in these slices: Slurm's cgroups hold them."""
+
+    cpu_cores: float = Field(4, gt=0, le=4096, description="CPU time, in cores (CPUQuota=cores*100%)")
+    memory_percent: int = Field(20, ge=1, le=100, description="memory, in percent of the host's (MemoryMax); "
+                                "above it the kernel reclaims, then kills in that user's slice only")
+    tasks: int = Field(4096, ge=16, le=4_194_304, description="processes and threads (TasksMax): a fork bomb "
+                       "stops there")
+
+    def slice_lines(self) -> list[str]:
+        cpu = f"{self.cpu_cores * 100:.0f}%"
+        return [f"CPUQuota={cpu}", f"MemoryMax={self.memory_percent}%", f"TasksMax={self.tasks}"]

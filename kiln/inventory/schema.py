@@ -23,7 +23,7 @@ from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, If
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
-from kiln.inventory.privacy_schema import DEFAULT_PRIVATE_DATA, AccountingRetention, PrivateDataKind
+from kiln.inventory.privacy_schema import DEFAULT_PRIVATE_DATA, AccountingRetention, LoginUserLimits, PrivateDataKind
 from kiln.inventory.remediation_schema import Remediation
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
@@ -230,6 +230,10 @@ SETTINGS: dict[str, Setting] = {
         _s("ssh_password_login", bool, False, "cluster",
            "sshd on every node takes passwords (and keyboard-interactive); off: keys only, root by key only "
            "(/etc/ssh/sshd_config.d/00-kiln.conf, read before any other drop-in)"),
+        _s("login_user_limits", LoginUserLimits | None, LoginUserLimits(), "cluster",
+           "on login hosts (the controllers where there are none): CPU, memory and tasks all of one user's login "
+           "sessions together may use (systemd user slices; see LoginUserLimits: 4 cores, 20% of memory, 4096 "
+           "tasks; root unlimited); null: no limits"),
         _s("slurm_private_data", list[PrivateDataKind], DEFAULT_PRIVATE_DATA, "cluster",
            "Slurm's PrivateData (slurm.conf and slurmdbd.conf): what a user sees only of their own: accounts, "
            "jobs (squeue, sacct, scontrol show job, job scripts), usage (sreport, sshare), users; also cloud, "

@@ -16,6 +16,12 @@ STORAGE_TYPES = ("nfs", "lustre", "beegfs", "gpfs", "weka", "cephfs", "glusterfs
 # An LNet network: a network type with an optional number and the interfaces it uses, e.g. o2ib0(ib0),
 # tcp0(eth0), o2ib1(ib0,ib1)
 LNET_NETWORK = re.compile(r"^(?:o2ib|tcp|kfi|gni|ptl4)\d{0,3}\([A-Za-z0-9_.:-]{1,15}(?:,[A-Za-z0-9_.:-]{1,15})*\)$", re.ASCII)
+# A directory under a mount that holds one directory per team (``.``: the mount's root itself holds them)
+TEAM_DIRECTORY = re.compile(r"^(?:\.|[a-z][a-z0-9_-]{0,31})$", re.ASCII)
+TeamDirectory = _text("team directory", TEAM_DIRECTORY, "a lower-case name such as projects or scratch (a "
+                      "letter first, then letters, digits, '_', '-'), or . for the mount's root")
+# Mounts whose contents live only on one node: a team directory there would be lost at the next boot
+LOCAL_TYPES = ("tmpfs",)
 LNetNetwork = _text("LNet network", LNET_NETWORK, "a network type (o2ib, tcp, kfi), an optional number and its "
                     "interfaces in parentheses, e.g. o2ib0(ib0) or tcp0(eth0)")
 
@@ -34,6 +40,21 @@ class StorageMount(_Strict):
                                      "never Slurm's health check): write and read MB/s the node must reach; 0: off")
     backup_servers: list[Address] = Field([], description="glusterfs only: servers the client fetches the "
                                           "volume from when the source's server is down")
+    team_directories: list[TeamDirectory] = Field([], max_length=16, description="directories under the mount "
+                                                  "that hold one directory per team, e.g. [projects, scratch]: "
+                                                  "PATH/projects/TEAM, root-owned, the team's group, mode 2770 "
+                                                  "(setgid: files keep the team's group; no access for others); "
+                                                  "'.' puts them at PATH/TEAM. Every team needs a gid. A network "
+                                                  "filesystem's are made from the first host of the inventory "
+                                                  "that mounts it (its root must not be squashed there)")
+
+    def team_paths(self, teams) -> list[tuple[str, str]]:
+        """(directory, team name) of every team directory this mount holds, for ``teams`` with a gid."""
+        return [(self.team_parent(d) + "/" + t.name, t.name) for d in self.team_directories for t in teams if t.gid is not None]
+
+    def team_parent(self, directory: str) -> str:
+        """Where ``directory`` (one of team_directories) puts the teams' directories."""
+        return self.path if directory == "." else self.path + "/" + directory
 
     @model_validator(mode="after")
     def _warn_below_fail(self) -> "StorageMount":
@@ -50,6 +71,11 @@ class StorageMount(_Strict):
 
     @model_validator(mode="after")
     def _type_settings(self) -> "StorageMount":
+        if self.team_directories and self.type in LOCAL_TYPES:
+            raise ValueError(f"{self.path}: team_directories on a {self.type} mount would be lost at every boot: "
+                             "put them on a shared filesystem")
+        if len(set(self.team_directories)) != len(self.team_directories):
+            raise ValueError(f"{self.path}: team_directories lists a directory twice")
         if self.backup_servers and self.type != "glusterfs":
             raise ValueError(f"{self.path}: backup_servers is for glusterfs mounts, this one is {self.type}")
         if self.type == "nfs":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from pathlib import Path
@@ -77,7 +78,10 @@ NSPAWN_SETTINGS = {"kiln_remediation": REMEDIATION, "kiln_slurm_cgroup_plugin": 
 # jobacct_gather/cgroup follows from the constraints; reboots through RebootProgram are real).
 VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_cores_memory": True,
                "kiln_slurm_constrain_devices": True, "kiln_health_check_interval": VM_HEALTH_CHECK_INTERVAL,
-               "kiln_check_storage_timeout": VM_STORAGE_TIMEOUT}
+               "kiln_check_storage_timeout": VM_STORAGE_TIMEOUT,
+               # login limits low enough that a test reaches them in seconds (tests/vm/test_vm.py); only VMs
+               # enforce them: the nspawn nodes' cgroup controllers are the host's, read-only inside
+               "kiln_login_user_limits": {"cpu_cores": 1, "memory_percent": 50, "tasks": 64}}
 
 
 # Monitoring on the testbed: scrape every 10 s; a node down 20 s, a daemon stopped 20 s, a drained node
@@ -161,7 +165,13 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
     # plumbing, not a mount kiln checks: QEMU serves 9p from its own loop, which an emulated VM under load
     # can keep past the storage timeout; their shared storage is the real NFS and GlusterFS.
     shared_mounts = network_mounts if testbed.node_kind == "vm" else [
-        {"path": "/srv/kiln-shared", "type": "bind", "source": "/srv/kiln-shared", "options": "rw"}]
+        {"path": "/srv/kiln-shared", "type": "bind", "source": "/srv/kiln-shared", "options": "rw",
+         "team_directories": ["projects", "scratch"]}]
+    if testbed.node_kind != "vm":
+        # the login host (the controller) has the shared directory too, as login nodes have the teams'
+        # storage: the isolation suite probes the team directories from there
+        for n in controller:
+            hosts["all"]["children"]["slurm_controller"]["hosts"][n.name]["kiln_storage_mounts"] = copy.deepcopy(shared_mounts)
     header = f"# Written by `kiln testbed up --name {testbed.name}`; rewritten on every up. Do not edit.\n"
     (tmp / "hosts.yml").write_text(header + yaml.safe_dump(hosts, sort_keys=False))
     cpus = os.cpu_count() or 2

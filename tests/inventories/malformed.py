@@ -126,6 +126,18 @@ CASES = [
          "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "timeo=1m must be a whole number"),
     Case("backup_servers_on_nfs", {"group_vars/all/cluster.yml": _mount('  - {path: /home, type: nfs, source: "nfs1:/home", backup_servers: [nfs2]}')},
          "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "backup_servers is for glusterfs"),
+    Case("team_directories_for_a_team_without_gid", {"group_vars/all/cluster.yml": _mount(
+         '  - {path: /home, type: nfs, source: "nfs1:/home", team_directories: [projects]}')},
+         "group_vars/all/cluster.yml", "kiln_teams[0].gid", "team 'alpha' has no gid"),
+    Case("team_directories_on_tmpfs", {"group_vars/all/cluster.yml": _mount(
+         '  - {path: /scratch, type: tmpfs, source: tmpfs, team_directories: [projects]}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "lost at every boot"),
+    Case("team_directory_climbing_out", {"group_vars/all/cluster.yml": _mount(
+         '  - {path: /home, type: nfs, source: "nfs1:/home", team_directories: [../etc]}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0].team_directories[0]", "team directory"),
+    Case("team_directory_twice", {"group_vars/all/cluster.yml": _mount(
+         '  - {path: /home, type: nfs, source: "nfs1:/home", team_directories: [projects, projects]}')},
+         "group_vars/all/cluster.yml", "kiln_storage_mounts[0]", "lists a directory twice"),
     Case("nfs_export_on_a_compute_node", {"group_vars/cpu_b.yml": "kiln_cpus: 16\nkiln_memory_mb: 64000\n"
                                           "kiln_storage_nfs_exports: [{path: /srv/nfs, clients: [10.0.0.0/24]}]\n"},
          "group_vars/cpu_b.yml", "kiln_storage_nfs_exports", "not in the storage_servers group"),
@@ -195,6 +207,10 @@ CASES = [
          "group_vars/all/cluster.yml", "kiln_slurm_partitions", "more than one partition"),
     Case("team_negative_shares", {"group_vars/all/cluster.yml": CLUSTER.replace("shares: 30", "shares: -5")},
          "group_vars/all/cluster.yml", "kiln_teams[1].shares", "greater than or equal to 1"),
+    Case("login_limits_without_tasks", {"group_vars/all/cluster.yml": CLUSTER + "kiln_login_user_limits: {tasks: 0}\n"},
+         "group_vars/all/cluster.yml", "kiln_login_user_limits.tasks", "greater than or equal to 16"),
+    Case("login_limits_in_a_shell_word", {"group_vars/all/cluster.yml": CLUSTER + "kiln_login_user_limits: {memory_percent: '20%;x'}\n"},
+         "group_vars/all/cluster.yml", "kiln_login_user_limits.memory_percent", "integer"),
     Case("team_user_two_uids", {"group_vars/all/cluster.yml": CLUSTER.replace("{name: ben, uid: 3002}", "{name: ann, uid: 3009}")},
          "group_vars/all/cluster.yml", "kiln_teams[1].users[0].uid", "uid 3009"),
     Case("missing_version_pin", {"group_vars/all/versions.yml":

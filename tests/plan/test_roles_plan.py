@@ -176,6 +176,27 @@ def test_sysctls_are_written_and_applied_when_changed(monkeypatch):
                                                  monkeypatch))
 
 
+def test_login_hosts_hold_each_users_sessions_to_the_limits_and_lift_them_for_root(monkeypatch):
+    """login1 (the login group) gets the user-.slice drop-in and root's lifting one, then a daemon-reload;
+    compute nodes get neither; a null setting writes none and removes what is there."""
+    from roles.base import ROOT_SLICE, USER_SLICES
+    from roles.snapshot import FileState
+    plan, ctx = plan_host(cluster_for("debian12"), "login1", "debian12", fresh("debian12"), monkeypatch,
+                          with_context=True)
+    files = {f.path: f.content.decode() for f in ctx.files}
+    assert files[USER_SLICES].splitlines()[1:] == ["[Slice]", "CPUQuota=400%", "MemoryMax=20%", "TasksMax=4096"]
+    assert files[ROOT_SLICE].splitlines()[1:] == ["[Slice]", "CPUQuota=", "MemoryMax=infinity", "TasksMax=infinity"]
+    assert dict(plan)["base: apply the login limits (if changed)"] == [
+        "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"]
+    compute = dict(plan_host(cluster_for("debian12"), "gpu01", "debian12", fresh("debian12"), monkeypatch))
+    assert not [op for op, cmds in compute.items() if cmds and ("login limits" in op or "user-" in op)]
+    snap = fresh("debian12")
+    snap.files[USER_SLICES] = FileState("regular file", "644", "root", "root", "x")
+    off = dict(plan_host(cluster_for("debian12", login_user_limits=None), "login1", "debian12", snap, monkeypatch))
+    assert off[f"base: no {USER_SLICES}"] == [f"rm -f {USER_SLICES}"] and not off[f"base: no {ROOT_SLICE}"]
+    assert "daemon-reload" in off["base: lift the login limits (if removed)"][0]
+
+
 @pytest.mark.parametrize("os", ["debian12", "rocky9"])
 def test_compute_nodes_take_pam_systemd_out_of_sshds_stack(os, monkeypatch):
     """pam_slurm_adopt puts an ssh session into the job's cgroup; pam_systemd would move it out again into

@@ -67,6 +67,23 @@ def test_server_exports_and_serves_a_volume(os, monkeypatch):
         assert "gluster --mode=script volume start scratch" in text
 
 
+def test_team_directories_are_made_once_for_a_network_filesystem(monkeypatch):
+    """cpu01 and cpu02 mount the same GlusterFS volume: the first of the inventory makes a directory per
+    team at its root (root, the team's group, 2770); the second leaves them alone. gpu01's Lustre holds
+    them under projects/ and scratch/ (root, 0755)."""
+    cluster = cluster_for("debian12")
+    cpu01, cpu02, gpu01 = (commands(plan_host(cluster, n, "debian12", fresh("debian12"), monkeypatch)) for n in
+                           ("cpu01", "cpu02", "gpu01"))
+    for team in ("vision", "language"):
+        assert f"mkdir -p /scratch/{team}\nchown root:{team} /scratch/{team}\nchmod 2770 /scratch/{team}" in cpu01
+        for d in ("projects", "scratch"):
+            assert f"chown root:{team} /lustre/{d}/{team}\nchmod 2770 /lustre/{d}/{team}" in gpu01
+    assert "mkdir -p /lustre/projects\nchown root:root /lustre/projects\nchmod 755 /lustre/projects" in gpu01
+    assert "/scratch/vision" not in cpu02
+    assert cpu01.count("chown root:root /scratch\n") == 1  # the mount point's, before the mount: "." leaves the root alone
+    assert cpu01.index("mount /scratch") < cpu01.index("mkdir -p /scratch/vision")
+
+
 def test_server_in_a_container_writes_the_exports_and_starts_no_kernel_server(monkeypatch):
     plan, ctx = plan_host(cluster_for("debian12"), "nas1", "debian12", fresh("debian12"), monkeypatch,
                           in_container=True, with_context=True)

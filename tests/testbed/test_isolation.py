@@ -92,3 +92,47 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
         assert not failing(isolation(tb, tmp_path))
     finally:
         on(tb, ctl, f"scancel {job}")
+
+
+SHARE = "/srv/kiln-shared"
+
+
+@pytest.mark.proves("storage", "isolation", "slurm", tier="nspawn")
+def test_a_team_writes_its_own_directory_from_jobs_on_both_nodes_and_the_other_team_cannot_reach_it(slurm, tmp_path):
+    """kiln deploy made projects/TEAM and scratch/TEAM on the shared storage (root, the team's group, 2770):
+    alice's job on both compute nodes writes vision's project directory, and what it wrote keeps the team's
+    group; bob (language) neither lists, reads nor writes it, from his own job on those nodes or on the login
+    host; the isolation suite passes, and fails when another team's directory is opened to others."""
+    tb, ctl = slurm, slurm.controller
+    vision, language = f"{SHARE}/projects/vision", f"{SHARE}/projects/language"
+    for d, team in ((vision, "vision"), (language, "language"), (f"{SHARE}/scratch/vision", "vision")):
+        assert ok(tb, ctl, f"stat -c '%U %G %a' {d}").split() == ["root", team, "2770"], d
+    nodes = len(tb.computes)
+    job = submit(tb, ctl, f"-N{nodes} -t 5 -o {vision}/job-%j.out --wrap='srun -N{nodes} sh -c "
+                 f"\"hostname > {vision}/from-\\$(hostname)\"'", user="alice")
+    wait_for(lambda: ok(tb, ctl, f"sacct -n -X -P -j {job} -o State").strip() in ("COMPLETED", "FAILED"), timeout=120,
+             what="alice's job on every compute node")
+    assert ok(tb, ctl, f"sacct -n -X -P -j {job} -o State").strip() == "COMPLETED"
+    written = ok(tb, ctl, f"stat -c '%n %U %G' {vision}/from-*").split("\n")[:-1]
+    assert sorted(w.split()[0].rsplit("-", 1)[1] for w in written) == sorted(tb.computes), written
+    assert all(w.split()[1:] == ["alice", "vision"] for w in written), written  # setgid: the team's group
+
+    bob = submit(tb, ctl, f"-N{nodes} -t 5 -o /tmp/bob-%j.out --wrap='srun -N{nodes} sh -c "
+                 f"\"ls {vision}; cat {vision}/from-*; touch {vision}/bob; echo done\"'", user="bob")
+    wait_for(lambda: ok(tb, ctl, f"sacct -n -X -P -j {bob} -o State").strip() not in ("PENDING", "RUNNING", ""),
+             timeout=120, what="bob's job")
+    out = ok(tb, tb.computes[0], f"cat /tmp/bob-{bob}.out")
+    assert out.count("Permission denied") >= 3 * nodes and out.count("done") == nodes, out
+    assert on(tb, ctl, f"runuser -u bob -- ls {vision}").returncode != 0
+    assert ok(tb, ctl, f"ls {vision}").split() == sorted(f"from-{n}" for n in tb.computes) + [f"job-{job}.out"]
+
+    found = isolation(tb, tmp_path)
+    assert found["ISOLATION_FILES"][0] == "ok" and "writes its team's 2 director(ies) and none of the other 4" in \
+        found["ISOLATION_FILES"][1], found
+    ok(tb, ctl, f"chmod o+rx {language}")
+    found = isolation(tb, tmp_path)
+    assert failing(found) == {"ISOLATION_FILES"} and f"listed {language}" in found["ISOLATION_FILES"][1], found
+    out = kiln("deploy", "-i", str(tb.inventory))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ok(tb, ctl, f"stat -c %a {language}").strip() == "2770"  # kiln deploy closed it again
+    assert not failing(isolation(tb, tmp_path))

@@ -81,7 +81,7 @@ def pyinfra_work(groups: set[str], versions: dict, container: bool) -> dict[str,
     ops.systemd = types.SimpleNamespace(service=record("service"), daemon_reload=record("-"))
     fake = types.ModuleType("pyinfra")
     virt = "systemd-nspawn" if container else "none"  # what systemd-detect-virt --container answers
-    fake.host = types.SimpleNamespace(groups=groups, data=types.SimpleNamespace(kiln_versions=versions),
+    fake.host = types.SimpleNamespace(name="node", groups=groups, data=types.SimpleNamespace(kiln_versions=versions),
                                       get_fact=lambda fact, command: virt)
     fake.operations = ops
     facts = types.ModuleType("pyinfra.facts")
@@ -94,7 +94,8 @@ def pyinfra_work(groups: set[str], versions: dict, container: bool) -> dict[str,
     try:
         source = (BENCH / "converge" / "pyinfra_deploy.py").read_text()
         source = source.replace('json.load(open(f"{R}/groups.json"))', "[]").replace(
-            'json.load(open(f"{R}/users.json"))', "[]").replace('open(f"{R}/accounts.sh").read()', '""')
+            'json.load(open(f"{R}/users.json"))', "[]").replace('open(f"{R}/accounts.sh").read()', '""').replace(
+            'json.load(open(f"{R}/login-hosts.json"))', '["node"]' if "login" in groups else "[]")
         import os
         os.environ.setdefault("RENDERED", str(rendered))
         exec(compile(source, "pyinfra_deploy.py", "exec"), {"__name__": "deploy"})
@@ -112,12 +113,13 @@ def ansible_work(groups: set[str], versions: dict, container: bool) -> dict[str,
     play = yaml.safe_load((BENCH / "converge" / "playbook.yml").read_text())[0]
     env = jinja2.Environment()
     facts = {"is_controller": "slurm_controller" in groups, "is_dbd": "slurm_dbd" in groups,
-             "is_compute": "compute" in groups, "slurm_version": versions["slurm"], "rendered": "R",
+             "is_compute": "compute" in groups, "is_login": "login" in groups, "slurm_version": versions["slurm"], "rendered": "R",
              "container": {"rc": 0 if container else 1}}  # systemd-detect-virt --container's exit
     work = {"files": set(), "packages": set(), "services": set()}
     for task in play["tasks"]:
         when = str(task.get("when", "true")).replace(" and dbd_conf is changed", "").replace(
-            " and ctld_unit is changed", "").replace("munge_unit is changed", "true").replace("sshd_conf is changed", "true")
+            " and ctld_unit is changed", "").replace("munge_unit is changed", "true").replace("sshd_conf is changed", "true").replace(
+            " and (user_slice is changed or root_slice is changed)", "")
         if not env.compile_expression(when)(**facts):
             continue
         items = task.get("loop", [None])

@@ -6,6 +6,8 @@ testbed); tests/testbed/test_isolation.py shows the same on live nodes."""
 from __future__ import annotations
 
 import re
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +17,11 @@ from checks.suites import run_suites, suite_commands
 from tests.slurm_framing import record
 
 PROBE = "kiln-probe-vision"
-EXPECT = {"isolation": {"probes": [PROBE], "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"],
-                        "address": "10.0.0.1"}}
+TEAM_DIRECTORIES = [{"path": "/shared/projects/vision", "team": "vision"},
+                    {"path": "/shared/projects/language", "team": "language"}]
+EXPECT = {"isolation": {"probes": [PROBE], "probe_teams": {PROBE: "vision"},
+                        "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"], "address": "10.0.0.1",
+                        "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"]}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
 
 
@@ -31,7 +36,8 @@ class Cluster:
     its scontrol reconfigure."""
 
     def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
-                 ssh="publickey"):
+                 ssh="publickey", files=""):
+        self.files = files
         self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
         self.ssh = ssh
         self.asked: list[str] = []
@@ -56,6 +62,8 @@ class Cluster:
                           f"{PROBE}@10.0.0.1: Permission denied ({self.ssh}).\n")
         if "head -c1" in command and as_probe:
             return Result(0, "".join(f"{p}\n" for p in self.readable))
+        if "kiln-isolation-$$" in command and as_probe:
+            return Result(0, self.files)
         raise AssertionError(f"unexpected command {command!r}")
 
 
@@ -66,7 +74,13 @@ def verdicts(cluster: Cluster) -> dict[str, tuple[str, str]]:
 def test_a_probe_that_reaches_nothing_passes_every_probe():
     found = verdicts(Cluster())
     assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
-                                                     "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok"}
+                                                     "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok",
+                                                     "ISOLATION_FILES": "ok"}
+    assert found["ISOLATION_FILES"][1] == f"{PROBE} writes its team's 1 director(ies) and none of the other 2"
+    cluster = Cluster()
+    verdicts(cluster)
+    assert [c for c in cluster.asked if "kiln-isolation-$$" in c][0].endswith(
+        " sh own:/shared/projects/vision other:/shared/projects/language beside:/shared/projects")
     assert "none of the 2 job(s) of other users" in found["ISOLATION_JOBS"][1]
 
 
@@ -99,6 +113,10 @@ def test_a_reservation_the_probe_got_is_deleted_again():
     # a pre-authentication banner holding a look-alike line: only ssh's own last line counts
     (dict(ssh=f"Permission denied (publickey).\n{PROBE}@10.0.0.1: Permission denied (publickey,password).\n"),
      "ISOLATION_SSH_PASSWORD", "takes password, publickey"),
+    (dict(files="other-listed /shared/projects/language\n"), "ISOLATION_FILES", "listed /shared/projects/language"),
+    (dict(files="other-wrote /shared/projects/language\n"), "ISOLATION_FILES", "created a file in /shared/projects/language"),
+    (dict(files="own-unwritable /shared/projects/vision\n"), "ISOLATION_FILES", "cannot create a file in its own team's"),
+    (dict(files="beside-wrote /shared/projects\n"), "ISOLATION_FILES", "beside the team directories"),
     (dict(ssh=f"Permission denied (publickey).\nssh: connect to host 10.0.0.1 port 22: Connection timed out\n"),
      "ISOLATION_SSH_PASSWORD", "did not list its methods"),
 ])
@@ -169,3 +187,73 @@ def test_roots_view_of_the_queue_is_read_once_for_all_probes():
     cluster.answer = lambda c: answer(c.replace(second, PROBE)) if second in c else answer(c)
     run(Node("login01", cluster.answer), {"isolation": {**EXPECT["isolation"], "probes": [PROBE, second]}})
     assert sum(1 for c in cluster.asked if c.startswith("squeue ")) == 1
+
+
+def test_a_finding_names_a_directory_it_was_given_and_of_its_kind():
+    """A line for a path or kind the suite did not ask about (a directory named like a finding, own
+    listed) adds nothing."""
+    from checks.isolation import read_file_findings
+    targets = [("own", "/p/vision"), ("other", "/p/language")]
+    assert read_file_findings("other-listed /p/vision\nown-wrote /p/vision\nother-listed /p/x\n"
+                              "other-listed /p/language\n", targets) == ["listed /p/language"]
+
+
+def test_no_team_directories_no_files_probe():
+    expect = {"isolation": {k: v for k, v in EXPECT["isolation"].items() if not k.startswith("team_")}}
+    found = {v.id for v in run(Node("login01", Cluster().answer), expect)}
+    assert "ISOLATION_FILES" not in found and "ISOLATION_JOBS" in found
+
+
+@pytest.fixture
+def directories():
+    """A team's, another team's and their parent, owned by the account the probe script runs as (nobody
+    when the tests run as root: root passes every permission check)."""
+    import os
+    import pwd
+    import shutil
+    import tempfile
+    top = Path(tempfile.mkdtemp(prefix="kiln-isolation-"))
+    top.chmod(0o755)
+    parent, own, other = top / "projects", top / "projects" / "vision", top / "projects" / "language"
+    for d, mode in ((parent, 0o555), (own, 0o770), (other, 0o070)):
+        d.mkdir()
+        d.chmod(mode)
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            os.chown(d, nobody.pw_uid, nobody.pw_gid)
+    yield parent, own, other
+    shutil.rmtree(top)
+
+
+def run_files_script(targets):
+    """checks/isolation.py's probe script, run for real: as nobody when root (runuser), else as this user."""
+    import os
+    import subprocess
+
+    from checks.isolation import files_command
+    line = files_command("nobody", targets)
+    argv = ["/bin/sh", "-c", line] if os.geteuid() == 0 else shlex.split(line)[4:]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("fault, expected", [
+    (None, []),
+    (("other", 0o777), ["created a file in {other}", "listed {other}"]),
+    (("other", 0o570), ["listed {other}"]),
+    (("own", 0o550), ["cannot create a file in its own team's {own}"]),
+    (("parent", 0o777), ["created a file in {parent}, beside the team directories"]),
+])
+def test_the_files_probe_script_on_real_directories(directories, fault, expected):
+    """The shell the probe runs, on real directories and modes: each fault it targets shows, nothing else;
+    what it created it removed."""
+    from checks.isolation import read_file_findings
+    parent, own, other = directories
+    if fault:
+        {"own": own, "other": other, "parent": parent}[fault[0]].chmod(fault[1])
+    targets = [("own", str(own)), ("other", str(other)), ("beside", str(parent))]
+    out = run_files_script(targets)
+    assert out.returncode == 0, out.stderr
+    assert read_file_findings(out.stdout, targets) == [e.format(own=own, other=other, parent=parent) for e in expected]
+    for d in (own, other, parent):
+        d.chmod(0o777)
+    assert not [f for d in (own, other, parent) for f in d.iterdir() if f.is_file()]

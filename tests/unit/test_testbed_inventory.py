@@ -94,6 +94,21 @@ def test_containers_check_their_bind_share_and_vms_their_network_filesystems(tmp
     assert mounts["vm"] == ["/scratch", NFS_MOUNT, GLUSTER_MOUNT]
 
 
+def test_containers_keep_team_directories_on_the_share_their_login_host_probes(tmp_path):
+    """The nspawn share holds projects/TEAM and scratch/TEAM; the controller (the login host) mounts it too,
+    so the isolation suite probes them as each team's probe account; one team's are its own, the other's not."""
+    from kiln.check.expectations import node_expectations
+    tb = Testbed("unit", progress=lambda m: None)
+    write_inventory(tmp_path / "tb", tb, tb.node_list(3))
+    cluster = load_cluster(tmp_path / "tb")
+    isolation = node_expectations(cluster, cluster.hosts["unit01"])["isolation"]
+    assert isolation["team_directories"] == [
+        {"path": f"/srv/kiln-shared/{d}/{t}", "team": t} for d in ("projects", "scratch") for t in ("vision", "language")]
+    assert isolation["team_parents"] == ["/srv/kiln-shared/projects", "/srv/kiln-shared/scratch"]
+    assert isolation["probe_teams"] == {"kiln-probe-vision": "vision", "kiln-probe-language": "language"}
+    assert node_expectations(cluster, cluster.hosts["unit02"])["isolation"] == {}
+
+
 def test_vms_run_their_health_check_less_often_than_containers(tmp_path):
     """Under software emulation a health run costs a VM seconds of CPU: every 10 s it kept the host's cores
     busy, so VMs check every VM_HEALTH_CHECK_INTERVAL s; containers keep the short interval their tests

@@ -64,6 +64,29 @@ def test_a_one_cpu_job_is_confined_to_one_cpu(vms):
     assert two[1] == "2", two
 
 
+@pytest.mark.proves("base", tier="vm")
+def test_a_users_login_sessions_are_held_to_the_login_limits_and_roots_are_not(vms):
+    """kiln_login_user_limits on the login host (the controller VM: 1 core, 50% of memory, 64 tasks for
+    the VM testbed): alice's session runs in her user slice with those limits in its cgroup, and a 100-process
+    loop stops at the task limit; root's session (kiln's own) starts all 100."""
+    ctl = vms.controller
+    slice_dir = "/sys/fs/cgroup/user.slice/user-2101.slice"
+    seen = ok(vms, ctl, f"su - alice -s /bin/sh -c 'cat /proc/self/cgroup {slice_dir}/cpu.max {slice_dir}/pids.max "
+                        f"{slice_dir}/memory.max'").split("\n")
+    assert seen[0].startswith("0::/user.slice/user-2101.slice/"), seen
+    assert seen[1:4] == ["100000 100000", "64", seen[3]] and seen[3] != "max", seen
+    loop = "i=0; while [ $i -lt 100 ]; do sleep 120 & i=$((i+1)); done; echo started $i"
+    try:
+        alice = on(vms, ctl, f"su - alice -s /bin/sh -c {_quote(loop)}", timeout=120)
+        running = int(on(vms, ctl, "pgrep -c -u alice -x sleep").stdout.strip() or 0)
+    finally:
+        on(vms, ctl, "pkill -u alice -x sleep")
+    assert "started 100" not in alice.stdout and "Cannot fork" in alice.stderr, alice
+    assert 0 < running < 64, running
+    root = ok(vms, ctl, f"sh -c {_quote(loop + '; pkill -P $$ -x sleep')}", timeout=120)
+    assert "started 100" in root, root
+
+
 @pytest.mark.proves("gpu gres", tier="vm")
 def test_a_gpu_job_sees_only_its_stand_in_devices(vms):
     # The stand-in /dev/nvidiaN have no driver: a device the job may use fails to open with ENXIO (6),
