@@ -65,6 +65,9 @@ def render_files(inventory: Path, dest: Path) -> None:
                                  hosts=[(h.address, h.name) for h in cluster.hosts.values()]))
     write(dest / "limits.conf", render("base/limits.conf.j2"))
     write(dest / "sshd.conf", render("base/sshd.conf.j2", password=cluster.setting("ssh_password_login")))
+    operators = cluster.setting("operators")
+    if operators:
+        write(dest / "sudoers", operators.sudoers(), 0o440)
     limits = cluster.setting("login_user_limits")
     for (_, content), name in zip(login_slice_files(limits) if limits else [], ("user-slice.conf", "root-slice.conf")):
         write(dest / name, content)

@@ -16,6 +16,11 @@ them through ``runuser`` and fails on any probe that gets through:
 - ISOLATION_FILES: in the team directories the host mounts (a mount's ``team_directories``), the probe
   lists or creates a file in another team's directory, or creates one beside them (PATH/projects itself),
   or cannot create one in its own team's (missing, wrong group or mode). What it creates it removes;
+- ISOLATION_MONITORING: a listener of kiln's monitoring (this host's node_exporter, Prometheus,
+  Alertmanager) answers the probe without credentials (anything but 401; one it cannot reach from here
+  passes, and the verdict says so);
+- ISOLATION_SUDO: sudo runs a command as root for the probe without a password, or has any rule for it
+  (asked of sudo's policy by root: a user without a password learns nothing from sudo); no sudo passes;
 - ISOLATION_SLURM_ADMIN: Slurm takes an operator's request from the probe (a reservation ten years out,
   deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser.
 
@@ -170,6 +175,56 @@ def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None
               f"director(ies) and none of the other {len(targets) - sum(1 for k, _ in targets if k == 'own')}")
 
 
+# Each URL's HTTP status for a client with no credentials, or "unreachable": "STATUS URL", a line each
+_HTTP = ("import sys, urllib.request, urllib.error\n"
+         "for u in sys.argv[1:]:\n"
+         "    try:\n"
+         "        with urllib.request.urlopen(u, timeout=5) as r: c = r.status\n"
+         "    except urllib.error.HTTPError as e: c = e.code\n"
+         "    except Exception: c = 'unreachable'\n"
+         "    print(c, u)\n")
+
+
+def _monitoring(node: Node, probe: str, urls: list[str]) -> Verdict | None:
+    if not urls:
+        return None
+    out = node.run(as_user(probe, "python3", "-c", _HTTP, *urls))
+    answers = dict(reversed(line.split(" ", 1)) for line in out.stdout.split("\n") if " " in line)
+    missing = [u for u in urls if u not in answers]
+    if missing:
+        return fail("ISOLATION_MONITORING", f"{probe} could not ask {', '.join(missing[:3])} ({(out.stderr or out.stdout).strip()[-200:]}): "
+                    "is python3 on this host?")
+    open_ = [f"{u} ({answers[u]})" for u in urls if answers[u] not in ("401", "unreachable")]
+    if open_:
+        return fail("ISOLATION_MONITORING", f"answered {probe} without credentials: {', '.join(open_[:3])}: kiln deploy "
+                    "writes the listeners' basic auth (monitoring role's web config)")
+    far = [u for u in urls if answers[u] == "unreachable"]
+    return ok("ISOLATION_MONITORING", f"{len(urls) - len(far)} monitoring listener(s) refused {probe} without "
+              f"credentials" + (f"; {len(far)} not reachable from here" if far else ""))
+
+
+def _sudo(node: Node, probe: str) -> Verdict:
+    """The probe runs ``sudo -n true`` (taken without a password: the worst case); then root asks sudo
+    which rules the probe has (``sudo -l -U``): sudo asks a user without a password for one before it
+    tells them anything, so only its policy, asked by root, tells a rule that wants a password from none."""
+    tried = node.run(as_user(probe, "/bin/sh", "-c", "command -v sudo >/dev/null || { echo kiln-no-sudo; exit 0; }; "
+                                                      "LC_ALL=C sudo -n true 2>&1"))
+    if tried.stdout.strip() == "kiln-no-sudo":
+        return ok("ISOLATION_SUDO", "no sudo on this host")
+    if tried.rc == 0:
+        return fail("ISOLATION_SUDO", f"sudo ran a command as root for {probe} without a password: find the rule in "
+                    "/etc/sudoers or /etc/sudoers.d (kiln grants sudo to kiln_operators only)")
+    rules = node.run(shlex.join(["env", "LC_ALL=C", "sudo", "-l", "-U", probe]))
+    said = (rules.stdout + rules.stderr).strip()
+    if "is not allowed to run sudo" in said:
+        return ok("ISOLATION_SUDO", f"sudo has no rule for {probe}")
+    if "may run the following commands" in said:
+        return fail("ISOLATION_SUDO", f"sudo has a rule for {probe} ({said.splitlines()[-1].strip()[:120]}): find it in "
+                    "/etc/sudoers or /etc/sudoers.d (kiln grants sudo to kiln_operators only)")
+    return fail("ISOLATION_SUDO", f"sudo's answer about {probe} is not one kiln reads ({said[-200:] or 'nothing'}, exit "
+                f"{rules.rc}): run sudo -l -U {probe} by hand")
+
+
 def _slurm_admin(node: Node, probe: str) -> Verdict:
     """A reservation ten years out, one minute long, asked for as the probe: Slurm takes it only from an
     operator or administrator (or SlurmUser). One taken is deleted again at once, as root."""
@@ -195,10 +250,11 @@ def run(node: Node, expect: dict) -> list[Verdict]:
             continue
         everyone = everyone or _users(node, None)
         verdicts += [_jobs(node, probe, everyone), _secrets(node, probe, isolation.get("secrets", [])),
-                     _slurm_admin(node, probe)]
+                     _slurm_admin(node, probe), _sudo(node, probe)]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
-        files = _files(node, probe, teams.get(probe, ""), isolation)
-        if files:
-            verdicts.append(files)
+        for verdict in (_files(node, probe, teams.get(probe, ""), isolation),
+                        _monitoring(node, probe, isolation.get("monitoring_endpoints") or [])):
+            if verdict:
+                verdicts.append(verdict)
     return verdicts

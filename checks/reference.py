@@ -173,6 +173,12 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                         "beside the team directories, or cannot write its own team's directory",
                         "kiln deploy restores the team directories (root, the team's group, 2770); look for "
                         "what was written or read there", "kiln_storage_mounts"),
+    "ISOLATION_MONITORING": ("isolation", "fail", "a monitoring listener (node_exporter, Prometheus, "
+                             "Alertmanager) answers a team's user without credentials",
+                             "kiln deploy writes the listeners' basic auth; find what replaced it", ""),
+    "ISOLATION_SUDO": ("isolation", "fail", "sudo has a rule for a team's user (it lists commands it may run, "
+                       "or asks for a password)", "find the rule in /etc/sudoers or /etc/sudoers.d; kiln grants "
+                       "sudo to kiln_operators only", "kiln_operators"),
     "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's request (a reservation) from a "
                               "team's user: it is an operator or administrator",
                               "sacctmgr modify user NAME set adminlevel=none", ""),

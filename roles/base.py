@@ -9,6 +9,9 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
   (default 980, 981), created before any package would create them with a random one.
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
   group, /bin/bash, home created unless a storage mount provides /home).
++ ``kiln_operators``: the sudo package and /etc/sudoers.d/kiln-operators (``%GROUP ALL=(ALL:ALL) ALL``,
+  NOPASSWD when ``password: false``; 0440, checked by ``visudo -c`` before it is placed); the group with
+  its gid, its members (team users) in it. Unset: the file is removed, sudo left as it is.
 + limits: memlock and nofile unlimited/65536 for everyone, root included (RDMA, NCCL).
 + sysctls from ``kiln_sysctls`` in /etc/sysctl.d/90-kiln.conf, applied when the file changes.
 + login hosts (the controllers where there are none): all of one user's login sessions together get
@@ -56,13 +59,17 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
         groups.append((account, uid, True))
         users.append({"name": account, "uid": uid, "group": account, "groups": [], "shell": platform.nologin,
                       "home": f"/var/lib/{account}", "create_home": False, "system": True})
+    operators = cluster.setting("operators")
+    if operators:
+        groups.append((operators.group, operators.gid, False))
     for team in cluster.teams:
         if team.gid is not None:
             groups.append((team.name, team.gid, False))
         for user in team.users:
             groups.append((user.name, user.uid, False))
+            also = [operators.group] if operators and user.name in operators.users else []
             users.append({"name": user.name, "uid": user.uid, "group": user.name,
-                          "groups": [team.name] if team.gid is not None else [], "shell": "/bin/bash",
+                          "groups": ([team.name] if team.gid is not None else []) + also, "shell": "/bin/bash",
                           "home": f"/home/{user.name}", "create_home": not homes, "system": False})
         probe = team.probe()
         if probe:  # the isolation suite's account: what a user of the team can reach, and no login
@@ -133,6 +140,22 @@ def _login_limits(ctx: NodeContext) -> None:
     server.shell(name="base: apply the login limits (if changed)", commands=[DAEMON_RELOAD], _if=when_changed(*written))
 
 
+SUDOERS = "/etc/sudoers.d/kiln-operators"
+
+
+def _sudo(ctx: NodeContext) -> None:
+    """The operators group's sudo rule, checked whole by visudo before it replaces the file; none without
+    kiln_operators (sudo itself is then not installed by kiln, nor removed)."""
+    operators = ctx.cluster.setting("operators")
+    ctx.watch_path(SUDOERS)
+    if not operators:
+        path_absent(name=f"base: no {SUDOERS}", ctx=ctx, path=SUDOERS)
+        return
+    pinned_packages(name="base: sudo", ctx=ctx, packages={"sudo": None})
+    ctx.put(SUDOERS, operators.sudoers(), mode="440", name="base: sudo for the operators group",
+            check="visudo -cqf {}")
+
+
 def configure(ctx: NodeContext) -> None:
     cluster, platform = ctx.cluster, ctx.platform
     hosts = [(h.address, h.name) for h in cluster.hosts.values()]
@@ -144,6 +167,7 @@ def configure(ctx: NodeContext) -> None:
         ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
                                         mode="644", name="base: chrony servers"))
     _sshd(ctx)
+    _sudo(ctx)
     _login_limits(ctx)
     sysctls = sorted(ctx.node.sysctls.items())
     if sysctls:

@@ -36,6 +36,12 @@ put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 sshd = put("sshd.conf", "/etc/ssh/sshd_config.d/00-kiln.conf")
 server.shell(name="reload sshd", commands=["systemctl is-active -q ssh || exit 0; /usr/sbin/sshd -t && systemctl reload ssh"],
              _if=sshd.did_change)
+if os.path.exists(f"{R}/sudoers"):
+    # sudo for the operators group (kiln_operators), the file checked by visudo before it is used
+    apt.packages(name="sudo", packages=["sudo"], update=True, cache_time=3600, no_recommends=True)
+    files.put(name="put /etc/sudoers.d/kiln-operators", src=f"{R}/sudoers", dest="/etc/sudoers.d/kiln-operators",
+              mode="440", user="root", group="root")
+    server.shell(name="sudoers accepted", commands=["visudo -cqf /etc/sudoers.d/kiln-operators"])
 if host.name in json.load(open(f"{R}/login-hosts.json")):
     # each user's login sessions held to kiln_login_user_limits; root's lifted
     slices = [put("user-slice.conf", "/etc/systemd/system/user-.slice.d/50-kiln.conf"),

@@ -14,7 +14,7 @@ from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
 from kiln.inventory.model import MONITORING, Cluster, Host
-from kiln.monitoring import PROMETHEUS_PORT
+from kiln.monitoring import ALERTMANAGER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS, rules
 from kiln.monitoring.metrics_contract import needed
 from kiln.shell import command
@@ -38,6 +38,17 @@ def _monitoring(cluster: Cluster, host: Host) -> dict:
             "scrape_seconds": cluster.setting("monitoring_scrape_seconds"), "series": needed(cluster, ALERTS)}
 
 
+def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
+    """URLs of the listeners kiln's monitoring runs that a user on ``host`` could reach: this host's
+    node_exporter, each monitoring host's Prometheus and Alertmanager (each behind basic auth)."""
+    if not host.monitored:
+        return []
+    url = lambda h, port, path: f"http://{f'[{h.address}]' if ':' in h.address else h.address}:{port}{path}"  # noqa: E731
+    return [url(host, NODE_EXPORTER_PORT, "/metrics")] + [
+        u for m in cluster.group(MONITORING) for u in (url(m, PROMETHEUS_PORT, "/api/v1/query?query=up"),
+                                                       url(m, ALERTMANAGER_PORT, "/api/v2/alerts"))]
+
+
 def _isolation(cluster: Cluster, host: Host) -> dict:
     """On login hosts (the controllers where there are none), the teams' probe accounts, the secrets kiln
     may place and the team directories the host mounts: the isolation suite's; {} elsewhere."""
@@ -45,7 +56,7 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
     if not probes or host.name not in {h.name for h in cluster.user_logins}:
         return {}
     mounts = [m for m in host.storage_mounts if m.team_directories]
-    return {"probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
+    return {"monitoring_endpoints": _monitoring_endpoints(cluster, host),"probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
             "secrets": secret_files(cluster), "address": host.address,
             "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
             "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."]}

@@ -132,6 +132,21 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
                         line)
                 table.setdefault(user.uid, me)
             group_names.setdefault(user.name, me)
+    operators = values.get("kiln_operators")
+    if operators is not None:
+        ofile, oline = raw.origin("kiln_operators")
+        me = f"the operators group {operators.group}"
+        if operators.group in SYSTEM_GROUPS or group_names.get(operators.group, me) != me:
+            add(ofile, "kiln_operators.group", f"group {operators.group!r} would take the name of "
+                f"{group_names.get(operators.group, 'a system group')}: name it otherwise", oline)
+        if gids.get(operators.gid, me) != me:
+            add(ofile, "kiln_operators.gid", f"gid {operators.gid} is already the gid of {gids[operators.gid]}: give "
+                "the operators group its own number", oline)
+        team_users = {u.name for t in values.get("kiln_teams", []) for u in t.users}
+        for i, name in enumerate(operators.users):
+            if name not in team_users:
+                add(ofile, f"kiln_operators.users[{i}]", f"{name!r} is not a user of kiln_teams: operators are team "
+                    "users (their accounts exist on every node)", oline)
 
 
 def check_team_directories(raw: RawInventory, hosts: dict[str, Any], values: dict[str, Any], add: Any) -> None:

@@ -1,6 +1,7 @@
-"""What Slurm lets one user see of another, how long accounting keeps what it records, and how much of a
-login host one user may take (``kiln_slurm_private_data``, ``kiln_slurm_store_job_scripts``,
-``kiln_slurm_accounting_retention``, ``kiln_login_user_limits``)."""
+"""What Slurm lets one user see of another, how long accounting keeps what it records, how much of a
+login host one user may take, and who may act as root (``kiln_slurm_private_data``,
+``kiln_slurm_store_job_scripts``, ``kiln_slurm_accounting_retention``, ``kiln_login_user_limits``,
+``kiln_operators``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from kiln.inventory.formats import PosixName
 from kiln.inventory.strict import Strict
 
 # slurm.conf(5) and slurmdbd.conf(5) PrivateData: what a user sees only of their own (operators, Slurm's
@@ -58,3 +60,21 @@ class LoginUserLimits(Strict):
     def slice_lines(self) -> list[str]:
         cpu = f"{self.cpu_cores * 100:.0f}%"
         return [f"CPUQuota={cpu}", f"MemoryMax={self.memory_percent}%", f"TasksMax={self.tasks}"]
+
+
+class Operators(Strict):
+    """The operators group: its members may run any command as root through sudo on every node
+    (/etc/sudoers.d/kiln-operators, checked with visudo before it is placed); kiln gives sudo to nobody
+    else, and the isolation suite fails where a team's probe account has any sudo rule."""
+
+    group: PosixName = Field("kiln-operators", description="the group's name")
+    gid: int = Field(ge=1000, le=2**31 - 2, description="the group's gid, the same on every node")
+    users: list[PosixName] = Field(min_length=1, max_length=1000, description="its members: users of kiln_teams "
+                                   "(their accounts exist on every node)")
+    password: bool = Field(True, description="sudo asks for the member's own password; false: it does not "
+                           "(NOPASSWD), for accounts that log in by key and have no password")
+
+    def sudoers(self) -> str:
+        """The sudoers drop-in for the group."""
+        return (f"# Written by kiln (kiln_operators). Do not edit.\n%{self.group} ALL=(ALL:ALL) "
+                f"{'' if self.password else 'NOPASSWD: '}ALL\n")

@@ -23,7 +23,8 @@ from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, If
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
-from kiln.inventory.privacy_schema import DEFAULT_PRIVATE_DATA, AccountingRetention, LoginUserLimits, PrivateDataKind
+from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, LoginUserLimits, Operators,
+                                          PrivateDataKind)
 from kiln.inventory.remediation_schema import Remediation
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
@@ -230,6 +231,9 @@ SETTINGS: dict[str, Setting] = {
         _s("ssh_password_login", bool, False, "cluster",
            "sshd on every node takes passwords (and keyboard-interactive); off: keys only, root by key only "
            "(/etc/ssh/sshd_config.d/00-kiln.conf, read before any other drop-in)"),
+        _s("operators", Operators | None, None, "cluster",
+           "the operators group (see Operators): its members get sudo on every node (the sudo package, "
+           "/etc/sudoers.d/kiln-operators); unset: kiln installs no sudo and grants none"),
         _s("login_user_limits", LoginUserLimits | None, LoginUserLimits(), "cluster",
            "on login hosts (the controllers where there are none): CPU, memory and tasks all of one user's login "
            "sessions together may use (systemd user slices; see LoginUserLimits: 4 cores, 20% of memory, 4096 "

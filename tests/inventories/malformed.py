@@ -211,6 +211,12 @@ CASES = [
          "group_vars/all/cluster.yml", "kiln_login_user_limits.tasks", "greater than or equal to 16"),
     Case("login_limits_in_a_shell_word", {"group_vars/all/cluster.yml": CLUSTER + "kiln_login_user_limits: {memory_percent: '20%;x'}\n"},
          "group_vars/all/cluster.yml", "kiln_login_user_limits.memory_percent", "integer"),
+    Case("operator_not_a_team_user", {"group_vars/all/cluster.yml": CLUSTER + "kiln_operators: {gid: 3900, users: [ann, mallory]}\n"},
+         "group_vars/all/cluster.yml", "kiln_operators.users[1]", "'mallory' is not a user of kiln_teams"),
+    Case("operators_gid_of_a_user", {"group_vars/all/cluster.yml": CLUSTER + "kiln_operators: {gid: 3001, users: [ann]}\n"},
+         "group_vars/all/cluster.yml", "kiln_operators.gid", "gid 3001 is already"),
+    Case("operators_group_named_sudo", {"group_vars/all/cluster.yml": CLUSTER + "kiln_operators: {group: sudo, gid: 3900, users: [ann]}\n"},
+         "group_vars/all/cluster.yml", "kiln_operators.group", "a system group"),
     Case("team_user_two_uids", {"group_vars/all/cluster.yml": CLUSTER.replace("{name: ben, uid: 3002}", "{name: ann, uid: 3009}")},
          "group_vars/all/cluster.yml", "kiln_teams[1].users[0].uid", "uid 3009"),
     Case("missing_version_pin", {"group_vars/all/versions.yml":

@@ -176,6 +176,28 @@ def test_sysctls_are_written_and_applied_when_changed(monkeypatch):
                                                  monkeypatch))
 
 
+def test_operators_get_sudo_through_a_file_visudo_accepted_and_nobody_else_does(monkeypatch):
+    from roles.base import SUDOERS
+    from roles.snapshot import FileState
+    cluster = cluster_for("debian12", operators={"gid": 3900, "users": ["alice"], "password": False})
+    cluster = replace(cluster, settings=dict(cluster.settings, kiln_operators=load_operators(cluster)))
+    plan, ctx = plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch, with_context=True)
+    files = {f.path: f.content.decode() for f in ctx.files}
+    assert files[SUDOERS].splitlines()[1:] == ["%kiln-operators ALL=(ALL:ALL) NOPASSWD: ALL"]
+    text = commands(plan)
+    assert f"visudo -cqf {SUDOERS}.kiln-new >&2 ||" in text and "base: sudo" in dict(plan)
+    assert "groupadd -g 3900 kiln-operators" in text and "-G vision,kiln-operators" in text
+    snap = fresh("debian12")
+    snap.files[SUDOERS] = FileState("regular file", "440", "root", "root", "x")
+    off = dict(plan_host(cluster_for("debian12"), "gpu01", "debian12", snap, monkeypatch))
+    assert off[f"base: no {SUDOERS}"] == [f"rm -f {SUDOERS}"] and "base: sudo" not in off
+
+
+def load_operators(cluster):
+    from kiln.inventory.privacy_schema import Operators
+    return Operators(**cluster.settings["kiln_operators"])
+
+
 def test_login_hosts_hold_each_users_sessions_to_the_limits_and_lift_them_for_root(monkeypatch):
     """login1 (the login group) gets the user-.slice drop-in and root's lifting one, then a daemon-reload;
     compute nodes get neither; a null setting writes none and removes what is there."""

@@ -136,3 +136,46 @@ def test_a_team_writes_its_own_directory_from_jobs_on_both_nodes_and_the_other_t
     assert out.returncode == 0, out.stdout + out.stderr
     assert ok(tb, ctl, f"stat -c %a {language}").strip() == "2770"  # kiln deploy closed it again
     assert not failing(isolation(tb, tmp_path))
+
+
+@pytest.mark.proves("base", "isolation", tier="nspawn")
+def test_only_operators_get_sudo_and_the_isolation_suite_fails_on_a_rule_for_a_team_user(slurm, tmp_path):
+    """kiln_operators (the testbed's: alice, without a password) runs commands as root through sudo on every
+    node; bob, in no operators group, does not; ISOLATION_SUDO passes, and fails on a rule some other
+    file gives a team's user."""
+    tb, ctl = slurm, slurm.controller
+    for node in (ctl, tb.computes[0]):
+        assert ok(tb, node, "su - alice -c 'sudo -n id -u'").strip() == "0"
+        denied = on(tb, node, "su - bob -c 'sudo -n id -u'")
+        assert denied.returncode != 0 and denied.stdout.strip() != "0", denied
+    found = isolation(tb, tmp_path)
+    assert found["ISOLATION_SUDO"] == ("ok", "sudo has no rule for kiln-probe-vision"), found
+    stray = "/etc/sudoers.d/zz-kiln-test"
+    ok(tb, ctl, f"echo 'kiln-probe-language ALL=(ALL:ALL) ALL' > {stray} && chmod 440 {stray}")
+    try:
+        found = isolation(tb, tmp_path)
+    finally:
+        ok(tb, ctl, f"rm -f {stray}")
+    assert failing(found) == {"ISOLATION_SUDO"} and "sudo has a rule for kiln-probe-language" in \
+        found["ISOLATION_SUDO"][1], found
+
+
+@pytest.mark.proves("monitoring", "isolation", tier="nspawn")
+def test_monitoring_listeners_refuse_a_team_user_without_credentials_and_the_suite_fails_when_one_does_not(slurm, tmp_path):
+    """node_exporter, Prometheus and Alertmanager on the controller answer the probe account 401; with
+    their basic auth taken out of the web config (read again on each request) they answer it, and
+    ISOLATION_MONITORING fails until kiln deploy writes the web config back."""
+    tb, ctl = slurm, slurm.controller
+    found = isolation(tb, tmp_path)
+    assert found["ISOLATION_MONITORING"] == ("ok", "3 monitoring listener(s) refused kiln-probe-vision without "
+                                                   "credentials"), found
+    web = "/etc/prometheus/kiln-web.yml"
+    ok(tb, ctl, f"cp -p {web} {web}.kept && echo '{{}}' > {web}")
+    try:
+        found = isolation(tb, tmp_path)
+    finally:
+        out = kiln("deploy", "-i", str(tb.inventory))
+        on(tb, ctl, f"rm -f {web}.kept")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert failing(found) == {"ISOLATION_MONITORING"} and "(200)" in found["ISOLATION_MONITORING"][1], found
+    assert not failing(isolation(tb, tmp_path))

@@ -306,3 +306,53 @@ def test_an_exclusive_job_pays_its_node_and_reconcile_sets_kiln_beside_sreport_a
           f"{runs[small]['billing']}; reconcile over {len(rec['teams'])} teams: "
           + ", ".join(f"{r['team']} kiln {r['gpu_hours']:.4f} sreport {r['sreport_gpu_hours']:.4f}" for r in rec["teams"]))
 
+
+
+def test_usage_and_the_job_summary_read_the_same_with_private_data_on_as_off(slurm, tmp_path):
+    """#46: kiln's own readers run as root and SlurmUser, which PrivateData does not restrict. The same
+    window read by ``kiln usage --reconcile`` with PrivateData on (the default) and off (``[]``, Slurm's
+    default) gives the same answer, field for field; a job's summary (kiln-job-summary at its end) is
+    written and counted alike under each."""
+    from tests.testbed.slurm_helpers import copy_inventory
+    tb = slurm
+    node = tb.computes[0]
+
+    def one_job(user: str, account: str) -> tuple[str, dict]:
+        before = _counters(tb)
+        job = _submit(tb, user, account, f"--gpus=1 -w {node}", 15)
+        wait_for(lambda: job_state(tb, tb.controller, job) == "COMPLETED", timeout=180, interval=2,
+                 what=f"job {job} completed")
+        comment = wait_for(lambda: on(tb, tb.controller, f"sacct -n -X -P -j {job} -o AdminComment").stdout.strip(),
+                           timeout=60, interval=2, what=f"job {job}'s summary in AdminComment")
+        wait_for(lambda: _counters(tb).get(account, {}).get("jobs", 0) > before.get(account, {}).get("jobs", 0),
+                 timeout=60, interval=2, what=f"job {job} in the job summary's counters")
+        fields = dict(p.split("=", 1) for p in comment[len("kiln:"):].split(","))
+        return job, fields
+
+    def usage(inventory, since, until) -> dict:
+        out = kiln("usage", "-i", str(inventory), "--since", since, "--until", until, "--json", "--reconcile")
+        assert out.returncode == 0, out.stdout + out.stderr
+        return json.loads(out.stdout)
+
+    since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    assert "PrivateData=accounts,jobs,usage,users" in ok(tb, tb.controller, "scontrol show config | tr -d ' '")
+    on_summary = one_job("alice", "vision")[1]
+    time.sleep(1)
+    until = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    read_on = usage(tb.inventory, since, until)
+    off = copy_inventory(tb.inventory, tmp_path / "off", {"kiln_slurm_private_data": []})
+    out = kiln("deploy", "-i", str(off))
+    assert out.returncode == 0, out.stdout + out.stderr
+    try:
+        assert "PrivateData=none" in ok(tb, tb.controller, "scontrol show config | tr -d ' '")
+        read_off = usage(off, since, until)
+        off_summary = one_job("bob", "language")[1]
+    finally:
+        out = kiln("deploy", "-i", str(tb.inventory))
+        assert out.returncode == 0, out.stdout + out.stderr
+    assert read_on == read_off
+    assert {t["team"] for t in read_on["teams"] if t["gpu_hours"]} == {"vision"}, read_on["teams"]
+    assert set(on_summary) == set(off_summary) and abs(int(on_summary["seconds"]) - int(off_summary["seconds"])) <= 10, \
+        (on_summary, off_summary)
+    print(f"PrivateData on and off: kiln usage --reconcile of one window equal ({len(json.dumps(read_on))} bytes); "
+          f"job summaries {on_summary} / {off_summary}")

@@ -21,7 +21,8 @@ TEAM_DIRECTORIES = [{"path": "/shared/projects/vision", "team": "vision"},
                     {"path": "/shared/projects/language", "team": "language"}]
 EXPECT = {"isolation": {"probes": [PROBE], "probe_teams": {PROBE: "vision"},
                         "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"], "address": "10.0.0.1",
-                        "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"]}}
+                        "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"],
+                        "monitoring_endpoints": ["http://10.0.0.1:9100/metrics", "http://10.0.0.9:9090/api/v1/query?query=up"]}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
 
 
@@ -36,8 +37,9 @@ class Cluster:
     its scontrol reconfigure."""
 
     def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
-                 ssh="publickey", files=""):
-        self.files = files
+                 ssh="publickey", files="", sudo=(1, "sudo: a password is required\n", f"User {PROBE} is not allowed to run sudo on login01.\n"),
+                 http=("401", "401")):
+        self.files, self.sudo, self.http = files, sudo, http
         self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
         self.ssh = ssh
         self.asked: list[str] = []
@@ -62,6 +64,14 @@ class Cluster:
                           f"{PROBE}@10.0.0.1: Permission denied ({self.ssh}).\n")
         if "head -c1" in command and as_probe:
             return Result(0, "".join(f"{p}\n" for p in self.readable))
+        if "urllib.request" in command and as_probe:
+            urls = EXPECT["isolation"]["monitoring_endpoints"]
+            assert command.endswith(" " + " ".join(shlex.quote(u) for u in urls)), command
+            return Result(0, "".join(f"{c} {u}\n" for c, u in zip(self.http, urls) if c))
+        if "sudo -n true" in command and as_probe:
+            return Result(self.sudo[0], self.sudo[1])
+        if command == f"env LC_ALL=C sudo -l -U {PROBE}":
+            return Result(0, self.sudo[2])
         if "kiln-isolation-$$" in command and as_probe:
             return Result(0, self.files)
         raise AssertionError(f"unexpected command {command!r}")
@@ -75,7 +85,8 @@ def test_a_probe_that_reaches_nothing_passes_every_probe():
     found = verdicts(Cluster())
     assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
                                                      "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok",
-                                                     "ISOLATION_FILES": "ok"}
+                                                     "ISOLATION_FILES": "ok", "ISOLATION_SUDO": "ok",
+                                                     "ISOLATION_MONITORING": "ok"}
     assert found["ISOLATION_FILES"][1] == f"{PROBE} writes its team's 1 director(ies) and none of the other 2"
     cluster = Cluster()
     verdicts(cluster)
@@ -113,6 +124,14 @@ def test_a_reservation_the_probe_got_is_deleted_again():
     # a pre-authentication banner holding a look-alike line: only ssh's own last line counts
     (dict(ssh=f"Permission denied (publickey).\n{PROBE}@10.0.0.1: Permission denied (publickey,password).\n"),
      "ISOLATION_SSH_PASSWORD", "takes password, publickey"),
+    (dict(sudo=(0, "", "")), "ISOLATION_SUDO", "ran a command as root for kiln-probe-vision without a password"),
+    (dict(sudo=(1, "sudo: a password is required\n", f"User {PROBE} may run the following commands on login01:\n"
+                "    (ALL : ALL) ALL\n")), "ISOLATION_SUDO", "sudo has a rule for kiln-probe-vision ((ALL : ALL) ALL)"),
+    (dict(sudo=(1, "sudo: a password is required\n", "sudo: unable to read /etc/sudoers\n")), "ISOLATION_SUDO",
+     "not one kiln reads"),
+    (dict(http=("200", "401")), "ISOLATION_MONITORING", "http://10.0.0.1:9100/metrics (200)"),
+    (dict(http=("401", "404")), "ISOLATION_MONITORING", "query=up (404)"),
+    (dict(http=("401", "")), "ISOLATION_MONITORING", "could not ask http://10.0.0.9:9090"),
     (dict(files="other-listed /shared/projects/language\n"), "ISOLATION_FILES", "listed /shared/projects/language"),
     (dict(files="other-wrote /shared/projects/language\n"), "ISOLATION_FILES", "created a file in /shared/projects/language"),
     (dict(files="own-unwritable /shared/projects/vision\n"), "ISOLATION_FILES", "cannot create a file in its own team's"),
@@ -257,3 +276,44 @@ def test_the_files_probe_script_on_real_directories(directories, fault, expected
     for d in (own, other, parent):
         d.chmod(0o777)
     assert not [f for d in (own, other, parent) for f in d.iterdir() if f.is_file()]
+
+
+def test_a_host_without_sudo_passes_the_sudo_probe():
+    found = verdicts(Cluster(sudo=(0, "kiln-no-sudo\n", "")))
+    assert found["ISOLATION_SUDO"] == ("ok", "no sudo on this host")
+
+
+def test_a_listener_out_of_reach_passes_and_is_named_as_such():
+    found = verdicts(Cluster(http=("401", "unreachable")))
+    assert found["ISOLATION_MONITORING"] == ("ok", f"1 monitoring listener(s) refused {PROBE} without credentials; "
+                                                   "1 not reachable from here")
+
+
+def test_the_http_probe_script_reads_real_answers():
+    """The probe's Python, against a real server on this machine: 401 from one with basic auth, 200 from one
+    without, unreachable from a closed port."""
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from checks.isolation import _HTTP
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(401 if self.path.startswith("/locked") else 200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    closed = HTTPServer(("127.0.0.1", 0), Handler)
+    closed_port = closed.server_address[1]
+    closed.server_close()
+    try:
+        urls = [f"http://127.0.0.1:{port}/locked", f"http://127.0.0.1:{port}/open", f"http://127.0.0.1:{closed_port}/x"]
+        out = subprocess.run(["python3", "-c", _HTTP, *urls], capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert out.stdout.splitlines() == [f"401 {urls[0]}", f"200 {urls[1]}", f"unreachable {urls[2]}"], out
