@@ -9,7 +9,7 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
   (default 980, 981), created before any package would create them with a random one.
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
   group, /bin/bash, home created unless a storage mount provides /home).
-+ ``kiln_operators``: the sudo package and /etc/sudoers.d/kiln-operators (``%GROUP ALL=(ALL:ALL) ALL``,
++ ``kiln_operators``: the sudo package (install stage: images carry it) and /etc/sudoers.d/kiln-operators (``%GROUP ALL=(ALL:ALL) ALL``,
   NOPASSWD when ``password: false``; 0440, checked by ``visudo -c`` before it is placed); the group with
   its gid, its members (team users) in it. Unset: the file is removed, sudo left as it is.
 + limits: memlock and nofile unlimited/65536 for everyone, root included (RDMA, NCCL).
@@ -48,6 +48,8 @@ def install(ctx: NodeContext) -> None:
     ctx.put("/etc/security/limits.d/90-kiln.conf", render("base/limits.conf.j2"), mode="644",
             name="base: memlock and nofile limits")
     pinned_packages(name="base: chrony", ctx=ctx, packages={platform.chrony_package: None})
+    if cluster.setting("operators"):  # in the image: a package added at configure would read as drift
+        pinned_packages(name="base: sudo", ctx=ctx, packages={"sudo": None})
 
 
 def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]], list[dict]]:
@@ -151,7 +153,6 @@ def _sudo(ctx: NodeContext) -> None:
     if not operators:
         path_absent(name=f"base: no {SUDOERS}", ctx=ctx, path=SUDOERS)
         return
-    pinned_packages(name="base: sudo", ctx=ctx, packages={"sudo": None})
     ctx.put(SUDOERS, operators.sudoers(), mode="440", name="base: sudo for the operators group",
             check="visudo -cqf {}")
 
