@@ -27,6 +27,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def server_logs_in_tmp_path(tmp_path, monkeypatch):
+    """The servers' logs in the test's own directory, not this machine's /tmp: nothing is left behind."""
+    from kiln.check import bandwidth
+    monkeypatch.setattr(bandwidth, "server_log", lambda port: str(tmp_path / f"ib-write-bw-server-{int(port)}.log"))
+
+
 @pytest.fixture
 def sim(tmp_path, monkeypatch):
     state = tmp_path / "state.json"
