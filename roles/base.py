@@ -29,6 +29,8 @@ accounts, limits) and nothing of the cluster's make-up; ``configure`` writes the
 
 from __future__ import annotations
 
+import posixpath
+
 from pyinfra.operations import server
 
 from kiln.shell import quote
@@ -132,10 +134,9 @@ def _login_limits(ctx: NodeContext) -> None:
             removed.append(path_absent(name=f"base: no {path}", ctx=ctx, path=path))
         server.shell(name="base: lift the login limits (if removed)", commands=[DAEMON_RELOAD], _if=when_changed(*removed))
         return
-    for path in (USER_SLICES, ROOT_SLICE):
-        ctx.watch_path(path.rsplit("/", 1)[0])
-        managed_directory(name=f"base: {path.rsplit('/', 1)[0]}", ctx=ctx, path=path.rsplit("/", 1)[0], user="root",
-                          group="root", mode="755")
+    for directory in (posixpath.dirname(USER_SLICES), posixpath.dirname(ROOT_SLICE)):
+        ctx.watch_path(directory)
+        managed_directory(name=f"base: {directory}", ctx=ctx, path=directory, user="root", group="root", mode="755")
     written = [ctx.put(path, content, mode="644", name=f"base: {what}")
                for (path, content), what in zip(login_slice_files(limits), ("limits of each user's login sessions",
                                                                           "root's login sessions unlimited"))]

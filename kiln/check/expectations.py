@@ -28,11 +28,16 @@ def host_programs() -> str:
     return version_line(__version__, package_files(Path(str(files("checks")))))
 
 
+def _url_host(host: Host) -> str:
+    """The host's address as a URL's host part (an IPv6 address in brackets)."""
+    return f"[{host.address}]" if ":" in host.address else host.address
+
+
 def _monitoring(cluster: Cluster, host: Host) -> dict:
     """A monitoring host's Prometheus, for the monitoring suite; {} elsewhere."""
     if not host.in_group(MONITORING):
         return {}
-    address = f"[{host.address}]" if ":" in host.address else host.address
+    address = _url_host(host)
     rendered = rules(cluster.setting("alert_thresholds"), cluster.setting("monitoring_scrape_seconds"))
     return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(rendered["groups"][0]["rules"]),
             "scrape_seconds": cluster.setting("monitoring_scrape_seconds"), "series": needed(cluster, ALERTS)}
@@ -43,7 +48,7 @@ def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
     node_exporter, each monitoring host's Prometheus and Alertmanager (each behind basic auth)."""
     if not host.monitored:
         return []
-    url = lambda h, port, path: f"http://{f'[{h.address}]' if ':' in h.address else h.address}:{port}{path}"  # noqa: E731
+    url = lambda h, port, path: f"http://{_url_host(h)}:{port}{path}"  # noqa: E731
     return [url(host, NODE_EXPORTER_PORT, "/metrics")] + [
         u for m in cluster.group(MONITORING) for u in (url(m, PROMETHEUS_PORT, "/api/v1/query?query=up"),
                                                        url(m, ALERTMANAGER_PORT, "/api/v2/alerts"))]
