@@ -153,6 +153,19 @@ class Redfish:
         return offered[0]
 
 
+def power_cycle_node(bmc: dict, password_file: str) -> str:
+    """Power-cycle a node by its BMC as kiln-remediate's configuration names it (``address``, ``user``,
+    ``fingerprint`` or ``ca_file``, ``system``; the password in ``password_file``): the reset type sent."""
+    try:
+        with open(password_file) as f:
+            password = f.readline().strip()
+    except OSError as e:
+        raise RedfishError(f"BMC {bmc.get('address')}: cannot read its password ({e.strerror}): kiln deploy "
+                           "places it from kiln's secrets (bmc.password)") from None
+    return Redfish(bmc["address"], bmc["user"], password, ca_file=bmc.get("ca_file"),
+                   fingerprint=bmc.get("fingerprint"), system=bmc.get("system")).power_cycle()
+
+
 def _message(text: bytes) -> str:
     """The first message of a Redfish error body, or its start."""
     try:

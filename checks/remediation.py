@@ -6,7 +6,8 @@ controller, as a systemd service (roles/remediation.py) or by hand.
 Each look: Slurm's view of the compute nodes (one ``sinfo``, one ``scontrol show node``), the journal
 replayed into each node's history, a decision per node (checks/remediation_policy.py), then the actions:
 a step of the node's ladder (checks/repairs.py) through the node's forced-command SSH key
-(checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot``; kiln's
+(checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot``, or, for a
+node that answers neither Slurm nor SSH, a power cycle through its BMC (checks/redfish.py); kiln's
 node checks run on the node after each repair, and the node is resumed when they pass; a step is judged
 by the check it was for (a node that passes it but fails another has a new fault, with its own ladder:
 ``judge``). The journal
@@ -30,11 +31,11 @@ import time
 if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checks import repairs  # noqa: E402
+from checks import redfish, repairs  # noqa: E402
 from checks.alertmanager import AlertmanagerError, expire_silences, make_silences  # noqa: E402
 from checks.parsers import sinfo  # noqa: E402
 from checks.parsers.delimited import separator  # noqa: E402
-from checks.parsers.exposition import Exposition, write  # noqa: E402
+from checks.remediation_metrics import metrics, write_metrics  # noqa: E402
 from checks.parsers.scontrol import SlurmRecordError, show_node_command, show_nodes  # noqa: E402
 from checks.parsers.slurm_values import SLURM_ENV, epoch  # noqa: E402
 from checks.drain_reasons import classify  # noqa: E402
@@ -167,7 +168,7 @@ class Remediator:
             history.breaker_open = True
         for view in views:
             n = history.node(view.name)
-            d = decide(view, n, self.settings, now, history.breaker_open)
+            d = decide(view, n, self.settings, now, history.breaker_open, bmc=self.has_bmc(view.name))
             if d.action == "open":
                 faults = self.faults(view.name, d.check)
                 d = Decision("open", d.why, check=most_severe(faults))
@@ -176,7 +177,7 @@ class Remediator:
                 n = history.node(view.name)
                 if self.dry_run:
                     continue
-                d = decide(view, n, self.settings, now, history.breaker_open)
+                d = decide(view, n, self.settings, now, history.breaker_open, bmc=self.has_bmc(view.name))
             if d.action == "return" and n.episode is not None and n.episode.steps \
                     and n.episode.steps[-1]["result"] is None and not self.dry_run:
                 # the node's own health check passed and resumed it before this look could verify
@@ -223,10 +224,17 @@ class Remediator:
         elif d.action == "verify":
             self.verify(name, d, before=None)
 
+    def has_bmc(self, name: str) -> bool:
+        return bool(self.config["nodes"].get(name, {}).get("bmc"))
+
     def step(self, view: NodeView, d: Decision) -> None:
         name = view.name
-        passed, before = self.check(name) if d.step != repairs.REBOOT else (False, [view.reason])
+        passed, before = (self.check(name) if d.step not in (repairs.REBOOT, repairs.POWER_CYCLE)
+                          else (False, [view.reason]))
         self.log("step", name, step=d.step, check=d.check, before=before)
+        if d.step == repairs.POWER_CYCLE:
+            self.power_cycle(name, d)
+            return
         if d.step == repairs.REBOOT:
             if view.state.endswith("*"):
                 # Slurm reboots a node through its slurmd (RebootProgram): one that does not answer (slurmd
@@ -267,6 +275,23 @@ class Remediator:
         self.log("result", name, step=d.step, result="unreachable",
                  detail=f"no answer on SSH ({(out.stderr or '').strip()[:200]}) and none to Slurm: its power, "
                         "network or kernel")
+
+    def power_cycle(self, name: str, d: Decision) -> None:
+        """Drained first with kiln's repair reason (the node comes back drained, and stays so until its
+        checks pass: a registration alone returns a node that was down), then power-cycled by its BMC."""
+        reason = f"{REPAIR_PREFIX} power_cycle {d.check}"
+        drained = self.scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
+        if drained.returncode != 0:
+            self.log("result", name, step=d.step, result="failed",
+                     detail=f"scontrol drain: {(drained.stderr or drained.stdout).strip()[:200]}")
+            return
+        self.silence(name, f"power cycle for {d.check}")
+        try:
+            sent = redfish.power_cycle_node(self.config["nodes"][name]["bmc"], self.config.get("bmc_password_file", ""))
+        except redfish.RedfishError as e:
+            self.log("result", name, step=d.step, result="failed", detail=str(e)[:300])
+            return
+        self.log("power_cycled", name, reset_type=sent)
 
     # --- silences: a reboot or GPU reset is planned work, and pages nobody while it lasts ---
     def silence(self, name: str, work: str) -> None:
@@ -332,63 +357,6 @@ class Remediator:
         done = self.scontrol("update", f"nodename={name}", "state=resume")
         self.log("resumed", name, rc=done.returncode, detail=(done.stderr or done.stdout).strip()[:200])
         self.unsilence(name, after=True)
-
-
-def metrics(events: list[dict], now: float) -> str:
-    """kiln-remediation.prom: repairs by kind and result, escalations, the time from Slurm's drain to
-    kiln taking it up and from there to back in service, the breaker, nodes in repair or escalated
-    (from the journal)."""
-    results: dict[tuple[str, str], int] = {}
-    steps: dict[str, str] = {}
-    escalations = returns = detected = 0
-    seconds = detect = 0.0
-    opened: dict[str, float] = {}
-    for e in events:
-        node, kind = e.get("node", ""), e.get("event")
-        if kind == "fault":
-            opened.setdefault(node, e.get("t", now))  # a fault that follows a closed one: still out of service
-            if isinstance(e.get("drained_at"), (int, float)):
-                detected += 1
-                detect += max(0.0, e.get("t", now) - e["drained_at"])
-        elif kind == "step":
-            steps[node] = repairs.kind(e.get("step", ""))
-        elif kind == "result":
-            key = (steps.get(node, "unknown"), str(e.get("result")))
-            results[key] = results.get(key, 0) + 1
-        elif kind == "escalated":
-            escalations += 1
-        elif kind == "released":
-            opened.pop(node, None)
-        elif kind == "returned" and node in opened:
-            returns += 1
-            seconds += e.get("t", now) - opened.pop(node)
-    h = replay(events)
-    out = Exposition()
-    text = "Repair steps by kind and result."
-    out.add("kiln_remediation_repairs_total", "counter", text)
-    for (k, r), n in sorted(results.items()):
-        out.add("kiln_remediation_repairs_total", "counter", text, n, {"kind": k, "result": r})
-    out.add("kiln_remediation_escalations_total", "counter", "Nodes handed to a person.", escalations)
-    text = "Time from a node seen out of service to back in service."
-    out.add("kiln_remediation_returned_seconds", "summary", text, round(seconds, 3), suffix="_sum")
-    out.add("kiln_remediation_returned_seconds", "summary", text, returns, suffix="_count")
-    text = "Time from Slurm's drain (its reason's time) to kiln-remediate taking the fault up."
-    out.add("kiln_remediation_detect_seconds", "summary", text, round(detect, 3), suffix="_sum")
-    out.add("kiln_remediation_detect_seconds", "summary", text, detected, suffix="_count")
-    out.add("kiln_remediation_breaker_open", "gauge", "1 while the circuit breaker stops automatic repair.",
-            int(h.breaker_open))
-    text = "Nodes in a fault episode, and escalated nodes."
-    out.add("kiln_remediation_nodes", "gauge", text,
-            sum(1 for n in h.nodes.values() if n.episode and not n.escalated), {"state": "repairing"})
-    out.add("kiln_remediation_nodes", "gauge", text, sum(1 for n in h.nodes.values() if n.escalated),
-            {"state": "escalated"})
-    out.add("kiln_remediation_look_timestamp_seconds", "gauge", "When kiln-remediate last looked.", int(now))
-    return out.text()
-
-
-def write_metrics(directory: str, text: str) -> None:
-    if directory and os.path.isdir(directory):  # no textfile directory: no node_exporter to read it
-        write(directory, "kiln-remediation.prom", text)
 
 
 def main(argv: list[str] | None = None) -> int:

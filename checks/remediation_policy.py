@@ -105,6 +105,7 @@ def replay(events: list[dict]) -> History:
             n.step_times.append((repairs.kind(e.get("step", "")), t))
         elif kind == "result" and n.episode is not None and n.episode.steps:
             n.episode.steps[-1]["result"] = e.get("result")
+            n.episode.steps[-1]["detail"] = str(e.get("detail", ""))
         elif kind == "escalated":
             n.escalated = True
         elif kind == "closed":  # the episode's own fault cleared; a new one follows at once
@@ -201,8 +202,10 @@ def breaker(views: list[NodeView], history: History, s: Settings, now: float) ->
     return ""
 
 
-def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open: bool) -> Decision:
-    """What to do with one node now."""
+def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open: bool,
+           bmc: bool = False) -> Decision:
+    """What to do with one node now; ``bmc``: the inventory names the node's BMC (a node that answers
+    nothing can be power-cycled)."""
     who = owner(view)
     ep = n.episode
     if who == "":
@@ -219,15 +222,17 @@ def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open
         return Decision("hold", "circuit breaker open: no automatic repair until kiln remediate --reset-breaker")
     last = ep.steps[-1] if ep.steps else None
     if last is not None and last["result"] == "unreachable":
-        return Decision("escalate", "answers neither Slurm nor SSH (power, network or a hung kernel; its BMC "
-                        "can power-cycle it)", check=ep.check)
+        return _out_of_band(ep, n, s, now, bmc)
+    if last is not None and last["step"] == repairs.POWER_CYCLE and last["result"] == "failed":
+        return Decision("escalate", f"its BMC did not power-cycle it: {last.get('detail', '')}"[:300], check=ep.check)
     if last is not None and last["result"] is None:
-        if last["step"] == repairs.REBOOT:
+        if last["step"] in (repairs.REBOOT, repairs.POWER_CYCLE):
+            what = "its reboot" if last["step"] == repairs.REBOOT else "its power cycle"
             if view.boot_time is not None and view.boot_time > last["t"] and "*" not in view.state:
-                return Decision("verify", "back from its reboot", step=last["step"], check=ep.check)
+                return Decision("verify", f"back from {what}", step=last["step"], check=ep.check)
             if now - last["t"] > s.reboot_timeout_seconds:
-                return Decision("escalate", f"not back {s.reboot_timeout_seconds} s after its reboot", check=ep.check)
-            return Decision("hold", "reboot in progress")
+                return Decision("escalate", f"not back {s.reboot_timeout_seconds} s after {what}", check=ep.check)
+            return Decision("hold", f"{what.removeprefix('its ')} in progress")
         return Decision("verify", "a step was cut short", step=last["step"], check=ep.check)
     ladder = repairs.ladder(ep.check)
     if not ep.steps and now - ep.opened < s.settle_seconds:
@@ -251,3 +256,18 @@ def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open
     if view.running_jobs and step not in repairs.SAFE_UNDER_JOBS:
         return Decision("hold", f"{step} waits for the node's running jobs to end")
     return Decision("step", f"{ep.check}: step {index + 1} of {len(ladder)}", step=step, check=ep.check)
+
+
+def _out_of_band(ep: Episode, n: NodeHistory, s: Settings, now: float, bmc: bool) -> Decision:
+    """A node that answered neither Slurm nor SSH at its last step: no step on the node can run. Its BMC
+    power-cycles it, once an episode and within the power-cycle budget; else a person's turn."""
+    why = "answers neither Slurm nor SSH (its power, its network or a hung kernel)"
+    if not bmc:
+        return Decision("escalate", f"{why}; the inventory names no BMC to power-cycle it (kiln_bmc)", check=ep.check)
+    if any(x["step"] == repairs.POWER_CYCLE for x in ep.steps):
+        return Decision("escalate", f"{why}, after a power cycle", check=ep.check)
+    used = [t for k, t in n.step_times if k == repairs.POWER_CYCLE and now - t <= s.budget_hours * 3600]
+    if len(used) >= s.budget_per_kind:
+        return Decision("escalate", f"{why}; power-cycle budget spent: {len(used)} within {s.budget_hours} h",
+                        check=ep.check)
+    return Decision("step", f"{why}: power-cycled through its BMC", step=repairs.POWER_CYCLE, check=ep.check)

@@ -8,6 +8,9 @@ Steps:
   reboot's minutes;
 + ``reboot``: ``scontrol reboot`` of the drained node, with kiln's reason, once it runs no job; it comes
   back drained and stays so until kiln's checks pass on it;
++ ``power_cycle``: not a rung of any ladder: a node that answers neither Slurm nor SSH (its power, its
+  network or a hung kernel) is drained with kiln's reason and power-cycled through its BMC (Redfish,
+  checks/redfish.py) where the inventory names one; it comes back drained, like a reboot;
 + ``escalate``: no more automatic repair; the node stays drained with a reason that says a person is
   needed (``kiln: escalated ...``), and an alert fires where monitoring is deployed.
 
@@ -25,6 +28,7 @@ from checks.parsers.xid_catalog import RESET as XID_RESET
 
 RESET = "reset"
 REBOOT = "reboot"
+POWER_CYCLE = "power_cycle"  # out of band, through the node's BMC
 ESCALATE = "escalate"
 SAFE_UNDER_JOBS = {"restart:slurmd", "restart:munge"}  # jobs keep running when these restart
 

@@ -335,7 +335,7 @@ def served_metrics() -> set[str]:
     from checks import node_local
     kiln_prom = {"kiln_check_ok", "kiln_check_last_run_timestamp_seconds", "kiln_check_duration_seconds"}
     assert all(name in (REPO / "checks" / "node_local.py").read_text() for name in kiln_prom), node_local
-    from checks.remediation import metrics as remediation_metrics  # kiln-remediation.prom
+    from checks.remediation_metrics import metrics as remediation_metrics  # kiln-remediation.prom
     remediation = set(re.findall(r"^(kiln_[a-z_]+)", remediation_metrics([], 0), re.M))
     return (node_exporter | NODE_EXPORTER_INFINIBAND | dcgm | PROMETHEUS_OWN | kiln_prom
             | set(re.findall(r"^(kiln_[a-z_]+)", collector, re.M)) | node_files | remediation)

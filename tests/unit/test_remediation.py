@@ -13,7 +13,8 @@ import pytest
 
 from checks import node_repair, repairs
 from checks.reference import CHECKS
-from checks.remediation import Remediator, metrics, parse_views, read_journal
+from checks.remediation import Remediator, parse_views, read_journal
+from checks.remediation_metrics import metrics
 from tests.slurm_framing import SEP, frame
 from checks.remediation_policy import NodeHistory, NodeView, Settings, breaker, decide, judge, replay
 from kiln.known_hosts import known_hosts_lines
