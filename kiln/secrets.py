@@ -25,6 +25,7 @@ DBD_PASSWORD = "slurmdbd.password"
 MONITORING_PASSWORD = "monitoring.password"
 REMEDIATION_KEY = "remediation_ed25519"  # kiln-remediate's SSH key (the controller to the compute nodes)
 BEEGFS_CONNAUTH = "beegfs-connauth"
+BMC_PASSWORD = "bmc.password"  # the compute nodes' BMC account's (kiln_bmc), for kiln-remediate's power cycle
 
 
 class SecretsError(Exception):
@@ -41,6 +42,9 @@ def site_secrets(cluster: Cluster) -> dict[str, str]:
     if "cephfs" in types and ceph is not None:
         needed[ceph_keyring(ceph.client_name)] = (f"the keyring of CephX user client.{ceph.client_name}: "
                                                    f"ceph auth get client.{ceph.client_name} on the Ceph cluster")
+    if cluster.setting("remediation").enabled and any(h.settings.get("kiln_bmc") for h in cluster.compute):
+        needed[BMC_PASSWORD] = ("the password of the BMC account kiln_bmc names (user), on its first line: "
+                                "from whoever runs the BMCs")
     return needed
 
 

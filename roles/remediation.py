@@ -10,7 +10,10 @@ Defaults (every setting in ``kiln_remediation``, kiln/inventory/monitoring_schem
   kiln-remediate.service (restarted when its settings change). Where kiln deploys monitoring: the
   first monitoring host's Alertmanager in the settings and its password (user kiln) in
   /etc/kiln/remediation/alertmanager.password (0600), so a reboot or GPU reset is silenced while it
-  lasts (checks/alertmanager.py). Journal and audit trail:
+  lasts (checks/alertmanager.py). Where compute nodes name their BMC (``kiln_bmc``): each one's
+  address, user and fingerprint (or its CA, /etc/kiln/remediation/bmc-ca/NODE.pem) in the settings, and
+  the BMCs' password (``secrets/<cluster>/bmc.password``) in /etc/kiln/remediation/bmc.password (0600),
+  for the power cycle of a node that answers nothing. Journal and audit trail:
   /var/lib/kiln/remediation/journal.jsonl; metrics: kiln-remediation.prom in ``kiln_check_textfile_dir``.
 + compute nodes: /usr/local/sbin/kiln-node-repair (checks/node_repair.py) and one line in root's
   authorized_keys: the key may run only that program (``restrict,command=...``), only from the
@@ -29,6 +32,7 @@ from kiln.known_hosts import known_hosts_lines
 from kiln.monitoring import ALERTMANAGER_PORT
 from kiln.monitoring.alerts import base_url
 from kiln.monitoring.silences import Silences
+from kiln.secrets import BMC_PASSWORD as BMC_PASSWORD_SECRET
 from kiln.secrets import public_ssh_key
 from kiln.shell import quote
 from roles import health, secret_files
@@ -43,6 +47,8 @@ CONFIG = "/etc/kiln/remediation.json"
 KEY = secret_files.REMEDIATION_KEY
 KNOWN_HOSTS = "/etc/kiln/remediation/known_hosts"
 ALERTMANAGER_PASSWORD = secret_files.REMEDIATION_ALERTMANAGER_PASSWORD
+BMC_PASSWORD = secret_files.REMEDIATION_BMC_PASSWORD
+BMC_CA_DIR = "/etc/kiln/remediation/bmc-ca"
 REMEDIATE = """#!/usr/bin/python3
 # kiln-remediate (kiln's remediation role); see /usr/local/lib/kiln/checks/remediation.py
 import sys
@@ -87,11 +93,25 @@ def config(ctx: NodeContext) -> dict:
     s = ctx.cluster.setting("remediation")
     return {"settings": s.model_dump(), "key": KEY, "known_hosts": KNOWN_HOSTS,
             "textfile_dir": ctx.cluster.setting("check_textfile_dir") if ctx.cluster.monitored else "",
-            "nodes": {h.name: {"address": h.address, "port": int(h.connection.get("ssh_port", 22))}
+            "nodes": {h.name: {"address": h.address, "port": int(h.connection.get("ssh_port", 22)),
+                               **({"bmc": _bmc(h)} if h.settings.get("kiln_bmc") else {})}
                       for h in ctx.cluster.compute},
+            **({"bmc_password_file": BMC_PASSWORD} if _bmc_hosts(ctx) else {}),
             **({"alertmanager": {"url": base_url(ctx.cluster, ALERTMANAGER_PORT), "password_file": ALERTMANAGER_PASSWORD,
                                  "grace_seconds": Silences.grace(ctx.cluster)}}
                if ctx.cluster.monitored else {})}
+
+
+def _bmc_hosts(ctx: NodeContext) -> list:
+    return [h for h in ctx.cluster.compute if h.settings.get("kiln_bmc")]
+
+
+def _bmc(host) -> dict:
+    """What kiln-remediate needs of a node's BMC (checks/redfish.py power_cycle_node); its CA file is
+    placed under BMC_CA_DIR by the node's name."""
+    b = host.settings["kiln_bmc"]
+    trust = {"fingerprint": b.fingerprint} if b.fingerprint else {"ca_file": f"{BMC_CA_DIR}/{host.name}.pem"}
+    return {"address": b.address, "user": b.user, **trust, **({"system": b.system} if b.system else {})}
 
 
 def known_hosts(ctx: NodeContext) -> str:
@@ -155,6 +175,18 @@ def _controller(ctx: NodeContext, enabled: bool) -> None:
     if ctx.cluster.monitored:
         changed.append(ctx.put(ALERTMANAGER_PASSWORD, ctx.secrets.monitoring_password + "\n", mode="600", secret=True,
                                name="remediation: Alertmanager's password (silences for its repairs)"))
+    bmcs = _bmc_hosts(ctx)
+    if bmcs:
+        changed.append(ctx.put(BMC_PASSWORD, ctx.secrets.site[BMC_PASSWORD_SECRET].decode().splitlines()[0] + "\n",
+                               mode="600", secret=True, name="remediation: the BMCs' password (power cycles)"))
+    cas = [h for h in bmcs if h.settings["kiln_bmc"].ca_file]
+    if cas:
+        ctx.watch_path(BMC_CA_DIR)
+        managed_directory(name=f"remediation: {BMC_CA_DIR}", ctx=ctx, path=BMC_CA_DIR, user="root", group="root",
+                          mode="755")
+    for h in cas:
+        pem = (ctx.cluster.path / h.settings["kiln_bmc"].ca_file).read_text()
+        changed.append(ctx.put(f"{BMC_CA_DIR}/{h.name}.pem", pem, mode="644", name=f"remediation: {h.name}'s BMC CA"))
     service = ctx.put(UNIT, SERVICE, mode="644", name="remediation: kiln-remediate.service")
     server.shell(name="remediation: reload systemd (if the unit changed)", commands=[DAEMON_RELOAD],
                  _if=when_changed(service))

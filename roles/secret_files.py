@@ -13,13 +13,14 @@ PROMETHEUS_PASSWORD = "/etc/prometheus/kiln-password"  # what Prometheus sends t
 JOB_SUMMARY_PASSWORD = "/etc/slurm/kiln-prometheus.password"  # what kiln-job-summary sends to Prometheus
 REMEDIATION_KEY = "/etc/kiln/remediation/id_ed25519"  # kiln-remediate's SSH key to compute nodes
 REMEDIATION_ALERTMANAGER_PASSWORD = "/etc/kiln/remediation/alertmanager.password"
+REMEDIATION_BMC_PASSWORD = "/etc/kiln/remediation/bmc.password"  # the compute nodes' BMCs' (power cycles)
 BEEGFS_CONNAUTH_FILE = "/etc/beegfs/connauthfile"
 
 
 def secret_files(cluster: Cluster) -> list[str]:
     """The paths, whichever hosts hold them (the suite reads those a host has)."""
     paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
-             REMEDIATION_ALERTMANAGER_PASSWORD, BEEGFS_CONNAUTH_FILE]
+             REMEDIATION_ALERTMANAGER_PASSWORD, REMEDIATION_BMC_PASSWORD, BEEGFS_CONNAUTH_FILE]
     ceph = cluster.setting("ceph")
     if ceph:
         paths.append(f"/etc/ceph/{ceph_keyring(ceph.client_name)}")

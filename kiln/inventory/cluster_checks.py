@@ -438,3 +438,30 @@ def check_secrets_dir(raw: RawInventory, values: dict[str, Any], add: Any) -> No
         add(file, "kiln_secrets_dir", f"{existing} (holding the secrets directory {path}) belongs to uid "
             f"{info.st_uid} with mode {info.st_mode & 0o777:o}: the secrets directory must sit in a directory of "
             "the user running kiln (or root) that no one else may write", line)
+
+
+def check_bmcs(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:
+    """A BMC is named for a compute node only (kiln-remediate repairs those), its CA file is a PEM
+    certificate in the inventory's directory, and no two nodes name the same BMC system."""
+    seen: dict[tuple, str] = {}
+    for host in hosts.values():
+        bmc = host.settings.get("kiln_bmc")
+        if bmc is None:
+            continue
+        file, line = raw.origin("kiln_bmc", host.name)
+        if not host.is_compute:
+            add(file, "kiln_bmc", f"{host.name} is no compute node: kiln-remediate power-cycles compute nodes only", line)
+        if bmc.ca_file is not None:
+            path = raw.root / bmc.ca_file
+            try:
+                pem = path.read_text(errors="replace")[:1 << 20]
+            except OSError as e:
+                add(file, "kiln_bmc.ca_file", f"{host.name}: cannot read {path}: {e.strerror}", line)
+            else:
+                if "-----BEGIN CERTIFICATE-----" not in pem:
+                    add(file, "kiln_bmc.ca_file", f"{host.name}: {path} holds no PEM certificate", line)
+        key = (bmc.host, bmc.port, bmc.system)
+        if key in seen:
+            add(file, "kiln_bmc", f"{host.name} names the BMC system of {seen[key]} ({bmc.address}"
+                f"{' ' + bmc.system if bmc.system else ''}): give each node its own (system: on a shared BMC)", line)
+        seen.setdefault(key, host.name)

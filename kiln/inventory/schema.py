@@ -25,7 +25,7 @@ from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, If
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
 from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, LoginUserLimits, Operators,
                                           PrivateDataKind)
-from kiln.inventory.remediation_schema import Remediation
+from kiln.inventory.remediation_schema import Bmc, Remediation
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
@@ -395,6 +395,8 @@ SETTINGS: dict[str, Setting] = {
            "switches run none; two such hosts give a standby"),
         _s("ipoib_address", Address | Literal[""], "", "host",
            "the node's IPoIB address (in kiln_fabric.ipoib.subnet, unique); required with ipoib"),
+        _s("bmc", Bmc, None, "host", "a compute node's BMC (see Bmc): kiln-remediate power-cycles the node through it "
+           "(Redfish) when it answers neither Slurm nor SSH; the password is kiln's secret bmc.password"),
         _s("storage_mounts", list[StorageMount], [], "host", "filesystems the node mounts"),
         _s("storage_nfs_exports", list[NfsExport], [], "host",
            "NFS exports of a storage server (hosts in storage_servers only; see NfsExport)"),

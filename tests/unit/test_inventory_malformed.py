@@ -27,6 +27,7 @@ def materialize(tmp_path: Path, case: Case) -> Path:
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
     return root
 
