@@ -80,6 +80,16 @@ def kill_and_wait(pid: int, sig: int = signal.SIGTERM, timeout: float = 10.0) ->
     return not pid_alive(pid)
 
 
+def stop_recorded(pidfile: Path, marker: str) -> None:
+    """Stop the process whose pid ``pidfile`` holds, if it still runs ``marker`` (a reused pid is left
+    alone): SIGTERM, then SIGKILL; the pid file removed either way."""
+    pid = read_pid(pidfile)
+    if pid_alive(pid, marker):
+        if not kill_and_wait(pid, timeout=10):
+            kill_and_wait(pid, signal.SIGKILL, timeout=5)
+    pidfile.unlink(missing_ok=True)
+
+
 def children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):

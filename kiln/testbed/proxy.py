@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kiln.testbed.host import TestbedError, kill_and_wait, pid_alive, read_pid, run
+from kiln.testbed.host import TestbedError, pid_alive, read_pid, run, stop_recorded
 
 MARKER = "apt-cacher-ng"
 SYSTEM_CONF = Path("/etc/apt-cacher-ng")
@@ -74,11 +74,7 @@ class AptProxy:
             return "HTTP Error" in str(exc)
 
     def stop(self) -> None:
-        pid = read_pid(self.pidfile)
-        if pid_alive(pid, MARKER):
-            if not kill_and_wait(pid, timeout=10):
-                kill_and_wait(pid, 9, timeout=5)
-        self.pidfile.unlink(missing_ok=True)
+        stop_recorded(self.pidfile, MARKER)
 
 
 def _user_exists(name: str) -> bool:

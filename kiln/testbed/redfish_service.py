@@ -44,9 +44,11 @@ class RedfishService:
     ``key_file``; ``user``/``password``: the basic-auth credentials it takes."""
 
     def __init__(self, nodes: list[str], power: Power, user: str, password: str, cert_file: str, key_file: str,
-                 host: str = "127.0.0.1", port: int = 0, reset_types: list[str] = RESET_TYPES):
-        """``reset_types``: the ones the BMC lists and takes (some offer no PowerCycle)."""
-        self.nodes, self.power, self.reset_types = list(nodes), power, list(reset_types)
+                 host: str = "127.0.0.1", port: int = 0, reset_types: list[str] = RESET_TYPES,
+                 log=lambda line: None):
+        """``reset_types``: the ones the BMC lists and takes (some offer no PowerCycle); ``log``: told of
+        each reset and its end."""
+        self.nodes, self.power, self.reset_types, self.log = list(nodes), power, list(reset_types), log
         self.resets: list[tuple[str, str]] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request that reached it
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -131,10 +133,16 @@ class RedfishService:
 
     def reset(self, node: str, kind: str) -> None:
         """Carry out a reset the service answered: off first for the ones that cycle, then on."""
-        if kind in ("ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle") and self.power.state(node) == "On":
-            self.power.off(node)
-        if kind in ("On", "ForceRestart", "PowerCycle") and self.power.state(node) == "Off":
-            self.power.on(node)
+        self.log(f"{node}: {kind}")
+        try:
+            if kind in ("ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle") and self.power.state(node) == "On":
+                self.power.off(node)
+            if kind in ("On", "ForceRestart", "PowerCycle") and self.power.state(node) == "Off":
+                self.power.on(node)
+        except Exception as e:  # a BMC outlives what its system does; the failure is logged
+            self.log(f"{node}: {kind} failed: {e}")
+            return
+        self.log(f"{node}: {kind} done, power {self.power.state(node)}")
 
     def start(self) -> "RedfishService":
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -30,6 +30,7 @@ from kiln.testbed.nspawn import Node, NspawnNodes
 from kiln.testbed.vm import VmNodes, stray_processes
 from kiln.versions import upstream
 from kiln.testbed.node_files import SHARED_DIR, node_files
+from kiln.testbed.bmc import TestbedBmc
 from kiln.testbed.proxy import AptProxy
 
 STATE_ROOT = Path(os.environ.get("KILN_TESTBED_STATE", "/var/lib/kiln/testbed"))
@@ -86,6 +87,7 @@ class Testbed:
         self.host_address = f"{self.subnet}.1"
         self.shared = self.state / "shared"
         self.proxy = AptProxy(self.state, APT_CACHE / self.name, self.host_address, PROXY_PORT)
+        self.bmc = TestbedBmc(self.state, self.host_address, self.name)
 
     # --- layout ---
     @property
@@ -150,6 +152,7 @@ class Testbed:
             try:
                 self._wait_ssh(nodes, timeout=10)
                 self._init_simulators([n for n in nodes if n.role == "compute" or len(nodes) == 1])
+                self._bmc_up(nodes)
                 self.progress(f"testbed {self.name} already up with {count} nodes")
                 return self.status()
             except TestbedError as exc:
@@ -218,6 +221,7 @@ class Testbed:
         # left a node without simulated hardware (its health check would drain it). Idempotent: a node
         # with a state keeps it, and its injected faults.
         self._init_simulators([n for n in booting if n.role == "compute" or len(nodes) == 1])
+        self._bmc_up(nodes)
         self.progress(f"testbed {self.name} up: {count} node(s) in {time.monotonic() - started:.1f} s "
                       f"({', '.join(f'{n}: {s}' for n, s in states.items()) or 'all were running'})")
         return self.status()
@@ -318,6 +322,11 @@ class Testbed:
             Path(INOTIFY_INSTANCES).write_text(saved.read_text())
             saved.unlink()
 
+    def _bmc_up(self, nodes: list[Node]) -> None:
+        """The container nodes' BMC (kiln/testbed/bmc.py); VMs have none yet."""
+        if self.node_kind == "nspawn":
+            self.bmc.start([n.name for n in nodes])
+
     def _bridge_up(self) -> None:
         if not link_exists(self.bridge):
             run(["ip", "link", "add", self.bridge, "type", "bridge"])
@@ -361,6 +370,8 @@ class Testbed:
         self.ssh_config.write_text("".join(entries))
         if inventory_dir is not None:
             write_inventory(inventory_dir, self, nodes)
+            if self.node_kind == "nspawn":  # where kiln reads the testbed inventory's secrets
+                self.bmc.place_password(inventory_dir.parent / "secrets" / self.name)
 
     def _wait_all(self, kind: NspawnNodes | VmNodes, nodes: list[Node]) -> dict[str, str]:
         states: dict[str, str] = {}
@@ -498,6 +509,7 @@ class Testbed:
             control.unlink(missing_ok=True)
         driver.remove_testbed_cgroups()
         self.proxy.stop()
+        self.bmc.stop()
         if remove_state:
             self._restore_inotify_limit()
         if link_exists(self.bridge):

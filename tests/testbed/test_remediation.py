@@ -31,8 +31,11 @@ def _deploy(inventory) -> None:
 def fleet(slurm, tmp_path_factory):
     tb = slurm
     on_inventory = copy_inventory(tb.inventory, tmp_path_factory.mktemp("remediation") / "testbed",
+                                  # each node is repaired several times in this module: the repeat-offender
+                                  # rule (unit-tested) would escalate the later faults of every node
                                   changes={"kiln_remediation": {"enabled": True, "interval_seconds": 5,
-                                                                     "settle_seconds": 8}})
+                                                                     "settle_seconds": 8,
+                                                                     "repeat_offender_faults": 10}})
     _deploy(on_inventory)
     tb.remediation_inventory = on_inventory
     yield tb
@@ -246,8 +249,7 @@ def test_a_double_bit_ecc_xid_is_repaired_by_a_gpu_reset_without_a_reboot(fleet)
     """Xid 48 asks for a GPU reset: kiln-node-repair resets the GPUs and records when, and the Xid check
     leaves out the driver's lines from before it, so the node is back in seconds instead of failing the
     Xid check for its 2 h window and climbing to a reboot. On the node a person had drained in the first
-    test: the others have been repaired twice this week already, and a third fault escalates them as
-    repeat offenders."""
+    test."""
     tb, node = fleet, fleet.computes[3]
     _wait_settled(tb, node)
     boot = _boot(tb, node)
@@ -329,6 +331,65 @@ def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothin
     assert [e["step"] for e in episode[last:] if e["event"] == "step"] == ["reboot"], episode[last:]
     assert _reboots_asked(tb, node) == before + 1  # one reboot asked of Slurm, not two
     print(f"running job {job} completed before {node} was rebooted; the service killed after the reboot, one reboot")
+
+
+def test_a_node_that_loses_power_is_power_cycled_through_its_bmc_and_a_job_needing_every_node_then_runs(fleet):
+    """A compute node loses power without warning: Slurm has it down and not responding, kiln-remediate's
+    first step (restart slurmd) gets no SSH session, so it drains the node with kiln's reason and power-cycles
+    it through its BMC (the testbed's Redfish endpoint, its certificate pinned in the inventory); the node
+    boots, its checks pass and kiln-remediate resumes it. A job that needs every compute node, submitted
+    after the loss, waits meanwhile and then runs."""
+    tb = fleet
+    _wait_settled(tb, *tb.computes)
+    # the node kiln-remediate has repaired least in this module
+    returns = {n: sum(1 for e in _journal(tb, n) if e["event"] == "returned") for n in tb.computes}
+    node = min(tb.computes, key=lambda n: (returns[n], tb.computes.index(n)))
+    before = len(_journal(tb, node))
+    resets = tb.bmc.dir / "bmc.log"
+    logged = resets.read_text() if resets.exists() else ""
+    lost_at = time.monotonic()
+    tb.power_loss(node)
+    try:
+        _power_cycled(tb, node, before, resets, logged, lost_at)
+    finally:  # never leave the node off for the tests after this one
+        if not _running(tb, node):
+            tb.start(node)
+
+
+def _running(tb, node: str) -> bool:
+    return tb.kind().running(next(n for n in tb.recorded_nodes() if n.name == node))
+
+
+def _power_cycled(tb, node: str, before: int, resets, logged: str, lost_at: float) -> None:
+    wait_for(lambda: _state(tb, node)[0].startswith("down"), timeout=90, interval=1, what=f"{node} down in Slurm")
+    down_at = time.monotonic()
+    job = submit(tb, tb.controller, f"-N {len(tb.computes)} -t 2 --wrap 'srun hostname'")
+    time.sleep(2)
+    assert job_state(tb, tb.controller, job) == "PENDING"
+    episode = wait_for(lambda: (lambda ev: ev if ev and ev[-1]["event"] in ("returned", "escalated") else None)(
+        [e for e in _journal(tb, node)[before:] if e["event"] != "held"]), timeout=420, interval=2,
+        what=f"kiln-remediate power-cycling {node} and returning it")
+    back_at = time.monotonic()
+    assert episode[0]["check"] == "SLURM_NOT_RESPONDING", episode
+    assert [e["step"] for e in episode if e["event"] == "step"] == ["restart:slurmd", "power_cycle"], episode
+    assert [e["result"] for e in episode if e["event"] == "result"] == ["unreachable", "ok"], episode
+    # the BMC saw the system off (its power lost): powering it on is the cycle's whole
+    assert [e["reset_type"] for e in episode if e["event"] == "power_cycled"] == ["On"], episode
+    assert not [e for e in episode if e["event"] == "escalated"], episode
+    assert f"{node}: On done, power On" in resets.read_text()[len(logged):]
+    assert _in_service(tb, node)
+    wait_for(lambda: job_state(tb, tb.controller, job) in ("RUNNING", "COMPLETED"), timeout=120, interval=1,
+             what=f"job {job} on every compute node")
+    running_at = time.monotonic()
+    wait_for(lambda: job_state(tb, tb.controller, job) == "COMPLETED", timeout=120, interval=2,
+             what=f"job {job} completed")
+    ran_on = on(tb, tb.controller, f"sacct -n -X -P -j {job} -o NodeList").stdout.strip()
+    for e in episode:
+        print(f"  +{e['t'] - episode[0]['t']:5.1f} s  {e['event']:13} {e.get('step', '')} {e.get('result', '')} "
+              f"{e.get('reset_type', '')} {str(e.get('detail', e.get('why', '')))[:90]}")
+    print(f"{node} lost power: down in Slurm after {down_at - lost_at:.0f} s, power-cycled by its BMC and back in "
+          f"service after {back_at - lost_at:.0f} s; the job needing all {len(tb.computes)} compute nodes ran "
+          f"{running_at - lost_at:.0f} s after the loss, on {ran_on}")
 
 
 def test_the_circuit_breaker_holds_when_every_compute_node_fails_at_once(fleet):

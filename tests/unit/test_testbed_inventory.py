@@ -169,3 +169,36 @@ def test_two_callers_at_once_build_an_os_base_once(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert builds == ["debian13"] and got == [base.base_dir("debian13") / "rootfs"] * 2
+
+
+def test_container_compute_nodes_name_the_testbeds_bmc_pinned_by_its_certificate(tmp_path):
+    """Each container compute node has the testbed's BMC (kiln/testbed/bmc.py) with the fingerprint of the
+    certificate it serves; the password is placed where kiln reads the inventory's secrets, 0600, and kept
+    across rewrites; kiln's secrets load it, and the controller's kiln-remediate config names it."""
+    import ssl
+
+    from checks.redfish import fingerprint_of
+    from kiln.secrets import load_or_create
+    from kiln.testbed.bmc import PORT, USER
+    tb = Testbed("unit", progress=lambda m: None)
+    path = tmp_path / "inventory" / "testbed-unit"
+    write_inventory(path, tb, tb.node_list(3))
+    cluster = load_cluster(path)
+    der = ssl.PEM_cert_to_DER_cert(tb.bmc.cert.read_text())
+    for name in ("unit02", "unit03"):
+        bmc = cluster.hosts[name].settings["kiln_bmc"]
+        assert (bmc.host, bmc.port, bmc.user, bmc.system) == (tb.host_address, PORT, USER, f"/redfish/v1/Systems/{name}")
+        assert bmc.fingerprint == fingerprint_of(der)
+    assert cluster.hosts["unit01"].settings["kiln_bmc"] is None
+    assert (tb.bmc.key.stat().st_mode & 0o777, tb.bmc.password_file.stat().st_mode & 0o777) == (0o600, 0o600)
+    tb.bmc.place_password(tmp_path / "inventory" / "secrets" / "unit")
+    first = tb.bmc.password_file.read_text()
+    write_inventory(path, tb, tb.node_list(3))
+    tb.bmc.place_password(tmp_path / "inventory" / "secrets" / "unit")
+    assert tb.bmc.password_file.read_text() == first  # made once
+    placed = tmp_path / "inventory" / "secrets" / "unit" / "bmc.password"
+    assert placed.stat().st_mode & 0o777 == 0o600
+    assert load_or_create(cluster).site["bmc.password"].decode().strip() == first.strip()
+    vm = Testbed("unit", progress=lambda m: None, node_kind="vm")
+    write_inventory(tmp_path / "vm", vm, vm.node_list(3))
+    assert not any(h.settings["kiln_bmc"] for h in load_cluster(tmp_path / "vm").hosts.values())
