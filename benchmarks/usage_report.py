@@ -70,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cluster = load_cluster(usage_month.write_inventory(Path(tmp) / "inventory"))
-        text, reservations = frame(usage_month.sacct_month(args.jobs), 16), usage_month.reservations_month()
+        text, reservations = frame(usage_month.sacct_month(args.jobs), 17), usage_month.reservations_month()
         runs = []
         for _ in range(args.runs):
             times, page = kiln_once(cluster, text, reservations)

@@ -32,7 +32,10 @@ else
 fi
 
 save() {  # atomically: a requeue while writing leaves the previous checkpoint
-    echo "$step" > "$state.tmp" && mv "$state.tmp" "$state"
+    echo "$step" > "$state.tmp" && mv "$state.tmp" "$state" || return
+    # when it was saved, in the job's own comment (kept in accounting): kiln usage counts only the work after
+    # it as lost when this run ends by a node failure, a preemption or a requeue
+    scontrol update jobid="$SLURM_JOB_ID" comment="kiln:checkpoint kiln:saved=$(date +%s)" 2>/dev/null || true
 }
 
 checkpoint() {

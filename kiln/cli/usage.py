@@ -167,12 +167,12 @@ def _print(data: dict, start: datetime, end: datetime) -> None:
     echo(f"usage of cluster {data['cluster']} from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC "
          f"({data['totals']['jobs']} jobs)")
     echo(f"  {'team':<16} {'GPU-h':>10} {'CPU-h':>10} {'share':>13} {'cost':>16} {'per useful GPU-h':>18} "
-         f"{'idle GPU-h':>11} {'lost GPU-h':>11}")
+         f"{'idle GPU-h':>11} {'lost GPU-h':>11} {'per kept GPU-h':>16}")
     for t in data["teams"]:
         share = f"{100 * t['share_used']:.0f}%/{100 * t['share_target']:.0f}%" if t["share_target"] is not None else "-"
         echo(f"  {t['team']:<16} {t['gpu_hours']:>10.2f} {t['cpu_hours']:>10.2f} {share:>13} "
              f"{_money(t['cost'], cur):>16} {_money(t['cost_per_useful_gpu_hour'], cur):>18} {t['idle_gpu_hours']:>11.2f} "
-             f"{t['lost_gpu_hours']:>11.2f}")
+             f"{t['lost_gpu_hours']:>11.2f} {_money(t['cost_per_kept_gpu_hour'], cur):>16}")
     for r in data["reservations"]:
         used = f"{100 * r['used_share']:.0f}%" if r["used_share"] is not None else "-"
         echo(f"  reservation {r['reservation']} ({r['nodes']}): {r['used_gpu_hours']:.2f} of {r['reserved_gpu_hours']:.2f}"

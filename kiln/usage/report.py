@@ -41,6 +41,16 @@ def _seconds_in(job: Job, since: float, until: float) -> float:
     return hi - lo
 
 
+def _lost_seconds(job: Job, since: float, until: float) -> float:
+    """Of a run that ended by a failure, a preemption or a requeue, the seconds inside [since, until) whose
+    work went with it: after its last checkpoint (``job.saved``, the job's own word, used only when it falls
+    within the run), else the whole run."""
+    lo, hi = _clipped(job, since, until)
+    if job.saved is not None and job.start is not None and job.end is not None and job.start <= job.saved <= job.end:
+        lo = min(hi, max(lo, job.saved))
+    return hi - lo
+
+
 def _node_type(cluster: Cluster, nodes: str, cache: dict) -> str | None:
     if nodes not in cache:
         try:
@@ -98,8 +108,8 @@ def reservation_figures(reservations: list[Reservation], jobs: list[Job], cluste
     return out
 
 
-# The runs whose GPU-hours were spent but whose work ended with the run (the job, requeued, starts again):
-# sacct -D's state of each earlier run, and why it was lost
+# The runs whose work after their last checkpoint ended with them (the job, requeued, starts again from
+# that checkpoint; a job that names none starts from nothing): sacct -D's state of each earlier run, and why
 LOST = {"REQUEUED": "requeue", "PREEMPTED": "preemption", "NODE_FAIL": "node_failure"}
 
 
@@ -137,8 +147,9 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
             acc["runs"] += 1
             acc["gpu_hours"] += gpu_h
             if lost:
-                acc["lost_gpu_hours"] += gpu_h
-                acc[f"lost_gpu_hours_{lost}"] += gpu_h
+                lost_h = job.gpus * _lost_seconds(job, since, until) / 3600
+                acc["lost_gpu_hours"] += lost_h
+                acc[f"lost_gpu_hours_{lost}"] += lost_h
             acc["cpu_hours"] += cpu_h
             acc["cost"] += cost
             acc["useful_gpu_hours"] += useful
@@ -171,6 +182,9 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
                 "idle_gpu_hours": _round(acc["idle_gpu_hours"]),
                 "measured_share": _round(acc["measured_gpu_hours"] / acc["gpu_hours"]) if acc["gpu_hours"] else None,
                 "cost_per_useful_gpu_hour": _round(acc["measured_cost"] / useful, 2) if useful else None,
+                # what each GPU-hour whose work was kept cost: the lost hours' price spread over the others
+                "cost_per_kept_gpu_hour": (_round(acc["cost"] / (acc["gpu_hours"] - acc["lost_gpu_hours"]), 2)
+                                           if acc["gpu_hours"] - acc["lost_gpu_hours"] > 1e-9 else None),
                 "pending_hours": _round(acc["pending_hours"])}
 
     team_rows = []

@@ -18,9 +18,12 @@ from checks.parsers.delimited import records
 from checks.parsers.slurm_values import TIME, TRES, count, epoch, tres
 
 FIELDS = ("JobIDRaw", "User", "Account", "QOS", "Partition", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw",
-          "AllocTRES", "NodeList", "Reservation", "AdminComment", "JobName", "JobIDRaw")
+          "AllocTRES", "NodeList", "Reservation", "AdminComment", "Comment", "JobName", "JobIDRaw")
 JOB_ID = r"\d{1,12}"  # the first and the last field of every record
 ADMIN_PREFIX = "kiln:"  # kiln's AdminComment: kiln:gpu_util=63.5,gpu_mem_util=41.0,gpus=2,seconds=600
+# the word a job puts in its own comment when it has saved a checkpoint (docs/examples/checkpointing-job.sh):
+# kiln:saved=EPOCH among other words (kiln:checkpoint, the user's own)
+SAVED = re.compile(r"kiln:saved=(\d{1,12})")
 
 
 def command(since: str, until: str, sep: str) -> list[str]:
@@ -52,6 +55,14 @@ class Job:
     name: str
     billing: int | None = None  # Slurm's billing TRES of the allocation (kiln/usage/billing.py); None: none
     util_by: str | None = None  # what measured gpu_util: gr_engine_active (DCGM profiling) or gpu_util (NVML)
+    saved: float | None = None  # the run's last checkpoint, as the job wrote it in its comment (saved_at)
+
+
+def saved_at(comment: str) -> float | None:
+    """The last ``kiln:saved=EPOCH`` word of a job's comment (the job's own, set by its user: it can only
+    speak for the job's own lost work, and report() bounds it by the run's start and end), or None."""
+    found = [int(m.group(1)) for w in re.split(r"[\s,;]+", comment) if (m := SAVED.fullmatch(w))]
+    return float(found[-1]) if found else None
 
 
 UTIL_BY = ("gr_engine_active", "gpu_util")  # checks/job_summary.py ACTIVITY: what measured a job's busy share
@@ -93,7 +104,8 @@ def read(text: str, sep: str) -> tuple[list[Job], str]:
                         epoch(f["Submit"]), epoch(f["Eligible"]), epoch(f["Start"]), epoch(f["End"]),
                         count(f["ElapsedRaw"]), count(alloc.get("gres/gpu")), count(alloc.get("cpu")), f["NodeList"],
                         f["Reservation"], admin_util(f["AdminComment"]), f["JobName"],
-                        count(alloc["billing"]) if "billing" in alloc else None, admin_util_by(f["AdminComment"])))
+                        count(alloc["billing"]) if "billing" in alloc else None, admin_util_by(f["AdminComment"]),
+                        saved_at(f["Comment"])))
     return jobs, framed.problem("sacct")
 
 

@@ -6,6 +6,8 @@ cost as sacct's own fields say for the same window, and each job's GPU utilizati
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 from datetime import datetime, timezone
 
@@ -138,11 +140,18 @@ def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
     assert "high|100|1-00:00:00|gres/gpu=2|scavenger|cluster|1.000000|00:00:00" in qos, qos
     assert "scavenger|0||||requeue|0.000000|00:00:10" in qos, qos
     since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    scavenger = _submit(tb, "bob", "language", f"--qos=scavenger --gpus=4 -w {node}", 600)
+    # a checkpointing job: 3 s in, it names a checkpoint in its own comment (docs/examples/checkpointing-job.sh)
+    work = 'sleep 3; scontrol update jobid=$SLURM_JOB_ID comment="kiln:checkpoint kiln:saved=$(date +%s)"; sleep 600'
+    scavenger = ok(tb, tb.controller, "cd /tmp && su bob -c " + shlex.quote(
+        f"sbatch --parsable -o /dev/null -A language --qos=scavenger --gpus=4 -w {node} --wrap {shlex.quote(work)}")
+    ).strip().split(";")[0]
     jobs = [scavenger]
     try:
         wait_for(lambda: job_state(tb, tb.controller, scavenger) == "RUNNING", timeout=60,
                  what="the scavenger job running on all GPUs of the node")
+        wait_for(lambda: "kiln:saved=" in ok(tb, tb.controller, f"squeue -h -j {scavenger} -o %k"), timeout=30,
+                 interval=1, what="the scavenger job's checkpoint named in its comment")
+        time.sleep(4)  # work after the checkpoint, which the preemption loses
         high = _submit(tb, "alice", "vision", f"--qos=high --gpus=2 -w {node}", 5)
         jobs.append(high)
         t0 = time.monotonic()
@@ -165,7 +174,13 @@ def test_qos_preemption_limits_and_team_lists_hold_live(slurm):
         language = {t["team"]: t for t in json.loads(out.stdout)["teams"]}["language"]
         first = next(r for r in _sacct_runs(tb, since, until) if r["job"] == scavenger)
         assert language["runs"] == 2 and language["jobs"] == 1, language  # one job, its two runs
-        assert abs(language["lost_gpu_hours_preemption"] - 4 * first["seconds"] / 3600) < 0.002, (language, first)
+        # only the work after the first run's checkpoint is lost: the comment sacct -D kept for that run
+        comment, end = ok(tb, tb.controller, f"TZ=UTC sacct -X -D -n -P -j {scavenger} -o Comment,End").splitlines()[0].split("|")
+        saved = int(re.search(r"kiln:saved=(\d+)", comment).group(1))
+        ended = datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        assert 4 <= ended - saved < first["seconds"], (comment, end, first)
+        assert abs(language["lost_gpu_hours_preemption"] - 4 * (ended - saved) / 3600) < 0.002, (language, first, saved)
+        assert language["cost_per_kept_gpu_hour"] is not None
         # ended here, and counted by its epilog before the next test reads the counters
         counted = _counters(tb).get("language", {}).get("jobs", 0)
         ok(tb, tb.controller, f"scancel {scavenger}")

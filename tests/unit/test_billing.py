@@ -76,18 +76,18 @@ def test_a_partition_of_node_types_priced_differently_is_refused_naming_the_key(
 # writes them under kiln's weights: 301 one GPU exclusive on gpu02 (32 CPUs: the node), 302 one GPU and two
 # CPUs, 303 across gpu01 (gpu_a) and gpu05 (gpu_c) with two GPUs on each, 304 held for two hours after its
 # submission (scontrol hold / --begin) then waiting half an hour, 305 a scavenger run preempted and its rerun
-RECORDED = """301|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|3600|billing=1000,cpu=32,gres/gpu:a100=1,gres/gpu=1,mem=4000M,node=1|gpu02|||exclusive
-302|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|3600|billing=250,cpu=2,gres/gpu:a100=1,gres/gpu=1,mem=4000M,node=1|gpu03|||small
-303|ben|beta|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T11:00:00|7200|billing=1000,cpu=4,gres/gpu:a100=4,gres/gpu=4,mem=8000M,node=2|gpu[01,05]|||two-types
-304|ben|beta|normal|gpu|COMPLETED|2026-11-03T08:00:00|2026-11-03T10:00:00|2026-11-03T10:30:00|2026-11-03T11:30:00|3600|billing=250,cpu=1,gres/gpu=1,mem=4000M,node=1|gpu04|||held
-305|ben|beta|scavenger|gpu|PREEMPTED|2026-11-04T08:00:00|2026-11-04T08:00:00|2026-11-04T08:00:00|2026-11-04T09:00:00|3600|billing=500,cpu=2,gres/gpu=2,mem=8000M,node=1|gpu04|||scav
-305|ben|beta|scavenger|gpu|COMPLETED|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T09:00:30|2026-11-04T10:00:30|3600|billing=500,cpu=2,gres/gpu=2,mem=8000M,node=1|gpu01|||scav
+RECORDED = """301|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|3600|billing=1000,cpu=32,gres/gpu:a100=1,gres/gpu=1,mem=4000M,node=1|gpu02||||exclusive
+302|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|3600|billing=250,cpu=2,gres/gpu:a100=1,gres/gpu=1,mem=4000M,node=1|gpu03||||small
+303|ben|beta|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T11:00:00|7200|billing=1000,cpu=4,gres/gpu:a100=4,gres/gpu=4,mem=8000M,node=2|gpu[01,05]||||two-types
+304|ben|beta|normal|gpu|COMPLETED|2026-11-03T08:00:00|2026-11-03T10:00:00|2026-11-03T10:30:00|2026-11-03T11:30:00|3600|billing=250,cpu=1,gres/gpu=1,mem=4000M,node=1|gpu04||||held
+305|ben|beta|scavenger|gpu|PREEMPTED|2026-11-04T08:00:00|2026-11-04T08:00:00|2026-11-04T08:00:00|2026-11-04T09:00:00|3600|billing=500,cpu=2,gres/gpu=2,mem=8000M,node=1|gpu04||||scav
+305|ben|beta|scavenger|gpu|COMPLETED|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T09:00:30|2026-11-04T10:00:30|3600|billing=500,cpu=2,gres/gpu=2,mem=8000M,node=1|gpu01||||scav
 """
 
 
 def test_jobs_are_charged_by_slurms_billing_exclusive_ones_by_the_node_and_across_types_per_node(two_types):
     cluster = load_cluster(two_types)
-    jobs, problem = sacct.read(frame(RECORDED, 16), SEP)
+    jobs, problem = sacct.read(frame(RECORDED, 17), SEP)
     assert len(jobs) == 6 and not problem
     prices = cluster.setting("usage_gpu_hour_prices")
     data = report(jobs, cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), prices, "EUR")
@@ -134,7 +134,7 @@ def test_share_used_counts_what_fair_share_counts_so_scavenger_runs_are_free(two
     (root / "group_vars" / "all" / "qos.yml").write_text(
         "kiln_qos:\n  - {name: high, priority: 100, preempt: [scavenger]}\n  - {name: scavenger, usage_factor: 0}\n")
     cluster = load_cluster(root)
-    jobs, _ = sacct.read(frame(RECORDED, 16), SEP)
+    jobs, _ = sacct.read(frame(RECORDED, 17), SEP)
     data = report(jobs, cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"),
                   cluster.setting("usage_gpu_hour_prices"), "EUR")
     teams = {t["team"]: t for t in data["teams"]}

@@ -46,9 +46,10 @@ HOSTILE_TEXT = [
 ]
 
 
-def _sacct(name: str = "train", comment: str = "kiln:gpu_util=50.0,gpus=4,seconds=7200", job: str = "101") -> str:
+def _sacct(name: str = "train", comment: str = "kiln:gpu_util=50.0,gpus=4,seconds=7200", job: str = "101",
+           user_comment: str = "") -> str:
     return record(job, "ann", "alpha", "normal", "gpu", "COMPLETED", START, START, START, END, "7200",
-                  "billing=8,cpu=8,gres/gpu=4,mem=64G,node=1", "gpu01", "", comment, name, job)
+                  "billing=8,cpu=8,gres/gpu=4,mem=64G,node=1", "gpu01", "", comment, user_comment, name, job)
 
 
 def _totals(text: str) -> dict:
@@ -201,7 +202,7 @@ def test_team_names_with_dollars_are_drawn_as_text():
     from kiln.usage.report import report
     from tests.unit.test_usage_page import SACCT, SMALL, _ts
     from tests.slurm_framing import frame
-    data = report(sacct.read(frame(SACCT, 16), SEP)[0], load_cluster(SMALL), _ts("2026-11-02T00:00:00"),
+    data = report(sacct.read(frame(SACCT, 17), SEP)[0], load_cluster(SMALL), _ts("2026-11-02T00:00:00"),
                   _ts("2026-11-06T00:00:00"), {"gpu_a": 2.0}, "EUR", [])
     evil = "a$b$c$\\frac{"
     data = json.loads(json.dumps(data).replace('"alpha"', json.dumps(evil)))

@@ -92,7 +92,7 @@ def test_users_see_only_their_own_jobs_usage_and_accounts_by_default(example):
     conf = slurm_config.slurm_conf(example)
     dbd = slurm_config.slurmdbd_conf(example, "secret")
     assert "\nPrivateData=accounts,jobs,usage,users\n" in conf and "\nPrivateData=accounts,jobs,usage,users\n" in dbd
-    assert "\nAccountingStoreFlags=job_script,job_env\n" in conf
+    assert "\nAccountingStoreFlags=job_comment,job_script,job_env\n" in conf
     for line in ("PurgeJobAfter=12months", "PurgeStepAfter=12months", "PurgeEventAfter=12months",
                  "PurgeResvAfter=12months", "PurgeSuspendAfter=12months", "PurgeTXNAfter=12months",
                  "PurgeUsageAfter=24months"):
@@ -108,7 +108,7 @@ def test_privacy_and_retention_follow_their_settings(example):
                     kiln_slurm_accounting_retention=AccountingRetention(jobs="90days", usage=None))
     cluster = replace(example, settings=settings)
     conf, dbd = slurm_config.slurm_conf(cluster), slurm_config.slurmdbd_conf(cluster, "secret")
-    assert "PrivateData" not in conf and "PrivateData" not in dbd and "AccountingStoreFlags" not in conf
+    assert "PrivateData" not in conf and "PrivateData" not in dbd and "\nAccountingStoreFlags=job_comment\n" in conf
     assert "\nPurgeJobAfter=90days\n" in dbd and "PurgeUsageAfter" not in dbd
 
 

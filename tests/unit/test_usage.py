@@ -20,21 +20,21 @@ def _ts(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
 
 
-# JobIDRaw|User|Account|QOS|Partition|State|Submit|Eligible|Start|End|ElapsedRaw|AllocTRES|NodeList|Reservation|AdminComment|JobName
-SACCT = """101|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|2026-11-02T12:00:00|7200|billing=1000,cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1|gpu01||kiln:gpu_util=75.0,gpu_mem_util=30.5,gpus=4,seconds=7200|train | eval
-102|ben|beta|normal|gpu|COMPLETED|2026-11-03T09:00:00|2026-11-03T09:00:00|2026-11-03T09:30:00|2026-11-03T10:30:00|3600|billing=500,cpu=2,gres/gpu=2,mem=8G,node=1|gpu02|||probe
-103|ann|alpha|normal|gpu|FAILED|2026-10-31T22:00:00|2026-10-31T22:00:00|2026-10-31T23:00:00|2026-11-01T01:00:00|7200|billing=250,cpu=4,gres/gpu=1,mem=8G,node=1|gpu03||kiln:gpu_util=10,gpus=1,seconds=7200|late-night
-104|ben|beta|normal|cpu|COMPLETED|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T11:00:00|7200|billing=16,cpu=16,mem=32G,node=1|cpu01|||cpu-only
-105|ann|alpha|normal|gpu|PENDING|2026-11-05T09:00:00|2026-11-05T09:00:00|Unknown|Unknown|0|billing=1000,cpu=4,gres/gpu=4,mem=8G,node=1|None assigned||| waits
-106|ann|alpha|normal|gpu|CANCELLED by 0|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:30:00|1800|billing=500,cpu=1,gres/gpu=2,mem=1G,node=2|gpu[01-02]||kiln:gpu_util=1e9;rm|broken-comment
+# JobIDRaw|User|Account|QOS|Partition|State|Submit|Eligible|Start|End|ElapsedRaw|AllocTRES|NodeList|Reservation|AdminComment|Comment|JobName
+SACCT = """101|ann|alpha|normal|gpu|COMPLETED|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|2026-11-02T12:00:00|7200|billing=1000,cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1|gpu01||kiln:gpu_util=75.0,gpu_mem_util=30.5,gpus=4,seconds=7200||train | eval
+102|ben|beta|normal|gpu|COMPLETED|2026-11-03T09:00:00|2026-11-03T09:00:00|2026-11-03T09:30:00|2026-11-03T10:30:00|3600|billing=500,cpu=2,gres/gpu=2,mem=8G,node=1|gpu02||||probe
+103|ann|alpha|normal|gpu|FAILED|2026-10-31T22:00:00|2026-10-31T22:00:00|2026-10-31T23:00:00|2026-11-01T01:00:00|7200|billing=250,cpu=4,gres/gpu=1,mem=8G,node=1|gpu03||kiln:gpu_util=10,gpus=1,seconds=7200||late-night
+104|ben|beta|normal|cpu|COMPLETED|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T09:00:00|2026-11-04T11:00:00|7200|billing=16,cpu=16,mem=32G,node=1|cpu01||||cpu-only
+105|ann|alpha|normal|gpu|PENDING|2026-11-05T09:00:00|2026-11-05T09:00:00|Unknown|Unknown|0|billing=1000,cpu=4,gres/gpu=4,mem=8G,node=1|None assigned|||| waits
+106|ann|alpha|normal|gpu|CANCELLED by 0|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:00:00|2026-11-06T09:30:00|1800|billing=500,cpu=1,gres/gpu=2,mem=1G,node=2|gpu[01-02]||kiln:gpu_util=1e9;rm||broken-comment
 not a job line
 """
 # sacct -D: each run of a job that was preempted, requeued by a rollout, or lost its node, under one id
-RUNS = """201|ben|beta|scavenger|gpu|PREEMPTED|2026-11-07T08:00:00|2026-11-07T08:00:00|2026-11-07T08:00:00|2026-11-07T09:00:00|3600|billing=400,cpu=2,gres/gpu=2,node=1|gpu02|||scav
-201|ben|beta|scavenger|gpu|COMPLETED|2026-11-07T09:00:00|2026-11-07T09:00:00|2026-11-07T10:00:00|2026-11-07T11:00:00|3600|billing=400,cpu=2,gres/gpu=2,node=1|gpu01|||scav
-202|ann|alpha|normal|gpu|REQUEUED|2026-11-08T08:00:00|2026-11-08T08:00:00|2026-11-08T08:00:00|2026-11-08T08:30:00|1800|billing=800,cpu=4,gres/gpu=4,node=1|gpu01|||ckpt
-202|ann|alpha|normal|gpu|NODE_FAIL|2026-11-08T08:30:00|2026-11-08T08:30:00|2026-11-08T08:32:00|2026-11-08T09:02:00|1800|billing=800,cpu=4,gres/gpu=4,node=1|gpu02|||ckpt
-202|ann|alpha|normal|gpu|COMPLETED|2026-11-08T09:02:00|2026-11-08T09:02:00|2026-11-08T09:05:00|2026-11-08T10:05:00|3600|billing=800,cpu=4,gres/gpu=4,node=1|gpu03|||ckpt
+RUNS = """201|ben|beta|scavenger|gpu|PREEMPTED|2026-11-07T08:00:00|2026-11-07T08:00:00|2026-11-07T08:00:00|2026-11-07T09:00:00|3600|billing=400,cpu=2,gres/gpu=2,node=1|gpu02||||scav
+201|ben|beta|scavenger|gpu|COMPLETED|2026-11-07T09:00:00|2026-11-07T09:00:00|2026-11-07T10:00:00|2026-11-07T11:00:00|3600|billing=400,cpu=2,gres/gpu=2,node=1|gpu01||||scav
+202|ann|alpha|normal|gpu|REQUEUED|2026-11-08T08:00:00|2026-11-08T08:00:00|2026-11-08T08:00:00|2026-11-08T08:30:00|1800|billing=800,cpu=4,gres/gpu=4,node=1|gpu01||||ckpt
+202|ann|alpha|normal|gpu|NODE_FAIL|2026-11-08T08:30:00|2026-11-08T08:30:00|2026-11-08T08:32:00|2026-11-08T09:02:00|1800|billing=800,cpu=4,gres/gpu=4,node=1|gpu02||||ckpt
+202|ann|alpha|normal|gpu|COMPLETED|2026-11-08T09:02:00|2026-11-08T09:02:00|2026-11-08T09:05:00|2026-11-08T10:05:00|3600|billing=800,cpu=4,gres/gpu=4,node=1|gpu03||||ckpt
 """
 
 
@@ -42,7 +42,7 @@ def test_every_run_of_a_requeued_preempted_or_node_failed_job_counts_and_its_los
     """sacct -D gives each run its own record: a job is counted once, its runs each, and the GPU-hours of a
     run that ended by preemption, requeue or node failure are shown as lost, per cause."""
     assert "-D" in sacct.command("a", "b", SEP)
-    runs, problem = sacct.read(frame(RUNS, 16), SEP)
+    runs, problem = sacct.read(frame(RUNS, 17), SEP)
     assert len(runs) == 5 and not problem
     data = report(runs, cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), {"gpu_a": 2.0}, "EUR")
     teams = {t["team"]: t for t in data["teams"]}
@@ -53,13 +53,42 @@ def test_every_run_of_a_requeued_preempted_or_node_failed_job_counts_and_its_los
     assert teams["alpha"]["lost_gpu_hours"] == 4.0 and data["totals"]["lost_gpu_hours"] == 6.0
 
 
+# runs of checkpointing jobs (docs/examples/checkpointing-job.sh writes kiln:saved=EPOCH in its own comment)
+SAVED = """301|ann|alpha|normal|gpu|NODE_FAIL|2026-11-09T08:00:00|2026-11-09T08:00:00|2026-11-09T08:00:00|2026-11-09T10:00:00|7200|billing=800,cpu=4,gres/gpu=4,node=1|gpu01||kiln:gpu_util=90.0,gpus=4,seconds=7200|kiln:checkpoint kiln:saved=1794211200 kiln:saved=1794214800|ckpt
+301|ann|alpha|normal|gpu|COMPLETED|2026-11-09T10:00:00|2026-11-09T10:00:00|2026-11-09T10:01:00|2026-11-09T11:01:00|3600|billing=800,cpu=4,gres/gpu=4,node=1|gpu02|||kiln:checkpoint kiln:saved=1794218400|ckpt
+302|ben|beta|scavenger|gpu|PREEMPTED|2026-11-09T08:00:00|2026-11-09T08:00:00|2026-11-09T08:00:00|2026-11-09T09:00:00|3600|billing=400,cpu=2,gres/gpu=2,node=1|gpu03|||kiln:saved=1700000000|early
+303|ben|beta|scavenger|gpu|PREEMPTED|2026-11-09T08:00:00|2026-11-09T08:00:00|2026-11-09T08:00:00|2026-11-09T09:00:00|3600|billing=400,cpu=2,gres/gpu=2,node=1|gpu04|||kiln:saved=1894211200 kiln:saved=12x kiln:saved=-5|future
+"""
+
+
+def test_a_lost_run_loses_only_the_work_after_its_last_checkpoint():
+    """A run that ended by a node failure, a preemption or a requeue loses what it did after the last
+    checkpoint its job named (kiln:saved=EPOCH, the last such word of its comment); a checkpoint outside the
+    run (a stale one from an earlier run, a forged future one) or none at all: the whole run is lost. The
+    cost per kept GPU-hour spreads what the lost hours cost over the hours whose work was kept."""
+    runs, problem = sacct.read(frame(SAVED, 17), SEP)
+    assert not problem and [r.saved for r in runs] == [_ts("2026-11-09T09:00:00"), _ts("2026-11-09T10:00:00"),
+                                                       _ts("2023-11-14T22:13:20"), _ts("2030-01-09T17:46:40")]
+    cluster = load_cluster(SMALL)
+    data = report(runs, cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), {"gpu_a": 2.0}, "EUR")
+    teams = {t["team"]: t for t in data["teams"]}
+    # 301's first run: 4 GPUs x 2 h, saved at 09:00, lost at 10:00: 4 GPU-h lost, 4 kept
+    assert teams["alpha"]["lost_gpu_hours_node_failure"] == 4.0 and teams["alpha"]["gpu_hours"] == 12.0
+    assert teams["alpha"]["cost_per_kept_gpu_hour"] == round(12.0 * 2.0 / 8.0, 2)
+    # 302 names a checkpoint from before the run, 303 one after it (and two words that are no time): all lost
+    assert teams["beta"]["lost_gpu_hours_preemption"] == 4.0 and teams["beta"]["cost_per_kept_gpu_hour"] is None
+    # the window cuts the run: only what falls inside counts, after the checkpoint
+    data = report(runs, cluster, _ts("2026-11-09T09:30:00"), _ts("2026-12-01T00:00:00"), {"gpu_a": 2.0}, "EUR")
+    assert {t["team"]: t for t in data["teams"]}["alpha"]["lost_gpu_hours"] == 2.0
+
+
 @pytest.fixture(scope="module")
 def cluster():
     return load_cluster(SMALL)
 
 
 def test_sacct_lines_are_read_field_by_field():
-    jobs = {j.job_id: j for j in sacct.read(frame(SACCT, 16), SEP)[0]}
+    jobs = {j.job_id: j for j in sacct.read(frame(SACCT, 17), SEP)[0]}
     assert sorted(jobs) == ["101", "102", "103", "104", "105", "106"]
     assert jobs["101"].name == "train | eval" and jobs["101"].gpus == 4 and jobs["101"].gpu_util == 75.0
     assert jobs["102"].gpu_util is None and jobs["104"].gpus == 0 and jobs["104"].cpus == 16
@@ -67,12 +96,12 @@ def test_sacct_lines_are_read_field_by_field():
     assert jobs["101"].start == _ts("2026-11-02T10:00:00")
     assert "-a" in sacct.command("a", "b", SEP) and sacct.command("a", "b", SEP)[-1].endswith(",JobName,JobIDRaw")
     assert f"--delimiter={SEP}" in sacct.command("a", "b", SEP)
-    assert "not a job line" in sacct.read(frame(SACCT, 16), SEP)[1]
+    assert "not a job line" in sacct.read(frame(SACCT, 17), SEP)[1]
 
 
 def test_gpu_hours_cost_and_useful_hours_per_team(cluster):
     prices = {"gpu_a": 2.5}
-    data = report(sacct.read(frame(SACCT, 16), SEP)[0], cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), prices, "EUR")
+    data = report(sacct.read(frame(SACCT, 17), SEP)[0], cluster, _ts("2026-11-01T00:00:00"), _ts("2026-12-01T00:00:00"), prices, "EUR")
     teams = {t["team"]: t for t in data["teams"]}
     # alpha: 101 4 GPUs x 2 h = 8; 103 1 GPU x 1 h inside the window (started the evening before) = 1;
     # 106 2 GPUs x 0.5 h = 1; the pending 105 none

@@ -19,9 +19,9 @@ from tests.unit import usage_month
 SMALL = REPO / "tests" / "inventories" / "small"
 HEAD = "JobIDRaw|User|Account|QOS|Partition|State|Submit|Eligible|Start|End|ElapsedRaw|AllocTRES|NodeList|Reservation|AdminComment|JobName"
 # a job of 2 GPUs over two day boundaries, one in a reservation, and jobs whose names are markup
-SACCT = """201|ann|alpha|normal|gpu|COMPLETED|2026-11-02T20:00:00|2026-11-02T20:00:00|2026-11-02T22:00:00|2026-11-04T02:00:00|100800|cpu=2,gres/gpu=2|gpu01||kiln:gpu_util=50.0,gpus=2,seconds=100800|<script>alert(1)</script>
-202|ben|beta|normal|gpu|COMPLETED|2026-11-03T08:00:00|2026-11-03T08:00:00|2026-11-03T08:00:00|2026-11-03T10:00:00|7200|cpu=4,gres/gpu=4|gpu[02-03]|sprint|kiln:gpu_util=10.0,gpus=4,seconds=7200|</svg><img src=x onerror=alert(2)>
-203|ann|alpha|normal|gpu|RUNNING|2026-11-05T00:00:00|2026-11-05T00:00:00|2026-11-05T00:00:00|Unknown|0|cpu=1,gres/gpu=1|gpu04|||"'&amp; \u202e
+SACCT = """201|ann|alpha|normal|gpu|COMPLETED|2026-11-02T20:00:00|2026-11-02T20:00:00|2026-11-02T22:00:00|2026-11-04T02:00:00|100800|cpu=2,gres/gpu=2|gpu01||kiln:gpu_util=50.0,gpus=2,seconds=100800||<script>alert(1)</script>
+202|ben|beta|normal|gpu|COMPLETED|2026-11-03T08:00:00|2026-11-03T08:00:00|2026-11-03T08:00:00|2026-11-03T10:00:00|7200|cpu=4,gres/gpu=4|gpu[02-03]|sprint|kiln:gpu_util=10.0,gpus=4,seconds=7200||</svg><img src=x onerror=alert(2)>
+203|ann|alpha|normal|gpu|RUNNING|2026-11-05T00:00:00|2026-11-05T00:00:00|2026-11-05T00:00:00|Unknown|0|cpu=1,gres/gpu=1|gpu04||||"'&amp; \u202e
 """
 RESERVATIONS = """sprint|2026-11-03T06:00:00|2026-11-03T18:00:00|cpu=64|gpu[02-03]|SPEC_NODES
 maint|2026-11-06T00:00:00|2026-11-06T04:00:00|cpu=32,gres/gpu=8|gpu[01-04]|MAINT,IGNORE_JOBS
@@ -36,7 +36,7 @@ def _ts(text: str) -> float:
 @pytest.fixture(scope="module")
 def data():
     cluster = load_cluster(SMALL)
-    return report(sacct.read(frame(SACCT, 16), SEP)[0], cluster, _ts("2026-11-02T00:00:00"), _ts("2026-11-06T00:00:00"),
+    return report(sacct.read(frame(SACCT, 17), SEP)[0], cluster, _ts("2026-11-02T00:00:00"), _ts("2026-11-06T00:00:00"),
                   {"gpu_a": 2.0}, "EUR", sacct.parse_reservations(RESERVATIONS))
 
 
@@ -78,7 +78,7 @@ def test_the_page_shows_its_plots_in_headless_chromium(tmp_path):
 
     browser = chromium()
     cluster = load_cluster(usage_month.write_inventory(tmp_path / "inventory"))
-    month = report(sacct.read(frame(usage_month.sacct_month(2000), 16), SEP)[0], cluster, usage_month.START, usage_month.END,
+    month = report(sacct.read(frame(usage_month.sacct_month(2000), 17), SEP)[0], cluster, usage_month.START, usage_month.END,
                    cluster.setting("usage_gpu_hour_prices"), "EUR",
                    sacct.parse_reservations(usage_month.reservations_month()))
     page = tmp_path / "usage.html"

@@ -86,7 +86,7 @@ def sacct_month(jobs: int, seed: int = 7) -> str:
             str(job_id), user, team, "normal", kind, state, _stamp(submit), _stamp(submit), _stamp(start), end_text,
             str(int(min(end, END) - start)),
             f"billing={round(gpus * PRICES[kind] * 100)},cpu={cpus},gres/gpu:{kind}={gpus},gres/gpu={gpus},mem={gpus * 64}G,node={nodes}",
-            nodelist, reservation, comment, name)))
+            nodelist, reservation, comment, "", name)))
     return "\n".join(lines) + "\n"
 
 
