@@ -161,9 +161,13 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
     for f in (key_file, password_file, monitoring_file):
         _owned_and_private(f, "secret file")
     try:
-        key, password = _read_private(key_file), _read_private(password_file).decode().strip()
+        # a dry run's missing ones made up, never written: the directory may hold only what a site placed in
+        # it before the first deploy (a BMC password, BeeGFS's connAuthFile)
+        key = _read_private(key_file) if key_file.exists() else random.token_bytes(1024)
+        password = (_read_private(password_file).decode().strip() if password_file.exists()
+                    else random.token_urlsafe(32))
         monitoring = (_read_private(monitoring_file).decode().strip() if monitoring_file.exists()
-                      else random.token_urlsafe(32) if cluster.monitored else "")  # (a dry run's: never written)
+                      else random.token_urlsafe(32) if cluster.monitored else "")
     except OSError as e:
         raise SecretsError(f"cannot read the secrets of cluster {cluster.name!r} in {path}: {e.strerror}") from None
     if len(key) < 32:

@@ -109,3 +109,21 @@ def test_site_secrets_are_read_never_made_up(tmp_path):
         load_or_create(cluster)
     (path / "ceph.client.hpc.keyring").unlink()
     assert set(load_or_create(cluster, create=False).site) == {"beegfs-connauth", "ceph.client.hpc.keyring"}
+
+
+def test_a_dry_run_makes_up_what_a_directory_holding_only_a_sites_secret_lacks(tmp_path):
+    """A site places its own secret (BeeGFS's connAuthFile; the testbed, its BMC password) before kiln's
+    first deploy: a dry run then makes kiln's own secrets up in memory and writes none of them; the real
+    run writes them."""
+    shutil.copytree(INVENTORIES / "storage", tmp_path / "site" / "inventory")
+    cluster = load_cluster(tmp_path / "site" / "inventory")
+    path = secrets_path(cluster)
+    path.mkdir(parents=True, mode=0o700)
+    for name, data in (("beegfs-connauth", b"site-connauth\n"), ("ceph.client.hpc.keyring", b"[client.hpc]\n")):
+        (path / name).write_bytes(data)
+        os.chmod(path / name, 0o600)
+    dry = load_or_create(cluster, create=False)
+    assert len(dry.munge_key) == 1024 and dry.dbd_password and dry.site["beegfs-connauth"] == b"site-connauth\n"
+    assert sorted(f.name for f in path.iterdir()) == ["beegfs-connauth", "ceph.client.hpc.keyring"]
+    real = load_or_create(cluster)
+    assert (path / "munge.key").read_bytes() == real.munge_key != dry.munge_key
