@@ -376,8 +376,12 @@ def _power_cycled(tb, node: str, before: int, resets, logged: str, lost_at: floa
     # the BMC saw the system off (its power lost): powering it on is the cycle's whole
     assert [e["reset_type"] for e in episode if e["event"] == "power_cycled"] == ["On"], episode
     assert not [e for e in episode if e["event"] == "escalated"], episode
-    assert f"{node}: On done, power On" in resets.read_text()[len(logged):]
-    assert _in_service(tb, node)
+    # the BMC's own record of it: written once the testbed's start returns (its SSH and simulators up),
+    # which can be after the node's health check resumed it
+    wait_for(lambda: f"{node}: On done, power On" in resets.read_text()[len(logged):], timeout=120, interval=1,
+             what=f"the BMC's record of {node} powered on")
+    # in service: idle, or already running (or just ending) the job that waited for it
+    assert _state(tb, node)[0] in ("idle", "mixed", "allocated", "completing"), _state(tb, node)
     wait_for(lambda: job_state(tb, tb.controller, job) in ("RUNNING", "COMPLETED"), timeout=120, interval=1,
              what=f"job {job} on every compute node")
     running_at = time.monotonic()
