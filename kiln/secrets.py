@@ -93,7 +93,8 @@ def _tracked_by_git(path: Path) -> bool:
     return ignored.returncode != 0
 
 
-def _write_new(path: Path, data: bytes) -> None:
+def write_new_private(path: Path, data: bytes) -> None:
+    """A new file, 0600 from its creation, never through a link (fails if it exists)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -153,11 +154,11 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
     os.chmod(path, 0o700)
     key_file, password_file, monitoring_file = path / MUNGE_KEY, path / DBD_PASSWORD, path / MONITORING_PASSWORD
     if create and not key_file.exists():
-        _write_new(key_file, random.token_bytes(1024))
+        write_new_private(key_file, random.token_bytes(1024))
     # the monitoring password only where kiln deploys monitoring (an inventory with a monitoring group)
     for f in (password_file, monitoring_file) if cluster.monitored else (password_file,):
         if create and not f.exists():
-            _write_new(f, random.token_urlsafe(32).encode())
+            write_new_private(f, random.token_urlsafe(32).encode())
     for f in (key_file, password_file, monitoring_file):
         _owned_and_private(f, "secret file")
     try:
@@ -207,7 +208,7 @@ def _remediation_key(cluster: Cluster, path: Path, create: bool) -> bytes:
     if not f.exists():
         if not create:
             return new_ssh_key()  # a dry run's: never written
-        _write_new(f, new_ssh_key())
+        write_new_private(f, new_ssh_key())
     _owned_and_private(f, "secret file")
     data = _read_private(f)
     try:

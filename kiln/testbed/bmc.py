@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from kiln.secrets import write_new_private
 from kiln.testbed.host import TestbedError, pid_alive, read_pid, stop_recorded
 
 PORT = 8623
@@ -69,11 +70,11 @@ class TestbedBmc:
                     .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(self.address))]),
                                    critical=False)
                     .sign(key, hashes.SHA256()))
-            _write_private(self.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            write_new_private(self.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                        serialization.NoEncryption()))
             self.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         if not self.password_file.exists():
-            _write_private(self.password_file, random.token_urlsafe(24).encode())
+            write_new_private(self.password_file, random.token_urlsafe(24).encode())
         der = x509.load_pem_x509_certificate(self.cert.read_bytes()).public_bytes(serialization.Encoding.DER)
         return fingerprint_of(der), self.password_file.read_text().strip()
 
@@ -85,7 +86,7 @@ class TestbedBmc:
         target = secrets_dir / BMC_PASSWORD
         if not target.exists() or target.read_text().strip() != password:
             target.unlink(missing_ok=True)
-            _write_private(target, (password + "\n").encode())
+            write_new_private(target, (password + "\n").encode())
 
     def running(self) -> bool:
         return pid_alive(read_pid(self.pidfile), MARKER)
@@ -119,12 +120,6 @@ class TestbedBmc:
     def stop(self) -> None:
         stop_recorded(self.pidfile, MARKER)
         (self.dir / "listening").unlink(missing_ok=True)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
 
 
 def _kiln_path() -> str:
