@@ -146,6 +146,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                          "kiln_check_time_sync, kiln_ntp_servers"),
     "SYSTEM_KILN_PROGRAMS": ("system", "warn", "kiln's host programs on the node are another version than the "
                              "operator's kiln", "kiln deploy (the health role installs them)", ""),
+    "SYSTEM_FIREWALL": ("system", "fail", "kiln's confirmed firewall is not loaded or lets in what no rule allows "
+                        "(a warn: none confirmed here yet)", "systemctl restart kiln-firewall, or kiln deploy",
+                        "kiln_firewall"),
     # --- drift (against the image the node was booted from) ---
     "DRIFT_IMAGE": ("drift", "ok", "which image the node was booted from (or none: nothing to compare)", "", ""),
     "DRIFT_MANIFEST_UNREADABLE": ("drift", "warn", "/etc/kiln/image-manifest.json is not JSON",

@@ -2,12 +2,14 @@
 
 Expectations (``expect["system"]``): kernel (pin, "" = any), memlock_unlimited (bool), time_sync (bool:
 False in containers, whose clock is the host's), host_programs (the version line of kiln's host programs,
-checks/version.py: a host that has them runs these).
+checks/version.py: a host that has them runs these), firewall (bool: kiln_firewall is on, so kiln's table is
+loaded with an input policy of drop and its last change was confirmed).
 """
 
 from __future__ import annotations
 
 from checks.node import Node
+from checks.parsers.nft import input_policy
 from checks.verdict import Verdict, fail, ok, warn
 from checks.version import FILE as VERSION_FILE
 
@@ -19,13 +21,18 @@ SWAP = "swapon --show --noheadings"
 MEMLOCK = "cat /proc/$(pidof -s slurmd || echo self)/limits"
 TIME_SYNC = "timedatectl show -p NTPSynchronized --value"
 HOST_PROGRAMS = f"cat {INSTALLED}/{VERSION_FILE} 2>/dev/null || true"
+# kiln's firewall (roles/firewall.py): the loaded input chain, and whether the last change was confirmed
+CONFIRMED = "/etc/kiln/firewall/rules.nft"
+FIREWALL = (f"nft list chain inet kiln input 2>&1; test -f {CONFIRMED} && echo kiln-firewall-confirmed; "
+            "systemctl is-active --quiet kiln-firewall-rollback.timer && echo kiln-firewall-pending; true")
 
 
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks the node (for the remote runner to fetch at once)."""
     system = expect.get("system") or {}
     return [KERNEL, SWAP] + ([MEMLOCK] if system.get("memlock_unlimited", True) else []) + \
-        ([TIME_SYNC] if system.get("time_sync", True) else []) + ([HOST_PROGRAMS] if system.get("host_programs") else [])
+        ([TIME_SYNC] if system.get("time_sync", True) else []) + ([HOST_PROGRAMS] if system.get("host_programs") else []) + \
+        ([FIREWALL] if system.get("firewall") else [])
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -50,6 +57,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         synced = node.run(TIME_SYNC).stdout.strip()
         verdicts.append(ok("SYSTEM_TIME_SYNC", "clock synchronised") if synced == "yes" else
                         warn("SYSTEM_TIME_SYNC", "clock not synchronised: check chrony (chronyc tracking)"))
+    if system.get("firewall"):
+        verdicts.append(firewall(node.run(FIREWALL).stdout))
     wanted = system.get("host_programs")
     if wanted:
         here = node.run(HOST_PROGRAMS).stdout.strip()
@@ -58,3 +67,22 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                             warn("SYSTEM_KILN_PROGRAMS", f"kiln's host programs here are {here[:80]!r}, this kiln's "
                                  f"are {wanted!r}: kiln deploy brings them level"))
     return verdicts
+
+
+def firewall(output: str) -> Verdict:
+    """SYSTEM_FIREWALL from FIREWALL's output: a fail where confirmed rules are not what is loaded (the
+    table gone, or an input policy of accept); a warn where kiln deploy never confirmed rules here yet."""
+    if "kiln-firewall-pending" in output:
+        return ok("SYSTEM_FIREWALL", "a firewall change is loaded and awaits kiln deploy's confirmation")
+    if "kiln-firewall-confirmed" not in output:
+        return warn("SYSTEM_FIREWALL", f"kiln_firewall is on but no rules were confirmed here yet ({CONFIRMED} is "
+                    "missing): every port is open until kiln deploy confirms them")
+    policy = input_policy(output)
+    if policy is None:
+        said = next((line.strip() for line in output.splitlines() if line.strip()), "no output")
+        return fail("SYSTEM_FIREWALL", f"kiln's firewall is not loaded (nft: {said[:120]}): every port is open; "
+                    "systemctl restart kiln-firewall loads the confirmed rules")
+    if policy != "drop":
+        return fail("SYSTEM_FIREWALL", f"kiln's firewall lets in what no rule allows (input policy {policy}): "
+                    "systemctl restart kiln-firewall loads the confirmed rules")
+    return ok("SYSTEM_FIREWALL", "kiln's firewall loaded: input policy drop, its rules confirmed")

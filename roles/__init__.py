@@ -10,9 +10,11 @@ from types import ModuleType
 # storage server exports before it (or any node) mounts. The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
 # (pyxis builds against the Slurm headers, and its plugstack files restart slurmd). Monitoring comes last: its
 # Slurm collector reads a running slurmctld, and a node is scraped once it serves. Remediation after
-# everything it repairs (it restarts slurmd and checks nodes with the health role's checks).
+# everything it repairs (it restarts slurmd and checks nodes with the health role's checks). The firewall
+# last: its change is confirmed over a new SSH connection right after the run (kiln/deploy/firewall_confirm.py),
+# within its rollback time, and every service it lets in is configured by then.
 ORDER = ("base", "rdma", "storage_server", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
-         "containers", "monitoring", "remediation")
+         "containers", "monitoring", "remediation", "firewall")
 
 
 def module(name: str) -> ModuleType:

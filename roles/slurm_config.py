@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 from kiln.hostlist import fold
+from kiln.inventory.firewall_schema import SRUN_PORTS
 from kiln.inventory.model import DEFAULT_PARTITION, Cluster, Host
 from kiln.usage import billing
 from roles.context import render
@@ -91,6 +92,7 @@ def slurm_conf(cluster: Cluster) -> str:
         accounting_tres=accounting_tres(cluster), billed=billed(cluster), job_summary=job_summary(cluster), preempt=preempts(cluster),
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         slurmd_timeout=cluster.setting("slurm_slurmd_timeout"), requeue_delay=cluster.setting("slurm_requeue_delay"),
+        srun_ports="-".join(map(str, SRUN_PORTS)) if cluster.setting("firewall").enabled else "",
         private_data=private_data(cluster), store_job_scripts=cluster.setting("slurm_store_job_scripts"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),

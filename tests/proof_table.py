@@ -31,7 +31,7 @@ TIERS = ("plan", "nspawn", "vm", "gpu")
 # The rows, in the order an operator meets them: roles, then what kiln does with a deployed cluster.
 SUBJECTS = ("base", "slurm", "slurm accounting", "gpu gres", "nvidia_driver", "cuda", "nccl", "dcgm",
             "fabricmanager", "rdma", "storage", "storage_server", "health", "containers", "monitoring",
-            "remediation", "isolation", "kiln check", "kiln patch", "slurm upgrade", "images", "drift")
+            "remediation", "firewall", "isolation", "kiln check", "kiln patch", "slurm upgrade", "images", "drift")
 
 
 class _Collector:

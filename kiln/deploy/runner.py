@@ -30,7 +30,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution
 
 import roles
-from kiln.deploy import plan
+from kiln.deploy import firewall_confirm, plan
 from kiln.deploy.connections import ConnectErrors, bound_connection, quiet_idle_connections, reachable
 from kiln.deploy.connections import close as close_connections
 from kiln.deploy.events import OperationEvents
@@ -205,6 +205,7 @@ class Deploy:
             events.wait()
             if "configure" in self.stages:
                 self._after_run(state, active)
+                self._confirm_firewalls(state, active)
             self._collect(state, active)
             self._left_out(inventory)
             return None
@@ -344,6 +345,17 @@ class Deploy:
             if isinstance(value, Exception):
                 r = self.results[self.node(host)]
                 r.status, r.error = "failed", self.secrets.mask(str(value))
+
+    def _confirm_firewalls(self, state: State, hosts: list) -> None:
+        """Each host whose firewall changed confirms it over a new SSH connection (or undoes it itself)."""
+        seconds = self.cluster.setting("firewall").confirm_seconds
+        changed = [h for h in hosts if self._host_ok(state, h) and self.contexts[self.node(h)].changed("firewall_applied")]
+        found = self._spawn(state, changed, lambda h: firewall_confirm.confirm(self.cluster.hosts[self.node(h)], seconds))
+        for host, why in found.items():
+            if why is not None:
+                r = self.results[self.node(host)]
+                r.status, r.failed_op, r.error = "failed", firewall_confirm.OP, self.secrets.mask(str(why))
+                r.next_step = firewall_confirm.NEXT_STEP.format(node=self.node(host))
 
     def _host_ok(self, state: State, host) -> bool:
         return all(meta.is_complete() and meta.did_succeed() for _, _, meta in self._ops(state, host))

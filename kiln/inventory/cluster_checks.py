@@ -4,6 +4,7 @@ Each adds errors through ``add(file, key, message, line)``, located with ``RawIn
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -438,6 +439,23 @@ def check_secrets_dir(raw: RawInventory, values: dict[str, Any], add: Any) -> No
         add(file, "kiln_secrets_dir", f"{existing} (holding the secrets directory {path}) belongs to uid "
             f"{info.st_uid} with mode {info.st_mode & 0o777:o}: the secrets directory must sit in a directory of "
             "the user running kiln (or root) that no one else may write", line)
+
+
+def check_firewall_addresses(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any],
+                             add: Any) -> None:
+    """With the firewall on, every host's address is an IP address: each rule names the hosts a port is
+    open to by address, and a name would be resolved once, when the rules load, by whatever DNS says then."""
+    firewall = values.get("kiln_firewall")
+    if firewall is None or not firewall.enabled:
+        return
+    for host in hosts.values():
+        try:
+            ipaddress.ip_address(host.address)
+        except ValueError:
+            file, line = raw.origin("ansible_host", host.name)
+            add(file, "ansible_host" if "ansible_host" in raw.hosts[host.name].vars else host.name,
+                f"{host.name}'s address {host.address} is a name: with kiln_firewall enabled every host needs an "
+                "IP address (its rules open ports to hosts by address)", line)
 
 
 def check_bmcs(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:

@@ -148,6 +148,18 @@ def check_address(value: str) -> str:
         raise ValueError(f"{value!r} is neither an IP address nor a host name (RFC 1123)") from None
 
 
+def check_network(value: str) -> str:
+    """An IP network in ADDRESS/PREFIX form with no host bits set (``10.0.0.0/24``, ``2001:db8::/32``), or
+    one address (a /32 or /128), in the form Python writes it: what a firewall rule holds as its source."""
+    control_free(value)
+    try:
+        network = ipaddress.ip_network(value, strict=True)
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not an IP network in ADDRESS/PREFIX form with no host bits set "
+                         f"(10.0.0.0/24, 192.0.2.7/32, 2001:db8::/32): {e}") from None
+    return str(network)
+
+
 def canonical_address(value: str) -> str:
     """``value`` if it is an address in kiln's one form (check_address's: an IP address as Python writes
     it, no zone, or a plain host name), else ValueError: what kiln writes into authorized_keys ``from=``,
@@ -239,6 +251,7 @@ check_user = _matching("user name", POSIX_NAME, "a letter or '_' first, then let
                        "(at most 32)")
 
 Address = Annotated[str, AfterValidator(check_address)]
+Network = Annotated[str, AfterValidator(check_network)]
 MountPoint = Annotated[str, AfterValidator(check_mount_point)]
 FilePath = Annotated[str, AfterValidator(check_path)]
 AbsolutePath = Annotated[str, AfterValidator(check_absolute_path)]

@@ -64,7 +64,7 @@ class Host:
     @property
     def roles(self) -> set[str]:
         """The roles ``kiln deploy`` runs on this host, chosen from its groups and facts."""
-        roles = {"base"}
+        roles = {"base", "firewall"}  # the firewall role also removes kiln's rules where kiln_firewall is off
         if set(self.groups) & {CONTROLLER, DBD, LOGIN, COMPUTE}:
             roles.add("slurm")
         if COMPUTE in self.groups:

@@ -22,6 +22,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
+from kiln.inventory.firewall_schema import Firewall
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
 from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, LoginUserLimits, Operators,
                                           PrivateDataKind)
@@ -238,6 +239,11 @@ SETTINGS: dict[str, Setting] = {
            "on login hosts (the controllers where there are none): CPU, memory and tasks all of one user's login "
            "sessions together may use (systemd user slices; see LoginUserLimits: 4 cores, 20% of memory, 4096 "
            "tasks; root unlimited); null: no limits"),
+        _s("firewall", Firewall, Firewall(), "cluster",
+           "default-deny host firewalls by role (see Firewall; roles/firewall_rules.py): SSH from admin_networks "
+           "(and users' access_networks on login hosts), each Slurm, monitoring and storage port only from the hosts "
+           "whose role needs it, everything between compute hosts (the jobs' own traffic); applied with a timed "
+           "rollback; off by default"),
         _s("slurm_private_data", list[PrivateDataKind], DEFAULT_PRIVATE_DATA, "cluster",
            "Slurm's PrivateData (slurm.conf and slurmdbd.conf): what a user sees only of their own: accounts, "
            "jobs (squeue, sacct, scontrol show job, job scripts), usage (sreport, sshare), users; also cloud, "

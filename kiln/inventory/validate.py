@@ -88,6 +88,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     cluster_checks.check_addresses(raw, hosts, cluster_values, out.add)
     cluster_checks.check_storage_servers(raw, hosts, out.add)
     cluster_checks.check_bmcs(raw, hosts, out.add)
+    cluster_checks.check_firewall_addresses(raw, hosts, cluster_values, out.add)
     cluster_checks.check_filesystem_clients(raw, hosts, cluster_values, out.add)
     cluster_checks.check_fabric(raw, hosts, cluster_values, out.add)
     cluster_checks.check_partitions(raw, cluster_values, out.add)

@@ -1,0 +1,142 @@
+"""What each kiln host lets in, and from where: NIST SP 800-223's zones from the inventory's groups, and
+the nftables ruleset of one host. Pure functions of the inventory (``kiln_firewall``), like slurm_config.
+
+Zones: ``access`` (login), ``management`` (slurm_controller, slurm_dbd, monitoring), ``computing``
+(compute), ``data storage`` (storage_servers); a host is in every zone of its groups. What a host lets in:
+
++ its loopback, replies to connections it made (conntrack established/related), ICMP and ICMPv6 (path
+  MTU discovery, neighbour discovery, ping), DHCP replies;
++ SSH from ``admin_networks`` and the management zone (kiln-remediate reaches nodes by SSH); compute
+  hosts also from login hosts (a user's SSH to a node of their job, pam_slurm_adopt); login hosts also
+  from ``access_networks`` (users);
++ on controllers, slurmctld (6817) from every Slurm host; on compute hosts, slurmd (6818) from the
+  controllers and login hosts (srun), and everything from the other compute hosts (slurmd's fan-out,
+  the jobs' own MPI, NCCL and Gloo sockets, soft-RoCE); slurmdbd (6819) from the controllers and login
+  hosts (sacct, sreport, sacctmgr; never from compute hosts); srun's ports (SrunPortRange) on every host
+  that runs srun, from the controllers and compute hosts; MariaDB is never open (slurmdbd reaches it on
+  its own host);
++ node_exporter (9100) from the monitoring hosts, dcgm-exporter (9400) on GPU hosts from them,
+  Prometheus (9090) and Alertmanager (9093) from ``admin_networks`` and the management zone, and
+  Alertmanager's cluster port (9094) between monitoring hosts;
++ on storage servers, NFS (2049, NFSv4: NFSv3's rpcbind and mountd are not opened) and GlusterFS (24007-24008
+  and its bricks' 49152-49251) from every kiln host and the other storage servers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiln.inventory.firewall_schema import SRUN_PORTS
+from kiln.inventory.model import COMPUTE, CONTROLLER, DBD, LOGIN, MONITORING, STORAGE, Cluster, Host
+from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
+                             PROMETHEUS_PORT)
+from roles.context import render
+
+ZONES = {LOGIN: "access", CONTROLLER: "management", DBD: "management", MONITORING: "management",
+         COMPUTE: "computing", STORAGE: "data storage"}
+SSH, SLURMCTLD, SLURMD, SLURMDBD = 22, 6817, 6818, 6819
+NFS, GLUSTERD, GLUSTER_BRICKS = 2049, (24007, 24008), (49152, 49251)
+TABLE = "kiln"  # table inet kiln: kiln's own, beside any other table on the node
+
+
+@dataclass(frozen=True)
+class Allow:
+    """One way in: TCP ``ports`` (a port or a first-last range; empty: every port and protocol) from
+    ``sources`` (addresses or networks), with the reason."""
+
+    why: str
+    ports: str
+    sources: tuple[str, ...]
+
+
+def zones(host: Host) -> list[str]:
+    """The SP 800-223 zones ``host`` is in, from its groups, in a fixed order."""
+    found = {ZONES[g] for g in host.groups if g in ZONES}
+    return [z for z in ("access", "management", "computing", "data storage") if z in found]
+
+
+def _addresses(cluster: Cluster, *groups: str, but: Host | None = None) -> tuple[str, ...]:
+    hosts = [h for g in groups for h in cluster.group(g)]
+    if DBD in groups and not cluster.group(DBD):
+        hosts += cluster.controllers  # slurmdbd runs on the first controller where no slurm_dbd group is
+    seen: list[str] = []
+    for h in hosts:
+        if h.address not in seen and (but is None or h.name != but.name):
+            seen.append(h.address)
+    return tuple(seen)
+
+
+def _slurm_hosts(cluster: Cluster) -> tuple[str, ...]:
+    return _addresses(cluster, CONTROLLER, DBD, LOGIN, COMPUTE)
+
+
+def _runs_dbd(cluster: Cluster, host: Host) -> bool:
+    return host.in_group(DBD) or (not cluster.group(DBD) and bool(cluster.controllers)
+                                   and cluster.controllers[0].name == host.name)
+
+
+def allows(cluster: Cluster, host: Host) -> list[Allow]:
+    """Every way into ``host``, in the order its rules list them; a way with no source is left out."""
+    fw = cluster.setting("firewall")
+    management = _addresses(cluster, CONTROLLER, DBD, MONITORING)
+    admins = tuple(fw.admin_networks)
+    ssh = str(host.connection.get("ssh_port", SSH))
+    out = [Allow("SSH: operators and kiln", ssh, admins + management)]
+    if host.in_group(LOGIN):
+        out.append(Allow("SSH: users", ssh, tuple(fw.access_networks)))
+    if host.is_compute:
+        out.append(Allow("SSH: users' sessions on their jobs' nodes (pam_slurm_adopt)", ssh,
+                         _addresses(cluster, LOGIN)))
+        out.append(Allow("the jobs' own traffic and slurmd's fan-out between compute nodes", "",
+                         _addresses(cluster, COMPUTE, but=host)))
+        out.append(Allow("slurmd", f"{SLURMD}", _addresses(cluster, CONTROLLER, LOGIN)))
+    if host.in_group(CONTROLLER):
+        out.append(Allow("slurmctld", f"{SLURMCTLD}", _slurm_hosts(cluster)))
+    if _runs_dbd(cluster, host):
+        out.append(Allow("slurmdbd: slurmctld, and sacct/sreport/sacctmgr on controllers and login hosts",
+                         f"{SLURMDBD}", _addresses(cluster, CONTROLLER, DBD, LOGIN)))
+    if set(host.groups) & {CONTROLLER, LOGIN, COMPUTE}:
+        out.append(Allow("srun and salloc (SrunPortRange)", f"{SRUN_PORTS[0]}-{SRUN_PORTS[1]}",
+                         _addresses(cluster, CONTROLLER, COMPUTE)))
+    if host.monitored:
+        monitoring = _addresses(cluster, MONITORING)
+        out.append(Allow("node_exporter", f"{NODE_EXPORTER_PORT}", monitoring))
+        if host.gpu_count:
+            out.append(Allow("dcgm-exporter", f"{DCGM_EXPORTER_PORT}", monitoring))
+        if host.in_group(MONITORING):
+            out.append(Allow("Prometheus and Alertmanager", f"{PROMETHEUS_PORT}", admins + management))
+            out.append(Allow("Alertmanager", f"{ALERTMANAGER_PORT}", admins + management))
+            out.append(Allow("Alertmanager's cluster", f"{ALERTMANAGER_CLUSTER_PORT}",
+                             _addresses(cluster, MONITORING, but=host)))
+    if host.in_group(STORAGE):
+        clients = tuple(dict.fromkeys(h.address for h in cluster.hosts.values()))  # every kiln host, once
+        out.append(Allow("NFS (v4)", f"{NFS}", clients))
+        out.append(Allow("GlusterFS management", f"{GLUSTERD[0]}-{GLUSTERD[1]}", clients))
+        out.append(Allow("GlusterFS bricks", f"{GLUSTER_BRICKS[0]}-{GLUSTER_BRICKS[1]}", clients))
+    return [a for a in out if a.sources]
+
+
+def _family(source: str) -> str:
+    return "ip6" if ":" in source else "ip"
+
+
+def rule_lines(allow: Allow) -> list[str]:
+    """nft rule lines for one way in: one per address family present in its sources."""
+    lines = []
+    for family in ("ip", "ip6"):
+        sources = [s for s in allow.sources if _family(s) == family]
+        if not sources:
+            continue
+        match = f"{family} saddr {{ {', '.join(sources)} }}"
+        port = f" tcp dport {allow.ports}" if allow.ports else ""
+        lines.append(f"{match}{port} accept comment \"{allow.why}\"")
+    return lines
+
+
+def ruleset(cluster: Cluster, host: Host) -> str:
+    """The whole nftables file for ``host``: table inet kiln made anew in one transaction (nft -f applies
+    a file atomically: the table is never half loaded)."""
+    fw = cluster.setting("firewall")
+    rules = [line for allow in allows(cluster, host) for line in rule_lines(allow)]
+    return render("base/kiln-firewall.nft.j2", host=host.name, zones=", ".join(zones(host)) or "none",
+                  table=TABLE, rules=rules, log_dropped=fw.log_dropped)
