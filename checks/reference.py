@@ -149,6 +149,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SYSTEM_FIREWALL": ("system", "fail", "kiln's confirmed firewall is not loaded or lets in what no rule allows "
                         "(a warn: none confirmed here yet)", "systemctl restart kiln-firewall, or kiln deploy",
                         "kiln_firewall"),
+    # --- zones (kiln's firewall, proven by connections from each node; kiln check only) ---
+    "ZONES_FIREWALL": ("zones", "fail", "a port kiln's firewall rules shut answers this node, or one they open does "
+                       "not", "compare nft list table inet kiln with roles/firewall_rules.py; kiln deploy", "kiln_firewall"),
     # --- drift (against the image the node was booted from) ---
     "DRIFT_IMAGE": ("drift", "ok", "which image the node was booted from (or none: nothing to compare)", "", ""),
     "DRIFT_MANIFEST_UNREADABLE": ("drift", "warn", "/etc/kiln/image-manifest.json is not JSON",

@@ -24,6 +24,7 @@ Zones: ``access`` (login), ``management`` (slurm_controller, slurm_dbd, monitori
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from kiln.inventory.firewall_schema import SRUN_PORTS
@@ -140,3 +141,39 @@ def ruleset(cluster: Cluster, host: Host) -> str:
     rules = [line for allow in allows(cluster, host) for line in rule_lines(allow)]
     return render("base/kiln-firewall.nft.j2", host=host.name, zones=", ".join(zones(host)) or "none",
                   table=TABLE, rules=rules, log_dropped=fw.log_dropped)
+
+
+# The ports kiln check's zones suite tries on other hosts: every port a rule above names, and MariaDB's.
+PROBE_PORTS = (SLURMCTLD, SLURMD, SLURMDBD, 3306, SRUN_PORTS[0], NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT,
+               PROMETHEUS_PORT, ALERTMANAGER_PORT, NFS, GLUSTERD[0])
+PROBED_HOSTS = 32  # above this many hosts, one of each kind (same groups, GPUs, monitored) is probed
+
+
+def lets_in(allow: Allow, source: str, port: int) -> bool:
+    """Whether ``allow`` lets ``source`` (an address) in on TCP ``port``."""
+    if allow.ports:
+        first, _, last = allow.ports.partition("-")
+        if not int(first) <= port <= int(last or first):
+            return False
+    address = ipaddress.ip_address(source)
+    return any(address in ipaddress.ip_network(s) for s in allow.sources
+               if ipaddress.ip_network(s).version == address.version)
+
+
+def probes(cluster: Cluster, source: Host) -> list[dict]:
+    """What kiln check's zones suite tries from ``source``: each port of PROBE_PORTS (and SSH's) on each other
+    host, or on one host of each kind in a large cluster, and whether the rules let ``source`` in."""
+    others = [h for h in cluster.hosts.values() if h.name != source.name]
+    if len(others) > PROBED_HOSTS:
+        kinds: dict[tuple, Host] = {}
+        for h in others:
+            kinds.setdefault((h.groups, bool(h.gpu_count), h.monitored), h)
+        others = list(kinds.values())
+    out = []
+    for target in others:
+        ways = allows(cluster, target)
+        ssh = int(target.connection.get("ssh_port", SSH))
+        for port in (ssh, *PROBE_PORTS):
+            out.append({"host": target.name, "address": target.address, "port": port,
+                        "allowed": any(lets_in(a, source.address, port) for a in ways)})
+    return out

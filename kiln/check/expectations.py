@@ -19,6 +19,7 @@ from kiln.monitoring.alert_rules import ALERTS, rules
 from kiln.monitoring.metrics_contract import needed
 from kiln.shell import command
 from kiln.versions import upstream
+from roles.firewall_rules import probes
 from roles.secret_files import secret_files
 
 
@@ -89,6 +90,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute},
         "monitoring": _monitoring(cluster, host),
         "isolation": _isolation(cluster, host),
+        "zones": {"probes": probes(cluster, host)} if cluster.setting("firewall").enabled else {},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync"), "host_programs": host_programs(),
                    "firewall": cluster.setting("firewall").enabled},

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from checks import system
+from checks import system, zones
 from checks.parsers.nft import input_policy
 from kiln.deploy.firewall_confirm import confirm_argv
 from kiln.inventory import load_cluster
 from kiln.inventory.validate import validate
 from roles import firewall_rules, slurm_config
-from roles.firewall_rules import allows, ruleset, zones
+from roles.firewall_rules import allows, probes, ruleset, zones as zones_of
 from tests.conftest import REPO
 
 HOSTS = """all:
@@ -71,10 +71,10 @@ def _ways(cluster, name: str) -> dict[str, tuple[str, tuple[str, ...]]]:
 
 
 def test_each_host_is_in_the_zones_of_its_groups(cluster):
-    assert zones(cluster.hosts["ctl01"]) == ["management"]
-    assert zones(cluster.hosts["login01"]) == ["access"]
-    assert zones(cluster.hosts["hgx001"]) == ["computing"]
-    assert zones(cluster.hosts["nfs01"]) == ["data storage"]
+    assert zones_of(cluster.hosts["ctl01"]) == ["management"]
+    assert zones_of(cluster.hosts["login01"]) == ["access"]
+    assert zones_of(cluster.hosts["hgx001"]) == ["computing"]
+    assert zones_of(cluster.hosts["nfs01"]) == ["data storage"]
 
 
 def test_a_compute_node_lets_in_slurm_the_other_compute_nodes_and_ssh_from_where_it_is_needed(cluster):
@@ -181,3 +181,49 @@ def test_nft_loads_every_hosts_rules_and_its_own_listing_reads_as_loaded(cluster
         assert out.stdout.count("table inet kiln") == 2, out.stdout  # listed once as a table, once with the chain
         assert system.firewall(out.stdout).severity == "ok", out.stdout
     assert firewall_rules.TABLE == "kiln"
+
+
+def test_each_nodes_probes_follow_the_rules(cluster):
+    found = {(p["host"], p["port"]): p["allowed"] for p in probes(cluster, cluster.hosts["hgx001"])}
+    assert found[("ctl01", 6817)] and not found[("ctl01", 6819)] and not found[("ctl01", 3306)]
+    assert not found[("ctl01", 22)] and found[("login01", 22)]  # a login host's SSH is open to access_networks
+    assert found[("hgx002", 6819)]  # another compute node: every port (nothing listens there: a reset)
+    assert found[("nfs01", 2049)] and not found[("nfs01", 6817)]
+    login = {(p["host"], p["port"]): p["allowed"] for p in probes(cluster, cluster.hosts["login01"])}
+    assert login[("ctl01", 6819)] and login[("hgx001", 22)] and login[("hgx001", 6818)]
+    assert not login[("hgx001", 9100)]  # node_exporter: the monitoring host's alone
+    ipv6 = {(p["host"], p["port"]): p["allowed"] for p in probes(cluster, cluster.hosts["l40s01"])}
+    assert ipv6[("hgx001", 6819)] and ipv6[("ctl01", 6817)]
+
+
+def test_zones_suite_fails_naming_a_port_open_that_should_be_shut_and_one_shut_that_should_be_open():
+    wanted = [{"host": "ctl01", "address": "10.0.0.2", "port": 6819, "allowed": False},
+              {"host": "ctl01", "address": "10.0.0.2", "port": 6817, "allowed": True},
+              {"host": "n2", "address": "10.0.0.3", "port": 6818, "allowed": True}]
+    as_ruled = "kiln-probe 10.0.0.2 6819 dropped\nkiln-probe 10.0.0.2 6817 open\nkiln-probe 10.0.0.3 6818 refused\n"
+    assert zones.judge(wanted, zones.parse_probes(as_ruled)).severity == "ok"
+    leaky = as_ruled.replace("6819 dropped", "6819 open")
+    v = zones.judge(wanted, zones.parse_probes(leaky))
+    assert v.severity == "fail" and "ctl01:6819 answered" in v.message
+    shut = as_ruled.replace("6817 open", "6817 dropped")
+    v = zones.judge(wanted, zones.parse_probes(shut))
+    assert v.severity == "fail" and "ctl01:6817 went unanswered" in v.message
+    assert zones.judge(wanted, {}).severity == "fail"  # no answer at all is no pass
+    assert zones.commands({"zones": {}}) == [] and zones.run(None, {"zones": {}}) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("unshare") is None,
+                    reason=NEEDS_ROOT)
+def test_the_probe_tells_open_reset_and_dropped_apart_against_real_rules(tmp_path):
+    """probe_command in a network namespace of its own: a listener, a closed port, and a port nft drops."""
+    rules = tmp_path / "rules.nft"
+    rules.write_text("table inet t {\n chain input {\n  type filter hook input priority filter; policy accept;\n"
+                     "  tcp dport 7003 drop\n }\n}\n")
+    wanted = [{"host": "h", "address": "127.0.0.1", "port": port, "allowed": port != 7003} for port in (7001, 7002, 7003)]
+    script = (f"ip link set lo up && nft -f {rules} && (python3 -c 'import socket,time; s=socket.socket(); "
+              "s.bind((\"127.0.0.1\", 7001)); s.listen(); time.sleep(20)' >/dev/null 2>&1 &) && sleep 0.5 && "
+              + zones.probe_command(wanted))
+    out = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    found = zones.parse_probes(out.stdout)
+    assert found == {("127.0.0.1", 7001): "open", ("127.0.0.1", 7002): "refused", ("127.0.0.1", 7003): "dropped"}, out
+    assert zones.judge(wanted, found).severity == "ok"
