@@ -227,3 +227,13 @@ def test_the_probe_tells_open_reset_and_dropped_apart_against_real_rules(tmp_pat
     found = zones.parse_probes(out.stdout)
     assert found == {("127.0.0.1", 7001): "open", ("127.0.0.1", 7002): "refused", ("127.0.0.1", 7003): "dropped"}, out
     assert zones.judge(wanted, found).severity == "ok"
+
+
+def test_a_confirmation_that_cannot_connect_says_so_and_that_the_node_puts_its_rules_back(cluster, tmp_path):
+    import dataclasses
+    from kiln.deploy.firewall_confirm import NEXT_STEP, confirm
+    shut = dataclasses.replace(cluster.hosts["hgx001"], connection={"ssh_hostname": "127.0.0.1", "ssh_port": 1,
+                                                                    "ssh_known_hosts_file": str(tmp_path / "kh")})
+    why = confirm(shut, 45, timeout=30)
+    assert why is not None and "Connection refused" in why and "within 45 s" in why, why
+    assert "admin_networks" in NEXT_STEP.format(node="hgx001")
