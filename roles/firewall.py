@@ -3,8 +3,8 @@
 Defaults:
 
 + install (images too): the nftables package, /usr/local/sbin/kiln-firewall-apply (below) and
-  kiln-firewall.service (enabled by the configure stage): at boot, before the network is up, it loads the
-  confirmed rules (/etc/kiln/firewall/rules.nft) and does nothing where there are none.
+  kiln-firewall.service, enabled: at boot, before the network is up, it loads the confirmed rules
+  (/etc/kiln/firewall/rules.nft) and does nothing where there are none.
 + configure, firewall on: this host's rules (roles/firewall_rules.py) as the candidate,
   /etc/kiln/firewall/candidate.nft (checked by ``nft -c`` before it is placed); where they differ from the
   confirmed rules, ``kiln-firewall-apply apply SECONDS`` loads them and starts a timer that puts the
@@ -107,12 +107,14 @@ def install(ctx: NodeContext) -> None:
     unit = ctx.put(UNIT, SERVICE, mode="644", name="firewall: kiln-firewall.service")
     server.shell(name="firewall: reload systemd (if the unit changed)", commands=[DAEMON_RELOAD],
                  _if=when_changed(unit))
+    # enabled in the image too (systemctl enable works in a chroot): what an image carries, a node booted
+    # from it has, and kiln drift compares the enabled units
+    service_running(name="firewall: kiln-firewall.service enabled at boot", ctx=ctx,
+                    unit=ctx.watch_unit("kiln-firewall.service"), start=False)
 
 
 def configure(ctx: NodeContext) -> None:
     firewall = ctx.cluster.setting("firewall")
-    service_running(name="firewall: kiln-firewall.service enabled at boot", ctx=ctx,
-                    unit=ctx.watch_unit("kiln-firewall.service"), start=False)
     ctx.watch_path(CONFIRMED)
     ctx.watch_path(CANDIDATE)
     if not firewall.enabled:
