@@ -196,8 +196,10 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_qos": TESTBED_QOS,
         # alice is an operator: sudo without a password (testbed users log in by key and have none)
         "kiln_operators": {"gid": 2050, "users": ["alice"], "password": False},
-        # kiln's host firewall, off: turned on, this host (the operator, on the bridge) is the one admin network
-        "kiln_firewall": {"enabled": False, "admin_networks": [f"{testbed.host_address}/32"]},
+        # kiln's host firewall, off: turned on, this host (on the bridge) is the one admin network, and where
+        # users log in from (the controller is the login host: SSH from anywhere else, compute nodes too, is shut)
+        "kiln_firewall": {"enabled": False, "admin_networks": [f"{testbed.host_address}/32"],
+                          "access_networks": [f"{testbed.host_address}/32"]},
         **(VM_SETTINGS if testbed.node_kind == "vm" else NSPAWN_SETTINGS),
         # soft-RoCE under emulation moves 4-10 MB/s and stalls under load: 200 messages of 64 KiB a pair of
         # the bandwidth ring (13 MB; CI saw 1000 run past the 90 s bound)
