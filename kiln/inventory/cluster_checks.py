@@ -444,7 +444,8 @@ def check_secrets_dir(raw: RawInventory, values: dict[str, Any], add: Any) -> No
 def check_firewall_addresses(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any],
                              add: Any) -> None:
     """With the firewall on, every host's address is an IP address: each rule names the hosts a port is
-    open to by address, and a name would be resolved once, when the rules load, by whatever DNS says then."""
+    open to by address, and a name would be resolved once, when the rules load, by whatever DNS says then;
+    and no NFS mount asks for v2 or v3, which need ports the storage servers' rules do not open."""
     firewall = values.get("kiln_firewall")
     if firewall is None or not firewall.enabled:
         return
@@ -456,6 +457,13 @@ def check_firewall_addresses(raw: RawInventory, hosts: dict[str, model.Host], va
             add(file, "ansible_host" if "ansible_host" in raw.hosts[host.name].vars else host.name,
                 f"{host.name}'s address {host.address} is a name: with kiln_firewall enabled every host needs an "
                 "IP address (its rules open ports to hosts by address)", line)
+        for mount in host.storage_mounts:
+            words = set(mount.options.split(","))
+            if mount.type == "nfs" and words & {"vers=2", "vers=3", "nfsvers=2", "nfsvers=3", "v2", "v3"}:
+                file, line = raw.origin("kiln_storage_mounts", host.name)
+                add(file, "kiln_storage_mounts", f"{host.name} mounts {mount.path} with NFS {mount.options}: with "
+                    "kiln_firewall enabled the storage servers open NFSv4's port 2049 only (NFSv3 needs rpcbind and "
+                    "mountd on ports of their own): mount it with vers=4.2", line)
 
 
 def check_bmcs(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> None:

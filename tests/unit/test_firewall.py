@@ -134,6 +134,9 @@ def test_srun_ports_are_fixed_in_slurm_conf_only_while_the_firewall_is_on(cluste
      "kiln_firewall.confirm_seconds", ""),
     (ENABLED, HOSTS.replace("{ansible_host: 10.10.1.2}", "{ansible_host: hgx002.example.org}"), "ansible_host",
      "is a name"),
+    (ENABLED, HOSTS.replace("{ansible_host: 10.10.1.2}", "{ansible_host: 10.10.1.2, kiln_storage_mounts: [{path: /data, "
+                            "type: nfs, source: '10.10.0.4:/data', options: 'rw,hard,vers=3'}]}"), "kiln_storage_mounts",
+     "NFSv4's port 2049 only"),
 ])
 def test_bad_firewall_values_are_refused_naming_the_file_and_key(tmp_path, firewall, hosts, key, words):
     errors = validate(_inventory(tmp_path, firewall, hosts))[1]
