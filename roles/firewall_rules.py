@@ -31,6 +31,7 @@ from kiln.inventory.firewall_schema import SRUN_PORTS
 from kiln.inventory.model import COMPUTE, CONTROLLER, DBD, LOGIN, MONITORING, STORAGE, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT)
+from roles import slurm_config
 from roles.context import render
 
 ZONES = {LOGIN: "access", CONTROLLER: "management", DBD: "management", MONITORING: "management",
@@ -57,9 +58,7 @@ def zones(host: Host) -> list[str]:
 
 
 def _addresses(cluster: Cluster, *groups: str, but: Host | None = None) -> tuple[str, ...]:
-    hosts = [h for g in groups for h in cluster.group(g)]
-    if DBD in groups and not cluster.group(DBD):
-        hosts += cluster.controllers  # slurmdbd runs on the first controller where no slurm_dbd group is
+    hosts = [h for g in groups for h in (slurm_config.dbd_hosts(cluster) if g == DBD else cluster.group(g))]
     seen: list[str] = []
     for h in hosts:
         if h.address not in seen and (but is None or h.name != but.name):
@@ -69,11 +68,6 @@ def _addresses(cluster: Cluster, *groups: str, but: Host | None = None) -> tuple
 
 def _slurm_hosts(cluster: Cluster) -> tuple[str, ...]:
     return _addresses(cluster, CONTROLLER, DBD, LOGIN, COMPUTE)
-
-
-def _runs_dbd(cluster: Cluster, host: Host) -> bool:
-    return host.in_group(DBD) or (not cluster.group(DBD) and bool(cluster.controllers)
-                                   and cluster.controllers[0].name == host.name)
 
 
 def allows(cluster: Cluster, host: Host) -> list[Allow]:
@@ -93,7 +87,7 @@ def allows(cluster: Cluster, host: Host) -> list[Allow]:
         out.append(Allow("slurmd", f"{SLURMD}", _addresses(cluster, CONTROLLER, LOGIN)))
     if host.in_group(CONTROLLER):
         out.append(Allow("slurmctld", f"{SLURMCTLD}", _slurm_hosts(cluster)))
-    if _runs_dbd(cluster, host):
+    if host.name in {h.name for h in slurm_config.dbd_hosts(cluster)}:
         out.append(Allow("slurmdbd: slurmctld, and sacct/sreport/sacctmgr on controllers and login hosts",
                          f"{SLURMDBD}", _addresses(cluster, CONTROLLER, DBD, LOGIN)))
     if set(host.groups) & {CONTROLLER, LOGIN, COMPUTE}:

@@ -94,8 +94,7 @@ def parts(ctx: NodeContext) -> set[str]:
     result = {"client"}
     if node.in_group("slurm_controller"):
         result.add("controller")
-    dbd_hosts = cluster.groups.get("slurm_dbd") or tuple(h.name for h in cluster.controllers[:1])
-    if node.name in dbd_hosts:
+    if node.name in {h.name for h in slurm_config.dbd_hosts(cluster)}:
         result.add("dbd")
     if node.is_compute:
         result.add("compute")

@@ -17,9 +17,13 @@ from roles.context import render
 STATE_SAVE = "/var/lib/slurm/slurmctld"
 
 
+def dbd_hosts(cluster: Cluster) -> list[Host]:
+    """The hosts that run slurmdbd: the slurm_dbd group, else the first controller."""
+    return cluster.group("slurm_dbd") or cluster.controllers[:1]
+
+
 def dbd_host(cluster: Cluster) -> str:
-    dbd = cluster.group("slurm_dbd") or cluster.controllers
-    return dbd[0].name
+    return dbd_hosts(cluster)[0].name
 
 
 def def_mem_per_cpu(cluster: Cluster) -> int:
