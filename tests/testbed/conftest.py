@@ -12,9 +12,10 @@ import shutil
 import pytest
 
 from kiln.testbed.testbed import Testbed
+from tests.lanes import worker
 from tests.testbed.slurm_helpers import deploy_json, on, wait_for
 
-SHARED_NAME = "kilntest"
+SHARED_NAMES = {"main": "kilntest", "gw0": "kilntest", "gw1": "kilnlb"}  # per pytest-xdist worker (tests/lanes.py)
 NODES = 5  # 1 controller + 4 compute: enough for rolling patches with a node drained by a person
 TOOLS = ("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "unshare", "nsenter")
 
@@ -42,9 +43,10 @@ def quiet(message: str) -> None:
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory):
-    """A 5-node testbed (1 controller + 4 compute) shared by every end-to-end test of the run."""
+    """A 5-node testbed (1 controller + 4 compute) shared by every end-to-end test of the run's lane (one
+    per pytest-xdist worker: tests/lanes.py)."""
     require_testbed()
-    tb = Testbed(SHARED_NAME, progress=quiet)
+    tb = Testbed(shared_name(), progress=quiet)
     inventory = tmp_path_factory.mktemp("inventory") / "testbed"
     tb.up(NODES, inventory_dir=inventory)
     without_remediation(inventory)
@@ -52,6 +54,11 @@ def testbed(tmp_path_factory):
     SHARED_UP.append(tb)
     yield tb
     take_down_shared_testbed()
+
+
+def shared_name() -> str:
+    """The shared testbed's name in this process: a lane's own, so that two lanes never share nodes."""
+    return SHARED_NAMES.get(worker(), f"kilnt{worker()[-3:]}")
 
 
 SHARED_UP: list[Testbed] = []  # the shared testbed while it is up
@@ -89,7 +96,7 @@ def slurm(testbed):
 
 
 def pytest_collection_modifyitems(items):
-    """Rolling patches (test_patch.py, test_patch_maintenance.py) move the driver back and forth on every
+    """The unit and plan tests first (they keep a core busy while the first testbed comes up); rolling patches (test_patch.py, test_patch_maintenance.py) move the driver back and forth on every
     node and reboot them: they run after the others; the image tests (test_image.py) boot every node afresh from an image: they run after those;
     the Debian 13 tests (test_debian13.py) take the shared testbed down for a testbed of their own: after those;
     the VM tier (tests/vm) runs last, after the nspawn tests, and its lifecycle tests (which take the VM
@@ -101,4 +108,9 @@ def pytest_collection_modifyitems(items):
              "tests/testbed/test_debian13.py": 3.5}
     # the VM lifecycle tests end with the shared VM cluster down: they run after every other VM test
     order["tests/vm/test_vm_lifecycle.py"] = 5
-    items.sort(key=lambda item: order.get(item.nodeid.split("::")[0], 4 if item.nodeid.startswith("tests/vm/") else 0))
+    def key(item) -> float:
+        path = item.nodeid.split("::")[0]
+        if not path.startswith(("tests/testbed/", "tests/vm/")):
+            return -1
+        return order.get(path, 4 if path.startswith("tests/vm/") else 0)
+    items.sort(key=key)

@@ -82,7 +82,7 @@ def test_check_passes_on_the_healthy_testbed_and_writes_reports(nodes, tmp_path)
     page = (tmp_path / "r.html").read_text()
     assert all(n in page for n in nodes.computes) and "GPU_ECC_UNCORRECTED" in page and "<script" not in page
     assert "verdict" in out.stdout and "summary: 5 ok, 0 warn, 0 failed" in out.stdout
-    assert re.search(r"^kilntest\[02-05\]\s+OK\s", out.stdout, re.M), out.stdout  # the computes fold
+    assert re.search(rf"^{nodes.name}\[02-05\]\s+OK\s", out.stdout, re.M), out.stdout  # the computes fold
     assert "....." not in out.stdout                                          # no pytest progress dots
 
 

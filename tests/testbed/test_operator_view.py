@@ -41,10 +41,10 @@ def test_deploy_draws_a_live_panel_in_a_terminal_and_prints_lines_elsewhere(slur
     live = [f for f in frames if panel.search(f)]
     assert live, "no frame showed the live panel:\n" + "\n----\n".join(frames[-3:])
     # a frame where hosts were still at work names what they were doing
-    busy = [f for f in live if re.search(r"^  kilntest0\d  \S.*  \d+ s$", f, re.M)]
+    busy = [f for f in live if re.search(rf"^  {slurm.name}0\d  \S.*  \d+ s$", f, re.M)]
     assert busy, live[-1]
     assert "summary: " in final and not panel.search(final)   # the panel leaves; the summary stays
-    assert re.search(r"no change +kilntest\[01-05\]", final), final
+    assert re.search(rf"no change +{slurm.name}\[01-05\]", final), final
     recording = ("A frame of `kiln deploy` on a terminal (tmux capture-pane), the 5-node testbed:\n\n"
                  + busy[-1].rstrip() + "\n\nThe end of the same run:\n\n" + final.rstrip() + "\n")
     (tmp_path / "recording.txt").write_text(recording)
@@ -53,13 +53,13 @@ def test_deploy_draws_a_live_panel_in_a_terminal_and_prints_lines_elsewhere(slur
     piped = kiln("deploy", "-i", str(slurm.inventory))
     assert piped.returncode == 0, piped.stdout + piped.stderr
     lines = piped.stdout.splitlines()
-    events = [line for line in lines if re.match(r"^\[\s*\d+\.\ds\] kilntest0\d: no change \(\d/5 done\)$", line)]
+    events = [line for line in lines if re.match(rf"^\[\s*\d+\.\ds\] {slurm.name}0\d: no change \(\d/5 done\)$", line)]
     assert len(events) == 5, piped.stdout                    # one line per host, stamped, with the count
     assert "\x1b[" not in piped.stdout                       # no escape codes when not a terminal
     log = Path(re.search(r"^log: (\S+)$", piped.stdout, re.M).group(1))
     text = log.read_text()
     assert log.is_relative_to(slurm.inventory.parent / ".kiln" / "logs")
-    for node in ["kilntest01", "kilntest05"]:
+    for node in [f"{slurm.name}01", f"{slurm.name}05"]:
         assert re.search(rf"^\s+[\d.]+ {node} ok '[^']+' in \d+\.\d\d s$", text, re.M), text[:2000]
         assert re.search(rf"^\s+[\d.]+ {node} no change$", text, re.M)
 
@@ -75,7 +75,7 @@ def test_forks_below_the_host_count_deploys_in_waves_that_converge_the_same(slur
         "reading the OS, wave 1 of 3", "reading the OS, wave 2 of 3", "reading the OS, wave 3 of 3",
         "wave 1 of 3", "wave 2 of 3", "wave 3 of 3"], out.stdout
     assert all(int(n) <= 2 for n, _ in connecting)
-    assert re.search(r"no change +kilntest\[01-05\]", out.stdout), out.stdout
+    assert re.search(rf"no change +{slurm.name}\[01-05\]", out.stdout), out.stdout
     # the controller's wave is the last one
-    done = [m.group(1) for m in re.finditer(r"^\[\s*[\d.]+s\] (kilntest0\d): no change", out.stdout, re.M)]
-    assert done[-1] == "kilntest01", done
+    done = [m.group(1) for m in re.finditer(rf"^\[\s*[\d.]+s\] ({slurm.name}0\d): no change", out.stdout, re.M)]
+    assert done[-1] == f"{slurm.name}01", done

@@ -63,7 +63,7 @@ def test_batch_job_completes_and_is_accounted(slurm):
     assert out.strip() in slurm.computes
     # sacct reads slurmdbd (MariaDB): the job is in the accounting database.
     acct = ok(slurm, slurm.controller, f"sacct -n -X -P -j {job} -o JobID,State,Cluster,NodeList")
-    assert acct.strip().split("|")[:3] == [job, "COMPLETED", "kilntest"]
+    assert acct.strip().split("|")[:3] == [job, "COMPLETED", slurm.name]
 
 
 @pytest.mark.proves("gpu gres", tier="nspawn")
@@ -192,19 +192,19 @@ def test_dry_run_shows_the_diff_and_changes_nothing(slurm, tmp_path):
     out = kiln("deploy", "-i", str(changed), "--dry-run")
     slurm.outputs.append(out.stdout + out.stderr)
     assert out.returncode == 3, out.stdout + out.stderr       # changes pending
-    assert re.search(r"would change +kilntest\[01-05\]", out.stdout), out.stdout   # one folded line
-    assert "+PartitionName=batch Nodes=kilntest[02-05] Default=YES MaxTime=2-00:00:00" in out.stdout
-    assert "-PartitionName=batch Nodes=kilntest[02-05] Default=YES MaxTime=INFINITE" in out.stdout
+    assert re.search(rf"would change +{slurm.name}\[01-05\]", out.stdout), out.stdout   # one folded line
+    assert f"+PartitionName=batch Nodes={slurm.name}[02-05] Default=YES MaxTime=2-00:00:00" in out.stdout
+    assert f"-PartitionName=batch Nodes={slurm.name}[02-05] Default=YES MaxTime=INFINITE" in out.stdout
     assert ok(slurm, slurm.controller, "sha256sum /etc/slurm/slurm.conf") == before
     same = kiln("deploy", "-i", str(slurm.inventory), "--dry-run")
-    assert same.returncode == 0 and re.search(r"no change +kilntest\[01-05\]", same.stdout), same.stdout
+    assert same.returncode == 0 and re.search(rf"no change +{slurm.name}\[01-05\]", same.stdout), same.stdout
 
 
 def test_secrets_have_right_modes_and_never_leak(slurm):
     for node in [slurm.controller, *slurm.computes]:
         assert ok(slurm, node, "stat -c '%a %U %G' /etc/munge/munge.key").strip() == "400 munge munge"
     assert ok(slurm, slurm.controller, "stat -c '%a %U %G' /etc/slurm/slurmdbd.conf").strip() == "600 slurm slurm"
-    secrets = slurm.inventory.parent / "secrets" / "kilntest"
+    secrets = slurm.inventory.parent / "secrets" / slurm.name
     password = (secrets / "slurmdbd.password").read_text().strip()
     key = (secrets / "munge.key").read_bytes()
     assert ok(slurm, slurm.controller, "sha256sum < /etc/munge/munge.key").split()[0] == hashlib.sha256(key).hexdigest()
@@ -306,7 +306,7 @@ def test_secret_files_are_never_wider_on_a_node_during_a_deploy(slurm):
     """The munge key and slurmdbd.conf are written afresh while a watcher polls their modes (and every
     process's argv for the database password): never wider than 0600 root or their final mode."""
     ctl, compute = slurm.controller, slurm.computes[0]
-    password = (slurm.inventory.parent / "secrets" / "kilntest" / "slurmdbd.password").read_text().strip()
+    password = (slurm.inventory.parent / "secrets" / slurm.name / "slurmdbd.password").read_text().strip()
     for node in (ctl, compute):
         ok(slurm, node, f"rm -f /root/kiln-watch.*; cat > /root/kiln-watch.py <<'EOF'\n{WATCHER}\nEOF")
         secret = password if node == ctl else ""  # the database password exists on the controller only

@@ -96,7 +96,7 @@ def test_usage_per_team_matches_sacct_and_jobs_carry_their_gpu_utilization(slurm
         out = kiln("usage", "-i", str(tb.inventory), "--since", since, "--until", until, "--json", "--html", str(page))
         assert out.returncode == 0, out.stdout + out.stderr
         data = json.loads(out.stdout)
-        assert "<h1>Usage of cluster kilntest</h1>" in page.read_text() and "vision" in page.read_text()
+        assert f"<h1>Usage of cluster {tb.name}</h1>" in page.read_text() and "vision" in page.read_text()
         expected = _sacct_gpu_hours(tb, since, until)
         charged = _billed(tb, _sacct_runs(tb, since, until))  # Slurm's billing of each run, checked
         teams = {t["team"]: t for t in data["teams"]}

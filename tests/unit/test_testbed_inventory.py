@@ -63,7 +63,10 @@ def test_bad_testbed_names_are_refused(name):
 
 
 def test_testbed_names_get_distinct_subnets():
-    names = ["kiln", "kilntest", "kilnapt", "kilndown", "kilnkill", "bench"]
+    """The testbeds one test run brings up, some at once (two lanes: tests/lanes.py), never share a subnet."""
+    from tests.testbed.conftest import SHARED_NAMES
+    names = ["kiln", *set(SHARED_NAMES.values()), "kilnapt", "kilndown", "kilnkill", "bench", "kilnd13", "wheel",
+             "kilnvm"]
     assert len({Testbed(n).subnet for n in names}) == len(names)
 
 

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from kiln.testbed.testbed import VM_TOOLS, Testbed
+from tests import lanes
 from tests.testbed.conftest import quiet, require_testbed, take_down_shared_testbed
 from tests.vm.cluster import VM_NAME, VM_NODES, VM_OS, build_images, first_deploy
 
@@ -30,11 +31,17 @@ def require_vms() -> None:
         pytest.skip(reason)
 
 
-def pytest_runtest_setup(item):  # noqa: ARG001 - every item here is a VM-tier test
-    """The VM tier runs after every nspawn test (tests/testbed/conftest.py orders them) and is CPU-bound
-    under emulation: the shared nspawn testbed is taken down before the first VM-tier test instead of
-    running its five nodes (Slurm, a health check every 10 s) beside the VMs until the run ends."""
+def pytest_runtest_setup(item):
+    """The VM tier runs after every nspawn test and is CPU-bound under emulation: the shared nspawn testbed
+    of its lane is taken down before the first VM-tier test instead of running its five nodes (Slurm, a
+    health check every 10 s) beside the VMs until the run ends, and the first waits for the other lane's
+    nspawn tests to end (tests/lanes.py)."""
     take_down_shared_testbed()
+    if not LANE_B_WAITED:
+        LANE_B_WAITED.append(lanes.wait_for_lane_b(item.config, item.session.items, quiet))
+
+
+LANE_B_WAITED: list[float] = []
 
 
 @pytest.fixture(scope="session")

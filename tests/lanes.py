@@ -1,0 +1,99 @@
+"""The run on two pytest-xdist workers, one lane each (pyproject.toml: ``-n 2 --dist loadscope``).
+
+The nspawn tier mostly waits (on Slurm, timers, reboots: about 0.6 of a core on average), so its tests
+are split between two lanes, each on a shared 5-node testbed of its own (tests/testbed/conftest.py
+names it after the worker). The VM tier is bound by CPU (QEMU's software emulation): it runs after
+lane ``a``'s nspawn tests and waits until lane ``b``'s are done too (``wait_for_lane_b``), so it never
+runs beside a testbed. The unit and plan tests take lane ``b``'s first minutes, while lane ``a``'s
+testbed comes up and deploys.
+
+    lane a: the shared testbed's Slurm, checks, monitoring, usage, isolation, firewall and rolling
+            patches, then the VM tier
+    lane b: unit and plan tests, remediation, maintenance, power loss, images, testbeds of their own
+            (lifecycle, the installed wheel, Debian 13)
+
+Each lane is one xdist scope, run whole by one worker in the order tests/testbed/conftest.py gives. With
+``-n 0`` everything runs in one process in that order, as before. A lane's tests are listed here by
+module: a new module under tests/testbed goes to lane ``a`` unless it is named in ``LANE_B``; move one when
+``time per lane`` (printed when the run ends) says the lanes are out of balance.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from xdist.scheduler import LoadScopeScheduling
+
+# The nspawn modules of lane b (every other tests/testbed module is lane a's)
+LANE_B = ("tests/testbed/test_remediation.py", "tests/testbed/test_patch_maintenance.py",
+          "tests/testbed/test_power_loss.py", "tests/testbed/test_image.py", "tests/testbed/test_debian13.py",
+          "tests/testbed/test_lifecycle.py", "tests/testbed/test_installed.py", "tests/testbed/test_testbed.py")
+
+
+def lane_of(nodeid: str) -> str:
+    """``a`` or ``b``: the lane of a test by its node id."""
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/vm/"):
+        return "a"
+    if path.startswith("tests/testbed/"):
+        return "b" if path in LANE_B else "a"
+    return "b"
+
+
+def is_live_nspawn(nodeid: str) -> bool:
+    return nodeid.startswith("tests/testbed/")
+
+
+class LaneScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling with each lane one scope: with two workers, one lane each, sent whole."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return lane_of(nodeid)
+
+
+def worker() -> str:
+    """This process's xdist worker id (``gw0``, ``gw1``), or ``main`` when the run is not split."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def finished_log(config) -> Path | None:
+    """The file, shared by the run's workers, where each appends the node id of every test it finished
+    (xdist gives each worker ``--basetemp <run's temp>/popen-gwN``: its parent is the run's own). None
+    when the run is not split."""
+    basetemp = config.option.basetemp
+    if worker() == "main" or not basetemp:
+        return None
+    return Path(basetemp).parent / "kiln-finished-tests"
+
+
+def note_finished(config, nodeid: str) -> None:
+    log = finished_log(config)
+    if log is not None:
+        with open(log, "a") as out:
+            out.write(nodeid + "\n")
+
+
+def wait_for_lane_b(config, items: list, say, timeout: float = 3600) -> float:
+    """Wait until every lane ``b`` nspawn test of this run has finished (its testbeds are then down), so
+    that the VM tier's emulated CPUs do not run beside a testbed. Returns the seconds waited; after
+    ``timeout`` (a lane that hangs) it goes on, saying so."""
+    log = finished_log(config)
+    if log is None:
+        return 0.0  # one process: the nspawn tests ran before (tests/testbed/conftest.py orders them)
+    pending = {i.nodeid for i in items if is_live_nspawn(i.nodeid) and lane_of(i.nodeid) == "b"}
+    started = time.monotonic()
+    said = False
+    while pending:
+        pending -= set(log.read_text().split("\n")) if log.exists() else set()
+        if not pending:
+            break
+        if time.monotonic() - started > timeout:
+            say(f"lane b still has {len(pending)} nspawn tests after {timeout:.0f} s; the VM tier starts anyway")
+            break
+        if not said:
+            say(f"the VM tier waits for lane b's {len(pending)} remaining nspawn tests")
+            said = True
+        time.sleep(5)
+    return time.monotonic() - started
