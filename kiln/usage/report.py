@@ -51,14 +51,16 @@ def _lost_seconds(job: Job, since: float, until: float) -> float:
     return hi - lo
 
 
-def _node_type(cluster: Cluster, nodes: str, cache: dict) -> str | None:
+def _node_types(cluster: Cluster, nodes: str, cache: dict) -> list[str]:
+    """The inventory's node types of a job's nodes (Slurm's host list), each once, in the list's order: a
+    job across types is listed under each, not under its first node's."""
     if nodes not in cache:
         try:
-            first = expand(nodes)[0] if nodes and nodes != "None assigned" else ""
-        except (HostListError, IndexError):
-            first = ""
-        host = cluster.hosts.get(first)
-        cache[nodes] = host.node_type if host else None
+            names = expand(nodes) if nodes and nodes != "None assigned" else []
+        except HostListError:
+            names = []
+        found = [h.node_type for n in names if (h := cluster.hosts.get(n)) is not None and h.node_type]
+        cache[nodes] = list(dict.fromkeys(found))
     return cache[nodes]
 
 
@@ -128,10 +130,11 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
     for job in jobs:
         seconds = _seconds_in(job, since, until)
         gpu_h, cpu_h = job.gpus * seconds / 3600, job.cpus * seconds / 3600
-        node_type = _node_type(cluster, job.nodes, types)
+        node_types = _node_types(cluster, job.nodes, types)
         charged_by = "billing" if job.billing is not None and billed.get(job.partition) else "gpu_hours"
+        # without Slurm's billing: GPU-hours at the price of its types (one price a partition: the inventory check)
         cost = (billing.cost(job.billing, seconds) if charged_by == "billing"
-                else gpu_h * prices.get(node_type or "", 0.0))
+                else gpu_h * max((prices.get(t, 0.0) for t in node_types), default=0.0))
         measured = job.gpu_util is not None and gpu_h > 0
         useful = gpu_h * job.gpu_util / 100 if measured else 0.0
         idle = gpu_h - useful if measured else 0.0
@@ -165,7 +168,7 @@ def report(jobs: list[Job], cluster: Cluster, since: float, until: float, prices
         _per_day(job, since, until, days, daily[job.account])
         if gpu_h or cpu_h:
             rows.append({"job": job.job_id, "user": job.user, "team": job.account, "name": job.name,
-                         "state": job.state, "node_type": node_type, "gpus": job.gpus,
+                         "state": job.state, "node_types": node_types, "gpus": job.gpus,
                          "gpu_hours": _round(gpu_h), "cost": _round(cost, 2), "charged_by": charged_by,
                          "gpu_util": job.gpu_util, "util_by": job.util_by,
                          "idle_gpu_hours": _round(idle) if measured else None})

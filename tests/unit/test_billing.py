@@ -95,6 +95,7 @@ def test_jobs_are_charged_by_slurms_billing_exclusive_ones_by_the_node_and_acros
     assert rows["301"]["cost"] == 4 * PRICE and rows["301"]["charged_by"] == "billing"  # 1 GPU held, the node paid
     assert rows["302"]["cost"] == 1 * PRICE
     assert rows["303"]["cost"] == (2 * PRICE + 2 * PRICE) * 2  # two GPUs on each type, two hours
+    assert rows["303"]["node_types"] == ["gpu_a", "gpu_c"] and rows["301"]["node_types"] == ["gpu_a"]
     # each recorded billing is what kiln's weights make of the job's allocation on its node type
     types = cluster.node_types
     assert billing.expected(1, 32, 4000, types["gpu_a"], PRICE) == jobs[0].billing
