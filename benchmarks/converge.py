@@ -36,6 +36,7 @@ from kiln.testbed.host import TestbedError
 from kiln.testbed.testbed import Testbed
 from roles import slurm as slurm_role
 from roles import slurm_config
+from roles import login_access
 from roles.base import account_specs, login_slice_files
 from roles.context import render
 from roles.slurm_accounting import accounts_script
@@ -72,6 +73,8 @@ def render_files(inventory: Path, dest: Path) -> None:
     for (_, content), name in zip(login_slice_files(limits) if limits else [], ("user-slice.conf", "root-slice.conf")):
         write(dest / name, content)
     write(dest / "login-hosts.json", json.dumps([h.name for h in cluster.user_logins] if limits else []))
+    for host in cluster.hosts.values():  # who may log in over SSH, each host's own rules (pam_access)
+        write(dest / f"access-{host.name}.conf", login_access.access_file(cluster, host))
     write(dest / "munge.key", secrets.munge_key, 0o600)
     write(dest / "slurm.conf", slurm_config.slurm_conf(cluster))
     write(dest / "gres.conf", slurm_config.gres_conf(cluster))

@@ -149,6 +149,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SYSTEM_FIREWALL": ("system", "fail", "kiln's confirmed firewall is not loaded or lets in what no rule allows "
                         "(a warn: none confirmed here yet)", "systemctl restart kiln-firewall, or kiln deploy",
                         "kiln_firewall"),
+    "SYSTEM_LOGIN_ACCESS": ("system", "fail", "sshd's PAM stack lets in a team's user that kiln's rules keep out "
+                            "of the host, or refuses one they admit", "kiln deploy (roles/login_access.py)",
+                            "kiln_teams"),
     # --- zones (kiln's firewall, proven by connections from each node; kiln check only) ---
     "ZONES_FIREWALL": ("zones", "fail", "a port kiln's firewall rules shut answers this node, or one they open does "
                        "not", "compare nft list table inet kiln with roles/firewall_rules.py; kiln deploy", "kiln_firewall"),

@@ -3,11 +3,13 @@
 Expectations (``expect["system"]``): kernel (pin, "" = any), memlock_unlimited (bool), time_sync (bool:
 False in containers, whose clock is the host's), host_programs (the version line of kiln's host programs,
 checks/version.py: a host that has them runs these), firewall (bool: kiln_firewall is on, so kiln's table is
-loaded with an input policy of drop and its last change was confirmed).
+loaded with an input policy of drop and its last change was confirmed), logins (``[{user, team, allowed}]``:
+who sshd's PAM stack must admit or keep out, checks/logins.py).
 """
 
 from __future__ import annotations
 
+from checks import logins as login_access
 from checks.node import Node
 from checks.parsers.nft import input_policy
 from checks.verdict import Verdict, fail, ok, warn
@@ -32,7 +34,8 @@ def commands(expect: dict) -> list[str]:
     system = expect.get("system") or {}
     return [KERNEL, SWAP] + ([MEMLOCK] if system.get("memlock_unlimited", True) else []) + \
         ([TIME_SYNC] if system.get("time_sync", True) else []) + ([HOST_PROGRAMS] if system.get("host_programs") else []) + \
-        ([FIREWALL] if system.get("firewall") else [])
+        ([FIREWALL] if system.get("firewall") else []) + \
+        ([login_access.command(system["logins"])] if system.get("logins") else [])
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -59,6 +62,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                         warn("SYSTEM_TIME_SYNC", "clock not synchronised: check chrony (chronyc tracking)"))
     if system.get("firewall"):
         verdicts.append(firewall(node.run(FIREWALL).stdout))
+    if system.get("logins"):
+        verdicts.append(login_access.judge(system["logins"], node.run(login_access.command(system["logins"])).stdout))
     wanted = system.get("host_programs")
     if wanted:
         here = node.run(HOST_PROGRAMS).stdout.strip()

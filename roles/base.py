@@ -8,7 +8,11 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
 + service accounts ``slurm`` and ``munge`` with fixed UID = GID from ``kiln_service_uids``
   (default 980, 981), created before any package would create them with a random one.
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
-  group, /bin/bash, home created unless a storage mount provides /home).
+  group, /bin/bash where users log in or run jobs and no shell elsewhere, home created unless a storage
+  mount provides /home).
++ who may log in over SSH (roles/login_access.py): pam_access with kiln's rules in sshd's account stack:
+  root, kiln's connection user and operators everywhere; each team on the login hosts its
+  ``login_hosts`` names; anyone on compute nodes (pam_slurm_adopt decides); nobody else elsewhere.
 + ``kiln_operators``: the sudo package (install stage: images carry it) and /etc/sudoers.d/kiln-operators (``%GROUP ALL=(ALL:ALL) ALL``,
   NOPASSWD when ``password: false``; 0440, checked by ``visudo -c`` before it is placed); the group with
   its gid, its members (team users) in it. Unset: the file is removed, sudo left as it is.
@@ -34,6 +38,7 @@ import posixpath
 from pyinfra.operations import server
 
 from kiln.shell import quote
+from roles import login_access
 from roles.context import NodeContext, render, when_changed
 from roles.operations import DAEMON_RELOAD, accounts, managed_directory, path_absent, pinned_packages, service_restarted, service_running
 
@@ -66,6 +71,7 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
     operators = cluster.setting("operators")
     if operators:
         groups.append((operators.group, operators.gid, False))
+    shell = "/bin/bash" if login_access.users_shell_here(cluster, node) else platform.nologin
     for team in cluster.teams:
         if team.gid is not None:
             groups.append((team.name, team.gid, False))
@@ -73,7 +79,7 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
             groups.append((user.name, user.uid, False))
             also = [operators.group] if operators and user.name in operators.users else []
             users.append({"name": user.name, "uid": user.uid, "group": user.name,
-                          "groups": ([team.name] if team.gid is not None else []) + also, "shell": "/bin/bash",
+                          "groups": ([team.name] if team.gid is not None else []) + also, "shell": shell,
                           "home": f"/home/{user.name}", "create_home": not homes, "system": False})
         probe = team.probe()
         if probe:  # the isolation suite's account: what a user of the team can reach, and no login
@@ -169,6 +175,7 @@ def configure(ctx: NodeContext) -> None:
         ctx.mark("chrony_conf", ctx.put(platform.chrony_conf, render("base/chrony.conf.j2", servers=servers),
                                         mode="644", name="base: chrony servers"))
     _sshd(ctx)
+    login_access.configure(ctx)
     _sudo(ctx)
     _login_limits(ctx)
     sysctls = sorted(ctx.node.sysctls.items())

@@ -36,6 +36,11 @@ put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 sshd = put("sshd.conf", "/etc/ssh/sshd_config.d/00-kiln.conf")
 server.shell(name="reload sshd", commands=["systemctl is-active -q ssh || exit 0; /usr/sbin/sshd -t && systemctl reload ssh"],
              _if=sshd.did_change)
+# who may log in over SSH: kiln's pam_access rules for this host, then the line in sshd's account stack
+put(f"access-{host.name}.conf", "/etc/security/kiln-access.conf")
+files.line(name="pam_access", path="/etc/pam.d/sshd",
+           line=r"^account\s+required\s+pam_access\.so\s+accessfile=/etc/security/kiln-access\.conf\s*$",
+           replace="account    required     pam_access.so accessfile=/etc/security/kiln-access.conf")
 if os.path.exists(f"{R}/sudoers"):
     # sudo for the operators group (kiln_operators), the file checked by visudo before it is used
     apt.packages(name="sudo", packages=["sudo"], update=True, cache_time=3600, no_recommends=True)

@@ -20,6 +20,7 @@ from kiln.monitoring.metrics_contract import needed
 from kiln.shell import command
 from kiln.versions import upstream
 from roles.firewall_rules import probes
+from roles.login_access import admitted_teams
 from roles.secret_files import secret_files
 
 
@@ -68,6 +69,22 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
             "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."]}
 
 
+def _logins(cluster: Cluster, host: Host) -> list[dict]:
+    """Who sshd's PAM stack on ``host`` must admit or keep out: one user of each team (not an operator, whom
+    kiln admits everywhere); none on compute nodes, where pam_slurm_adopt decides by the user's jobs."""
+    if host.is_compute:
+        return []
+    operators = cluster.setting("operators")
+    exempt = set(operators.users) if operators else set()
+    admitted = {t.name for t in admitted_teams(cluster, host)}
+    out = []
+    for team in cluster.teams:
+        user = next((u.name for u in team.users if u.name not in exempt), None)
+        if user:
+            out.append({"user": user, "team": team.name, "allowed": team.name in admitted})
+    return out
+
+
 def node_expectations(cluster: Cluster, host: Host) -> dict:
     custom = cluster.setting("check_kernel_log")  # a program and its words, each quoted: never shell text
     # one read for gpu and fabric; "" leaves the suites their own default (checks.parsers.kernel_log)
@@ -93,7 +110,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "zones": {"probes": probes(cluster, host)} if cluster.setting("firewall").enabled else {},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync"), "host_programs": host_programs(),
-                   "firewall": cluster.setting("firewall").enabled},
+                   "firewall": cluster.setting("firewall").enabled, "logins": _logins(cluster, host)},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),
                   "ignore_units": cluster.setting("drift_ignore_units")},
         "textfile_dir": cluster.setting("check_textfile_dir"),

@@ -242,6 +242,20 @@ def check_teams(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
                     f"here and {uids[user.name]} in another team", line)
 
 
+def check_team_logins(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any], add: Any) -> None:
+    """A team's login_hosts names hosts where users log in: the login group's, or the controllers where
+    the inventory has no login group (kiln writes the teams' pam_access rules there)."""
+    logins = [h for h in hosts.values() if model.LOGIN in h.groups] or [
+        h for h in hosts.values() if model.CONTROLLER in h.groups]
+    names = {h.name for h in logins}
+    file, line = raw.origin("kiln_teams")
+    for i, team in enumerate(values.get("kiln_teams", [])):
+        for j, name in enumerate(team.login_hosts or []):
+            if name not in names:
+                add(file, f"kiln_teams[{i}].login_hosts[{j}]", f"{name!r} is not a host where users log in "
+                    f"(the login group, else the controllers): {', '.join(sorted(names)) or 'none'}", line)
+
+
 SLURM_DEFAULT_QOS = "normal"  # the QoS every Slurm accounting database has
 
 

@@ -134,6 +134,9 @@ class Team(_Strict):
     probe_uid: int | None = Field(None, ge=1000, le=2**31 - 2, description="uid (and gid of its own group) of the "
                                   "team's probe account kiln-probe-<team>: no shell, no password, no Slurm "
                                   "association; the isolation suite runs as it. Unset: the team is not probed")
+    login_hosts: list[Token] | None = Field(None, max_length=1000, description="the login hosts its users may "
+                                            "log in on over SSH (pam_access); unset: every login host; []: none "
+                                            "(jobs still run on compute nodes, where pam_slurm_adopt decides)")
 
     @model_validator(mode="after")
     def _probe_name_fits(self) -> "Team":

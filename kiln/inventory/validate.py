@@ -93,6 +93,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     cluster_checks.check_fabric(raw, hosts, cluster_values, out.add)
     cluster_checks.check_partitions(raw, cluster_values, out.add)
     cluster_checks.check_teams(raw, cluster_values, out.add)
+    cluster_checks.check_team_logins(raw, hosts, cluster_values, out.add)
     cluster_checks.check_qos(raw, cluster_values, out.add)
     cluster_checks.check_topology(raw, cluster_values, out.add)
     cluster_checks.check_service_accounts(raw, cluster_values, out.add)

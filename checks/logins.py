@@ -1,0 +1,76 @@
+"""Who sshd lets in, asked of the node's own PAM: SYSTEM_LOGIN_ACCESS (the system suite).
+
+For a user of each team, the check runs sshd's PAM account stack on the node (``pam_start("sshd")``,
+``pam_acct_mgmt``, as sshd does after a key is accepted; from a documentation address, RFC 5737) through
+libpam with ctypes: whatever stands in sshd's stack (kiln's pam_access rules, a line someone removed, a
+rules file edited by hand) answers, not a reading of the files. It fails where a user kiln's rules keep
+out is let in, or one they admit is refused. Compute nodes are not asked (pam_slurm_adopt decides there,
+by the user's jobs). Nothing logs in: no session is opened, no credential is used.
+
+Expectations (``expect["system"]["logins"]``): ``[{user, team, allowed}]`` (kiln/check/expectations.py,
+from roles/login_access.py's rules).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from checks.verdict import Verdict, fail, ok
+
+FROM = "192.0.2.1"  # TEST-NET-1: a documentation address, the remote host PAM is told the login comes from
+PAM_SUCCESS, PAM_PERM_DENIED = 0, 6
+# sshd's account stack for each user named on the command line: prints "kiln-login USER RC"
+_PROGRAM = f"""
+import ctypes, ctypes.util, sys
+pam = ctypes.CDLL(ctypes.util.find_library("pam") or "libpam.so.0")
+class Conv(ctypes.Structure):
+    _fields_ = [("conv", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)),
+                ("appdata", ctypes.c_void_p)]
+conv = Conv(Conv._fields_[0][1](lambda n, m, r, d: 19), None)
+for user in sys.argv[1:]:
+    handle = ctypes.c_void_p()
+    rc = pam.pam_start(b"sshd", user.encode(), ctypes.byref(conv), ctypes.byref(handle))
+    if rc == 0:
+        pam.pam_set_item(handle, 4, b"{FROM}")
+        rc = pam.pam_acct_mgmt(handle, 0)
+        pam.pam_end(handle, rc)
+    print("kiln-login", user, rc)
+"""
+_LINE = re.compile(r"^kiln-login (\S+) (\d+)$")
+
+
+def command(logins: list[dict]) -> str:
+    """One shell line asking sshd's PAM account stack about each user of ``logins``."""
+    return "python3 -c " + shlex.quote(_PROGRAM) + "".join(" " + shlex.quote(entry["user"]) for entry in logins)
+
+
+def parse(output: str) -> dict[str, int]:
+    """user -> PAM's answer (0 admitted, 6 denied, another code: PAM could not say)."""
+    found = {}
+    for line in output.splitlines():
+        match = _LINE.match(line.strip())
+        if match:
+            found[match.group(1)] = int(match.group(2))
+    return found
+
+
+def judge(logins: list[dict], output: str) -> Verdict:
+    answers = parse(output)
+    if not answers:
+        said = next((line.strip() for line in output.splitlines() if line.strip()), "no output")
+        return fail("SYSTEM_LOGIN_ACCESS", f"sshd's PAM stack could not be asked ({said[:120]}): python3 and libpam "
+                    "are part of every kiln node; kiln deploy")
+    wrong = []
+    for entry in logins:
+        rc = answers.get(entry["user"])
+        if entry["allowed"] and rc != PAM_SUCCESS:
+            wrong.append(f"{entry['user']} ({entry['team']}) is refused (PAM {rc}) though kiln's rules admit the team")
+        elif not entry["allowed"] and rc == PAM_SUCCESS:
+            wrong.append(f"{entry['user']} ({entry['team']}) is let in though kiln's rules keep the team out")
+    if wrong:
+        return fail("SYSTEM_LOGIN_ACCESS", "; ".join(wrong) + ": compare /etc/security/kiln-access.conf and "
+                    "/etc/pam.d/sshd with kiln_teams' login_hosts; kiln deploy writes both")
+    admitted = sorted({e["team"] for e in logins if e["allowed"]})
+    return ok("SYSTEM_LOGIN_ACCESS", f"sshd admits {', '.join(admitted) or 'no team'} and keeps the others out, "
+              "as kiln's rules say")
