@@ -72,5 +72,6 @@ def judge(logins: list[dict], output: str) -> Verdict:
         return fail("SYSTEM_LOGIN_ACCESS", "; ".join(wrong) + ": compare /etc/security/kiln-access.conf and "
                     "/etc/pam.d/sshd with kiln_teams' login_hosts; kiln deploy writes both")
     admitted = sorted({e["team"] for e in logins if e["allowed"]})
-    return ok("SYSTEM_LOGIN_ACCESS", f"sshd admits {', '.join(admitted) or 'no team'} and keeps the others out, "
-              "as kiln's rules say")
+    kept_out = sorted({e["team"] for e in logins if not e["allowed"]})
+    return ok("SYSTEM_LOGIN_ACCESS", "as kiln's rules say, sshd admits " + (", ".join(admitted) or "no team asked")
+              + " and keeps out " + (", ".join(kept_out) or "no team asked"))
