@@ -126,18 +126,10 @@ class Progress:
         # live: rich redraws the panel from render() four times a second
 
     def render(self):
-        """The live panel (a rich renderable)."""
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table.grid(padding=(0, 2))
-        head = Text(f"{self.title}  {self._counts()}  {time.monotonic() - self.started:.0f} s", style="bold")
-        if self.failed:
-            head.append(f"   failed: {fold(self.failed)}", style="red")
-        table.add_row(head)
-        for host, what, seconds in self.slowest():
-            table.add_row(Text(f"  {host}  {what[:90]}  {seconds:.0f} s"))
-        return table
+        """The live panel (a rich renderable): one line a host whatever the terminal's width (what it does is
+        cut short to fit, its seconds stay)."""
+        return _Panel(f"{self.title}  {self._counts()}  {time.monotonic() - self.started:.0f} s",
+                      f"   failed: {fold(self.failed)}" if self.failed else "", self.slowest())
 
     def __enter__(self) -> "Progress":
         if self.mode == "live":
@@ -153,3 +145,24 @@ class Progress:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+class _Panel:
+    """The live panel, laid out for the width rich gives it."""
+
+    def __init__(self, head: str, failed: str, slowest: list[tuple[str, str, float]]):
+        self.head, self.failed, self.slowest = head, failed, slowest
+
+    def __rich_console__(self, console, options):
+        from rich.text import Text
+
+        head = Text(self.head, style="bold", no_wrap=True, overflow="ellipsis")
+        if self.failed:
+            head.append(self.failed, style="red")
+        yield head
+        for host, what, seconds in self.slowest:
+            took = f"{seconds:.0f} s"
+            room = max(1, options.max_width - len(host) - len(took) - 6)
+            what = what[:90]
+            shown = what if len(what) <= room else what[:max(0, room - 1)] + "…"
+            yield Text(f"  {host}  {shown}  {took}", no_wrap=True, overflow="ellipsis")

@@ -106,6 +106,22 @@ def test_the_live_panel_shows_counts_failures_and_what_the_slowest_hosts_do():
     assert re.search(r"n3  cuda: toolkit  \d+ s", text) and "n4  slurm: munge key" in text
 
 
+def test_the_live_panel_keeps_each_host_on_one_line_in_a_narrow_terminal():
+    """What a host does is cut short to the terminal's width; its name and its seconds stay on its line
+    (CI saw an 80-column pane wrap a long step onto a second line)."""
+    from rich.console import Console
+    progress = Progress("deploy", ["kilnlb01", "kilnlb02"], "live", stream=io.StringIO())
+    progress.step("kilnlb01", "slurm: QoS, and the teams' accounts, shares, GPU limits, QoS and users")
+    progress.step("kilnlb02", "base: hosts")
+    for width, shown in ((120, "QoS and users"), (80, "QoS a…"), (40, "the te…")):
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        console.print(progress.render())
+        lines = console.file.getvalue().splitlines()
+        assert len(lines) == 3 and all(len(line) <= width for line in lines), lines
+        line = next(line for line in lines if "kilnlb01" in line)
+        assert re.match(r"^  kilnlb01  slurm: QoS, .*  \d+ s$", line) and f"{shown}  " in line, line
+
+
 def test_the_live_mode_draws_on_a_terminal_and_leaves_the_notes(monkeypatch):
     out = io.StringIO()
     out.isatty = lambda: True
