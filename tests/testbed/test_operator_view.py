@@ -25,7 +25,8 @@ def test_deploy_draws_a_live_panel_in_a_terminal_and_prints_lines_elsewhere(slur
     command = (f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m kiln deploy -i "
                f"{shlex.quote(str(slurm.inventory))}; echo $? > {done}; sleep 30")
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", command], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "NO_COLOR"})
+                   # the pane's own size, as a terminal gives it (pytest-xdist's workers carry COLUMNS=80)
+                   env={k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")})
     frames = []
     try:
         deadline = time.monotonic() + 600
