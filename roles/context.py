@@ -9,6 +9,8 @@ empty line in slurm.conf.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files
@@ -117,6 +119,10 @@ class NodeContext:
     def watch_line(self, path: str, regex: str) -> int:
         self.lines.append((path, regex))
         return len(self.lines) - 1
+
+    def watch_exact_line(self, path: str, line: str) -> int:
+        """``watch_line`` for exactly ``line`` (grep -E's special characters escaped, nothing else)."""
+        return self.watch_line(path, "^" + re.sub(r"([][\\.*+?(){}|^$])", r"\\\1", line) + "$")
 
     def put(self, path: str, content: str | bytes, *, mode: str, user: str = "root", group: str = "root",
             secret: bool = False, name: str | None = None, check: str | None = None) -> Any:

@@ -16,7 +16,9 @@ Defaults, in one place:
 + cgroup plugin and constraints from ``kiln_slurm_cgroup_plugin``, ``kiln_slurm_constrain_devices``,
   ``kiln_slurm_constrain_cores_memory``.
 + A changed slurm.conf is applied with ``scontrol reconfigure`` once every node has it (see
-  ``after_run``), not by restarting every slurmd. A changed gres.conf or cgroup.conf restarts slurmd
+  ``after_run``), not by restarting every slurmd; a change to a node's definition (CPUs, memory, GRES: a
+  node type changed, or a node moved to another) restarts slurmctld, which reconfigure would leave
+  holding the old one. A changed gres.conf or cgroup.conf restarts slurmd
   on that node (Slurm reads them only at start).
 + A daemon is judged by what it serves, not by its unit staying active: a (re)started munge must
   encode and decode a credential, MariaDB answer ``mariadb-admin ping`` before the accounting
@@ -259,8 +261,11 @@ def configure(ctx: NodeContext) -> None:
         # and AuthInfo's cred_expire (the requeue delay: slurmctld reads it once, when it starts)
         requeue = ctx.watch_line(f"{CONF}/slurm.conf",
                                  rf"^AuthInfo=cred_expire={ctx.cluster.setting('slurm_requeue_delay')}$")
+        # and the nodes' definitions (CPUs, memory, GRES): scontrol reconfigure keeps a registered node's old ones
+        nodes = [ctx.watch_exact_line(f"{CONF}/slurm.conf", line) for line in slurm_config.node_lines(ctx.cluster)]
         flipped = lambda: ((configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
                            or requeue not in ctx.snapshot.lines
+                           or any(n not in ctx.snapshot.lines for n in nodes)
                            or (summary in ctx.snapshot.lines) != slurm_config.job_summary(ctx.cluster)
                            or (preempt in ctx.snapshot.lines) != slurm_config.preempts(ctx.cluster))
         _daemon(ctx, "slurmctld", ctx.marks["munge_key"], restart_if=flipped, before=_dbd_answers(ctx, which))

@@ -1,6 +1,7 @@
 """The requeue delay (``kiln_slurm_requeue_delay``, Slurm's ``AuthInfo=cred_expire``): how long a job whose
 node was lost waits before it may run again. slurmctld reads it once, when it starts, so a change of it
-restarts slurmctld; a deploy that finds it as set restarts nothing."""
+restarts slurmctld; a deploy that finds it as set restarts nothing. So does a changed node definition
+(CPUs, memory, GRES), which scontrol reconfigure would leave slurmctld holding the old one of."""
 
 from __future__ import annotations
 
@@ -40,4 +41,26 @@ def test_a_changed_delay_restarts_slurmctld_and_an_unchanged_one_nothing(before,
     cluster = cluster_for("debian12")
     conf = slurm_config.slurm_conf(cluster_for("debian12", slurm_requeue_delay=before))
     plan = dict(plan_host(cluster, "ctl1", "debian12", _running_controller(cluster, monkeypatch, conf), monkeypatch))
+    assert bool(plan[RESTART]) == restarts, plan[RESTART]
+
+
+UNCHANGED = "as deployed"
+
+
+@pytest.mark.parametrize("change,restarts", [
+    (UNCHANGED, False),
+    # a partition's limit: scontrol reconfigure applies it
+    (lambda conf: conf.replace("MaxTime=INFINITE", "MaxTime=2-00:00:00", 1), False),
+    # a node's definition (its CPUs, its GPUs): reconfigure would keep a registered node's old one
+    (lambda conf: re.sub(r"(?m)^(NodeName=\S+ CPUs=)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) + 1), conf, 1), True),
+    (lambda conf: re.sub(r"(?m)^(NodeName=.*Gres=gpu:\S*:)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) * 2), conf, 1),
+     True),
+])
+def test_a_changed_node_definition_restarts_slurmctld_and_a_partition_change_does_not(change, restarts, monkeypatch):
+    """The slurm.conf on the controller before the deploy is the wanted one with ``change`` made to it."""
+    cluster = cluster_for("debian12")
+    now = slurm_config.slurm_conf(cluster)
+    before = now if change == UNCHANGED else change(now)
+    assert (before == now) == (change == UNCHANGED)
+    plan = dict(plan_host(cluster, "ctl1", "debian12", _running_controller(cluster, monkeypatch, before), monkeypatch))
     assert bool(plan[RESTART]) == restarts, plan[RESTART]
