@@ -96,6 +96,10 @@ MONITORING_SETTINGS = {
     "kiln_monitoring_alerting": {"group_wait_seconds": 5, "group_interval_seconds": 30},
 }
 
+# On VMs under software emulation every scrape, rule evaluation and kiln-slurm-metrics run (a Python start the
+# emulator translates) costs several times a container's CPU, and the VM tier is bound by CPU: every 30 s.
+VM_MONITORING_SETTINGS = {"kiln_monitoring_scrape_seconds": 30}
+
 # The VM kind's fabric is real: soft-RoCE (rdma_rxe) on the testbed NIC, set up by the rdma role. rxe on a
 # virtio NIC reports "Rate: 2.5" (ibstat): at least 2 is expected. GID 1 is the RoCE v2 GID of the NIC's IPv4
 # address.
@@ -219,6 +223,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         # Monitoring: the GPU simulators' dcgm-exporter stand-in serves :9400; short intervals so tests
         # see an alert fire and resolve within a minute or two (MONITORING_SETTINGS)
         **MONITORING_SETTINGS,
+        **(VM_MONITORING_SETTINGS if testbed.node_kind == "vm" else {}),
         # kiln usage: a price per GPU-hour of the testbed's one node type
         "kiln_usage_gpu_hour_prices": {"testbed_compute": 2.5},
         "kiln_usage_currency": "EUR",

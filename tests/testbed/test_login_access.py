@@ -23,7 +23,9 @@ def _system(inventory, node: str) -> dict[str, tuple[str, str]]:
 def _ssh_as(tb, user: str, key) -> subprocess.CompletedProcess:
     """``ssh user@controller id -un`` with the user's own key (host key checked, as every testbed ssh)."""
     argv = tb.ssh_command(tb.controller, ["id -un"])
-    argv[1:1] = ["-l", user, "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+    # a connection of its own (never a master connection an earlier login left open: PAM runs once per login)
+    argv[1:1] = ["-l", user, "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                 "-o", "ControlMaster=no", "-o", "ControlPath=none"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 

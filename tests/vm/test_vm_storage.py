@@ -18,10 +18,11 @@ import time
 import uuid
 
 from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME, NFS_EXPORT, NFS_MOUNT,
-                                    VM_HEALTH_CHECK_INTERVAL, VM_STORAGE_TIMEOUT)
+                                    VM_HEALTH_CHECK_INTERVAL, VM_MONITORING_SETTINGS, VM_STORAGE_TIMEOUT)
 from tests.testbed.slurm_helpers import alerts_firing, copy_inventory, kiln, ok, on, wait_for
 
 STORAGE_TIMEOUT = VM_STORAGE_TIMEOUT  # kiln_check_storage_timeout on the VM tier
+SCRAPE = VM_MONITORING_SETTINGS["kiln_monitoring_scrape_seconds"]  # and its scrapes and rule evaluations
 
 
 def _check(tb, tmp_path, inventory=None, name="check.json"):
@@ -126,14 +127,15 @@ def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_th
               f"(health check interval {VM_HEALTH_CHECK_INTERVAL} s, storage timeout {STORAGE_TIMEOUT} s)")
         # the monitoring role's alert: node_exporter marks the hung mount (device_error) once a stat of it
         # outlasts its mount timeout, and kiln.prom has the check's verdict; a `for:` of 20 s on the testbed
-        wait_for(lambda: wanted <= alerts_firing(vms), timeout=VM_HEALTH_CHECK_INTERVAL + 90, interval=2,
+        wait_for(lambda: wanted <= alerts_firing(vms), timeout=VM_HEALTH_CHECK_INTERVAL + 90 + 2 * SCRAPE, interval=2,
                  what="KilnStorageNotResponding firing for both clients")
         print(f"KilnStorageNotResponding firing for both clients {time.monotonic() - stopped:.0f} s after the "
               "server stopped")
     finally:
         ok(vms, vms.controller, "systemctl start nfs-server")
     back = time.monotonic()
-    wait_for(lambda: not (wanted & alerts_firing(vms)), timeout=2 * VM_HEALTH_CHECK_INTERVAL + 150, interval=2,
+    wait_for(lambda: not (wanted & alerts_firing(vms)), timeout=2 * VM_HEALTH_CHECK_INTERVAL + 150 + 2 * SCRAPE,
+             interval=2,
              what="KilnStorageNotResponding resolved once the server was back")
     print(f"KilnStorageNotResponding resolved {time.monotonic() - back:.0f} s after the server started again")
     # the server's grace time (kiln_storage_nfs_lease_seconds: 15 on the testbed) before clients may open files
