@@ -7,10 +7,10 @@ lane ``a``'s nspawn tests and waits until lane ``b``'s are done too (``wait_for_
 runs beside a testbed. The unit and plan tests take lane ``b``'s first minutes, while lane ``a``'s
 testbed comes up and deploys.
 
-    lane a: the shared testbed's Slurm, checks, monitoring, usage, isolation, firewall and rolling
-            patches, then the VM tier
-    lane b: unit and plan tests, remediation, maintenance, power loss, login access, images, testbeds of
-            their own (lifecycle, the installed wheel, Debian 13)
+    lane a: the shared testbed's Slurm, checks, monitoring, usage, isolation, firewall, rolling patches
+            and images, then the VM tier
+    lane b: unit and plan tests, remediation, maintenance, power loss, login access, testbeds of their
+            own (lifecycle, the installed wheel, Debian 13)
 
 Each lane is one xdist scope, run whole by one worker in the order tests/testbed/conftest.py gives. With
 ``-n 0`` everything runs in one process in that order, as before. A lane's tests are listed here by
@@ -28,7 +28,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 # The nspawn modules of lane b (every other tests/testbed module is lane a's)
 LANE_B = ("tests/testbed/test_remediation.py", "tests/testbed/test_patch_maintenance.py",
-          "tests/testbed/test_power_loss.py", "tests/testbed/test_image.py", "tests/testbed/test_debian13.py",
+          "tests/testbed/test_power_loss.py", "tests/testbed/test_debian13.py",
           "tests/testbed/test_lifecycle.py", "tests/testbed/test_installed.py", "tests/testbed/test_testbed.py",
           "tests/testbed/test_login_access.py")
 

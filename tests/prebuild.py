@@ -1,5 +1,6 @@
 """Build, ahead of the tests that boot them, what the live tiers boot from: the debootstrapped bases
-(Debian 12 and 13), then the VM tier's two qcow2 images and the Vagrant cluster's two boxes.
+(Debian 12 and 13), then the VM tier's two qcow2 images and the Vagrant cluster's two boxes; first, the
+older images of the suite's own clusters leave the store (``prune_test_images``).
 
 ``.ci/run`` starts this in the background before the README's test command. The bases come first, at
 normal priority: the shared nspawn testbed comes up minutes into the run and waits on its base. The
@@ -57,8 +58,29 @@ def vagrant_boxes(workdir: Path) -> None:
         _say(f"Vagrant box {target}: {result.name} ({'cached' if result.cached else f'{result.seconds:.0f} s'})")
 
 
+# The clusters the suite builds images of (tests/testbed, tests/vm, the Vagrant cluster): their images only
+TEST_CLUSTERS = ("kilntest", "kilnlb", "kilnvm", "kilnvag", "kilnd13")
+KEEP = 2
+
+
+def prune_test_images() -> None:
+    """The store keeps the KEEP newest images of each test cluster, target and OS (never one a testbed boots
+    from): a run whose roles changed builds new ones, about 5 GB, and the host's disk is the testbed nodes'
+    too (a full one fires KilnDiskAlmostFull on them mid-run). Other clusters' images are left alone."""
+    from kiln.image.store import ImageInUse, images, prunable, remove
+    from kiln.testbed.testbed import images_in_use
+    ours = [i for i in images() if i.manifest.get("cluster") in TEST_CLUSTERS]
+    for image in prunable(ours, KEEP, set(images_in_use())):
+        try:
+            remove(image)
+            _say(f"removed the older image {image.name}")
+        except ImageInUse as e:
+            _say(str(e))
+
+
 def main(argv: list[str]) -> int:
     started = time.monotonic()
+    prune_test_images()
     bases()
     _say(f"bases ready after {time.monotonic() - started:.0f} s")
     if "--bases-only" in argv:
