@@ -76,7 +76,7 @@ def note_finished(config, nodeid: str) -> None:
             out.write(nodeid + "\n")
 
 
-def wait_for_lane_b(config, items: list, say, timeout: float = 3600) -> float:
+def wait_for_lane_b(config, items: list, say, timeout: float = 3600, poll: float = 5) -> float:
     """Wait until every lane ``b`` nspawn test of this run has finished (its testbeds are then down), so
     that the VM tier's emulated CPUs do not run beside a testbed. Returns the seconds waited; after
     ``timeout`` (a lane that hangs) it goes on, saying so."""
@@ -96,5 +96,5 @@ def wait_for_lane_b(config, items: list, say, timeout: float = 3600) -> float:
         if not said:
             say(f"the VM tier waits for lane b's {len(pending)} remaining nspawn tests")
             said = True
-        time.sleep(5)
+        time.sleep(poll)
     return time.monotonic() - started
