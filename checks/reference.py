@@ -132,6 +132,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SLURM_GRES": ("slurm", "fail", "Slurm's GPU count for the node differs from the inventory, or slurmd "
                    "registered fewer GPUs than configured (Slurm drained it: INVALID_REG)",
                    "redeploy (gres.conf) and restart slurmd", "kiln_gpu_count"),
+    "SLURM_JOB_TMP": ("slurm", "fail", "slurmd runs without job_container/tmpfs loaded (started before "
+                      "kiln_slurm_job_tmp, or from a slurm.conf without it): jobs of different users share /tmp and "
+                      "/dev/shm",
+                      "kiln deploy (slurm.conf's JobContainerType, job_container.conf), restart slurmd with the node "
+                      "drained", "kiln_slurm_job_tmp"),
     "SLURM_DRAINED_BY_PERSON": ("slurm", "warn", "the node is drained by a person (not kiln)",
                                 "kiln leaves it drained; resume it when its reason is dealt with", ""),
     # --- system ---

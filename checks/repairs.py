@@ -53,6 +53,7 @@ LADDERS: dict[str, tuple[str, ...]] = {
     "SLURM_MUNGE": ("restart:munge", REBOOT, ESCALATE),
     "SLURM_REGISTERED": ("restart:slurmd", ESCALATE),
     "SLURM_GRES": ("restart:slurmd", REBOOT, ESCALATE),
+    "SLURM_JOB_TMP": ("restart:slurmd", ESCALATE),        # slurmd mounts it when it starts; else its files are wrong
     "GPU_NVIDIA_SMI": (REBOOT, ESCALATE),
     "GPU_COUNT": (REBOOT, ESCALATE),
     "GPU_LOST": (RESET, REBOOT, ESCALATE),

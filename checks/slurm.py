@@ -1,7 +1,13 @@
 """Slurm suite: slurmd active, the node registered and not down, not drained by a person, munge
-round-trip, GRES count as the inventory says.
+round-trip, GRES count as the inventory says, and jobs' private /tmp in place.
 
-Expectations (``expect["slurm"]``): node (Slurm NodeName), gpus (GRES count), compute (bool).
+SLURM_JOB_TMP: where each job is to get a private /tmp and /dev/shm (``kiln_slurm_job_tmp``), the
+running slurmd has job_container/tmpfs loaded (its shared object is mapped into slurmd; a slurmd started
+before the setting, or from a slurm.conf without it, has not). Without it, jobs of different users on the
+node share /tmp and /dev/shm.
+
+Expectations (``expect["slurm"]``): node (Slurm NodeName), gpus (GRES count), compute (bool), job_tmp
+(the base path of jobs' private /tmp; "" where jobs share the node's).
 """
 
 from __future__ import annotations
@@ -35,10 +41,33 @@ def show_node(name: str) -> str:
     return shlex.join(show_node_command(name))
 
 
+# job_container/tmpfs (Slurm 25.05 renames it namespace/tmpfs), mapped into the running slurmd: it loads its
+# plugins when it starts, and makes each job's namespace (a bind mount below the base path per job) only
+# when a job starts, so nothing else on an idle node shows it
+JOB_TMP_PLUGIN = r"grep -c -E '/(job_container|namespace)_tmpfs[.]so' /proc/$(pidof -s slurmd || echo self)/maps"
+
+
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks the node over SSH (for the remote runner to fetch at once)."""
     slurm = expect.get("slurm") or {}
-    return [SLURMD, MUNGE, show_node(slurm.get("node") or expect.get("node", ""))] if slurm.get("compute") else []
+    if not slurm.get("compute"):
+        return []
+    return [SLURMD, MUNGE, *([JOB_TMP_PLUGIN] if slurm.get("job_tmp") else []),
+            show_node(slurm.get("node") or expect.get("node", ""))]
+
+
+def job_tmp_verdict(base: str, maps: str) -> Verdict:
+    """``JOB_TMP_PLUGIN``'s answer (how many of slurmd's mappings are the plugin's), asked while slurmd is
+    active."""
+    count = maps.strip()
+    if not count.isdigit():
+        return fail("SLURM_JOB_TMP", f"could not read slurmd's mappings ({count[:120] or 'no answer'}): "
+                    "grep tmpfs /proc/$(pidof slurmd)/maps by hand")
+    if count == "0":
+        return fail("SLURM_JOB_TMP", "slurmd runs without job_container/tmpfs: jobs of different users here share /tmp "
+                    "and /dev/shm. Check JobContainerType=job_container/tmpfs in slurm.conf and job_container.conf "
+                    "(kiln deploy writes both), then restart slurmd with the node drained")
+    return ok("SLURM_JOB_TMP", f"slurmd gives each job a private /tmp and /dev/shm (kept below {base})")
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -55,6 +84,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     verdicts.append(ok("SLURM_MUNGE", "munge round-trip works") if munge.rc == 0 else
                     fail("SLURM_MUNGE", f"munge round-trip failed ({munge.stderr.strip()[:120]}): check munged and "
                          "that /etc/munge/munge.key matches the controller's"))
+    if slurm.get("job_tmp") and active == "active":  # slurmd sets it up when it starts: SLURM_SLURMD says why not
+        verdicts.append(job_tmp_verdict(slurm["job_tmp"], node.run(JOB_TMP_PLUGIN).stdout))
     if node.local:
         return verdicts  # on the node itself (HealthCheckProgram) the controller's view is not checked
     out = node.run(show_node(name))

@@ -11,14 +11,16 @@ Defaults, in one place:
   starts only once the key is there (a drop-in), so a node booted from an image is not "degraded".
 + slurmdbd.conf: 0600 slurm:slurm, password generated like the key; database ``slurm_acct_db``,
   user ``slurm``@localhost.
-+ slurm.conf, gres.conf, cgroup.conf, topology.conf (only with ``kiln_topology``): rendered from
++ slurm.conf, gres.conf, cgroup.conf, topology.conf (only with ``kiln_topology``), job_container.conf
+  (only with ``kiln_slurm_job_tmp``, on by default: each job's private /tmp and /dev/shm): rendered from
   the inventory alone (roles/slurm_config.py), 0644, the same bytes on every node.
 + cgroup plugin and constraints from ``kiln_slurm_cgroup_plugin``, ``kiln_slurm_constrain_devices``,
   ``kiln_slurm_constrain_cores_memory``.
 + A changed slurm.conf is applied with ``scontrol reconfigure`` once every node has it (see
   ``after_run``), not by restarting every slurmd; a change to a node's definition (CPUs, memory, GRES: a
   node type changed, or a node moved to another) restarts slurmctld, which reconfigure would leave
-  holding the old one. A changed gres.conf or cgroup.conf restarts slurmd
+  holding the old one, and so does turning job_container/tmpfs on or off. A changed gres.conf, cgroup.conf
+  or job_container.conf restarts slurmd
   on that node (Slurm reads them only at start).
 + A daemon is judged by what it serves, not by its unit staying active: a (re)started munge must
   encode and decode a credential, MariaDB answer ``mariadb-admin ping`` before the accounting
@@ -53,6 +55,7 @@ from roles.slurm_accounting import slurm_accounts
 from roles.storage import slurmd_mounts
 
 CONF = "/etc/slurm"
+JOB_CONTAINER_LINE = r"^JobContainerType=job_container/tmpfs$"
 # A node booted from an image has no munge key until kiln deploy writes it: munge is skipped until
 # then, not failed (the node is not "degraded" for a key it cannot have yet).
 MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge.key\n")
@@ -193,7 +196,7 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
         ctx.mark("slurmd_unit", ctx.put(CONFIGLESS_UNIT,
                                         CONFIGLESS_DROPIN.format(servers=servers), mode="644",
                                         name="slurm: slurmd fetches its files from slurmctld (configless)"))
-        for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"):
+        for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "job_container.conf"):
             ctx.watch_path(f"{CONF}/{name}")
             ctx.mark("node_conf", path_absent(name=f"slurm: no local {name} (configless)", ctx=ctx,
                                               path=f"{CONF}/{name}"))
@@ -208,6 +211,14 @@ def _cluster_files(ctx: NodeContext, which: set[str]) -> None:
                                   name="slurm: gres.conf"))
     ctx.mark("node_conf", ctx.put(f"{CONF}/cgroup.conf", slurm_config.cgroup_conf(cluster), mode="644",
                                   name="slurm: cgroup.conf"))
+    job_container = slurm_config.job_container_conf(cluster)
+    if job_container:
+        ctx.mark("node_conf", ctx.put(f"{CONF}/job_container.conf", job_container, mode="644",
+                                      name="slurm: job_container.conf (each job's private /tmp)"))
+    else:
+        ctx.watch_path(f"{CONF}/job_container.conf")
+        ctx.mark("node_conf", path_absent(name="slurm: no job_container.conf (jobs share /tmp)", ctx=ctx,
+                                          path=f"{CONF}/job_container.conf"))
     topology = slurm_config.topology_conf(cluster)
     if topology:
         ctx.mark("slurm_conf", ctx.put(f"{CONF}/topology.conf", topology, mode="644", name="slurm: topology.conf"))
@@ -261,10 +272,13 @@ def configure(ctx: NodeContext) -> None:
         # and AuthInfo's cred_expire (the requeue delay: slurmctld reads it once, when it starts)
         requeue = ctx.watch_line(f"{CONF}/slurm.conf",
                                  rf"^AuthInfo=cred_expire={ctx.cluster.setting('slurm_requeue_delay')}$")
+        # and JobContainerType (each job's private /tmp)
+        job_tmp = ctx.watch_line(f"{CONF}/slurm.conf", JOB_CONTAINER_LINE)
         # and the nodes' definitions (CPUs, memory, GRES): scontrol reconfigure keeps a registered node's old ones
         nodes = [ctx.watch_exact_line(f"{CONF}/slurm.conf", line) for line in slurm_config.node_lines(ctx.cluster)]
         flipped = lambda: ((configless in ctx.snapshot.lines) != bool(ctx.cluster.setting("slurm_configless"))  # noqa: E731
                            or requeue not in ctx.snapshot.lines
+                           or (job_tmp in ctx.snapshot.lines) != (ctx.cluster.setting("slurm_job_tmp") is not None)
                            or any(n not in ctx.snapshot.lines for n in nodes)
                            or (summary in ctx.snapshot.lines) != slurm_config.job_summary(ctx.cluster)
                            or (preempt in ctx.snapshot.lines) != slurm_config.preempts(ctx.cluster))
@@ -274,7 +288,12 @@ def configure(ctx: NodeContext) -> None:
     if "compute" in which:
         server.shell(commands=[DAEMON_RELOAD], name="slurm: reload systemd (if the slurmd drop-in changed)",
                               _if=when_changed(*ctx.marks["slurmd_unit"]))
-        _daemon(ctx, "slurmd", ctx.marks["munge_key"] + ctx.marks["node_conf"] + ctx.marks["slurmd_unit"])
+        # slurmd loads its job container plugin only when it starts (scontrol reconfigure keeps the old one)
+        job_tmp = None if configless_node(ctx) else ctx.watch_line(f"{CONF}/slurm.conf", JOB_CONTAINER_LINE)
+        plugin_flipped = lambda: (job_tmp is not None and  # noqa: E731
+                                  (job_tmp in ctx.snapshot.lines) != (ctx.cluster.setting("slurm_job_tmp") is not None))
+        _daemon(ctx, "slurmd", ctx.marks["munge_key"] + ctx.marks["node_conf"] + ctx.marks["slurmd_unit"],
+                restart_if=plugin_flipped)
 
 
 def _daemon(ctx: NodeContext, service: str, restart_on: list, restart_if=lambda: False, ready: str | None = None,

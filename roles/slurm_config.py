@@ -97,7 +97,8 @@ def slurm_conf(cluster: Cluster) -> str:
         topology=bool(cluster.topology), configless=cluster.setting("slurm_configless"),
         slurmd_timeout=cluster.setting("slurm_slurmd_timeout"), requeue_delay=cluster.setting("slurm_requeue_delay"),
         srun_ports="-".join(map(str, SRUN_PORTS)) if cluster.setting("firewall").enabled else "",
-        private_data=private_data(cluster), store_job_scripts=cluster.setting("slurm_store_job_scripts"),
+        private_data=private_data(cluster), job_tmp=cluster.setting("slurm_job_tmp") is not None,
+        store_job_scripts=cluster.setting("slurm_store_job_scripts"),
         # jobacct_gather/cgroup needs the memory controller that constrain_cores_memory uses.
         cgroup_accounting=cluster.setting("slurm_constrain_cores_memory"), node_lines=node_lines(cluster), partition_lines=partition_lines(cluster),
     )
@@ -134,6 +135,14 @@ def cgroup_conf(cluster: Cluster) -> str:
     return render("slurm/cgroup.conf.j2", plugin=cluster.setting("slurm_cgroup_plugin"),
                   constrain_devices=cluster.setting("slurm_constrain_devices"),
                   constrain_cores_memory=cluster.setting("slurm_constrain_cores_memory"))
+
+
+def job_container_conf(cluster: Cluster) -> str | None:
+    """job_container.conf for job_container/tmpfs (``kiln_slurm_job_tmp``), or None where jobs share /tmp."""
+    job_tmp = cluster.setting("slurm_job_tmp")
+    if job_tmp is None:
+        return None
+    return render("slurm/job_container.conf.j2", lines=job_tmp.job_container_lines())
 
 
 def topology_conf(cluster: Cluster) -> str | None:

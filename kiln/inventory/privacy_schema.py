@@ -1,15 +1,15 @@
-"""What Slurm lets one user see of another, how long accounting keeps what it records, how much of a
-login host one user may take, and who may act as root (``kiln_slurm_private_data``,
-``kiln_slurm_store_job_scripts``, ``kiln_slurm_accounting_retention``, ``kiln_login_user_limits``,
-``kiln_operators``)."""
+"""What Slurm lets one user see of another, what one job sees of another's files, how long accounting keeps
+what it records, how much of a login host one user may take, and who may act as root
+(``kiln_slurm_private_data``, ``kiln_slurm_job_tmp``, ``kiln_slurm_store_job_scripts``,
+``kiln_slurm_accounting_retention``, ``kiln_login_user_limits``, ``kiln_operators``)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from kiln.inventory.formats import PosixName
+from kiln.inventory.formats import MountPoint, PosixName
 from kiln.inventory.strict import Strict
 
 # slurm.conf(5) and slurmdbd.conf(5) PrivateData: what a user sees only of their own (operators, Slurm's
@@ -21,6 +21,32 @@ DEFAULT_PRIVATE_DATA = ["accounts", "jobs", "usage", "users"]
 # slurmdbd.conf(5) Purge*After: a number of months, or of hours or days with that unit behind it; records
 # older are deleted at the start of each such unit (ArchiveJobs and the like stay off: purged is gone).
 PurgeAge = Annotated[str, Field(pattern=r"^[1-9][0-9]{0,5}(hours|days|months)$")]
+
+
+class JobTmp(Strict):
+    """A private ``/tmp`` and ``/dev/shm`` for every job (Slurm's job_container/tmpfs, with
+    ``PrologFlags=Contain``): a job sees only its own files there, its steps and the SSH sessions
+    pam_slurm_adopt adopts into it share them, and all of it is removed when the job ends. Slurm 22.05 and
+    24.11 make these two directories private (not others). A change restarts slurmd on each compute node,
+    which Slurm says may disturb jobs running there: change it with the nodes drained (``kiln patch``)."""
+
+    base_path: MountPoint = Field("/var/lib/slurm/job-tmp", description="where each job's /tmp is kept on the "
+                                  "node's own disk (job_container.conf BasePath, created by slurmd; a directory "
+                                  "per job below it). Put it on local scratch, never on shared storage, /tmp or "
+                                  "/dev/shm")
+
+    @field_validator("base_path")
+    @classmethod
+    def _not_private_itself(cls, value: str) -> str:
+        if any(value == d or value.startswith(d + "/") for d in ("/tmp", "/dev/shm", "/var/tmp")):
+            raise ValueError(f"{value!r} is a directory kiln's jobs get privately (or the host's shared temporary "
+                             "space): Slurm mounts each job's /tmp below base_path; give a directory of its own such "
+                             "as /var/lib/slurm/job-tmp or local scratch")
+        return value
+
+    def job_container_lines(self) -> list[str]:
+        """job_container.conf's lines for every node (slurmd creates base_path, 0755, when it starts)."""
+        return ["AutoBasePath=true", f"BasePath={self.base_path}"]
 
 
 class AccountingRetention(Strict):

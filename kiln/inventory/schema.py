@@ -24,7 +24,7 @@ from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, If
                                     check_path, check_user)
 from kiln.inventory.firewall_schema import Firewall
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
-from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, LoginUserLimits, Operators,
+from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, JobTmp, LoginUserLimits, Operators,
                                           PrivateDataKind)
 from kiln.inventory.remediation_schema import Bmc, Remediation
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
@@ -252,6 +252,10 @@ SETTINGS: dict[str, Setting] = {
            "jobs (squeue, sacct, scontrol show job, job scripts), usage (sreport, sshare), users; also cloud, "
            "events, nodes, partitions, reservations. root, SlurmUser and operators see all, so kiln's own "
            "tools are unchanged; [] lets every user see everything (Slurm's default)"),
+        _s("slurm_job_tmp", JobTmp | None, JobTmp(), "cluster",
+           "a private /tmp and /dev/shm for every job, removed when it ends (see JobTmp: Slurm's job_container/tmpfs, "
+           "kept below base_path, /var/lib/slurm/job-tmp); a change restarts slurmd on compute nodes; null: jobs on a "
+           "node share the node's /tmp and /dev/shm (Slurm's default)"),
         _s("slurm_store_job_scripts", bool, True, "cluster",
            "keep each batch job's script and environment in accounting (AccountingStoreFlags=job_script,job_env): "
            "its owner and operators read them with sacct --batch-script / --env-vars; they are purged with the "

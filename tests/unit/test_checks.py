@@ -15,6 +15,7 @@ import pytest
 
 from checks.node import Node, Result
 from checks.parsers.mounts import parse_probe
+from checks.slurm import JOB_TMP_PLUGIN
 from checks.storage import _probed, probe_command
 from checks.suites import run_suites
 from kiln.testbed.simulate import SIMULATORS
@@ -26,10 +27,11 @@ EXPECT = {
     "fabric": {"type": "infiniband", "hca_count": 2, "rate_gbps": 400, "hcas": [], "kernel_log": "true"},
     "storage": [{"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw", "warn_percent": 80,
                  "fail_percent": 95}],
-    "slurm": {"node": "gpu01", "gpus": 4, "compute": True},
+    "slurm": {"node": "gpu01", "gpus": 4, "compute": True, "job_tmp": "/var/lib/slurm/job-tmp"},
     "system": {"kernel": "6.1.0-28-amd64", "memlock_unlimited": True, "time_sync": True},
 }
 PROBE = probe_command(EXPECT["storage"], "gpu01")
+JOB_TMP = JOB_TMP_PLUGIN  # how many of slurmd's mappings are job_container/tmpfs's
 
 
 def probe_report(rc: int, text: str) -> Result:
@@ -46,6 +48,8 @@ HEALTHY = {
     PROBE: probe_report(0, "Mounted on Use% IUse%\n/scratch 3% 1%\n"),
     "systemctl is-active slurmd": Result(0, "active\n"),
     "munge -n | unmunge >/dev/null": Result(0, ""),
+    # job_container/tmpfs is one mapping of slurmd's on a testbed node (Slurm 22.05)
+    JOB_TMP: Result(0, "1\n"),
     "scontrol -o show node gpu01": Result(0, "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=gpu:h100:4 "
                                              "NodeAddr=gpu01 State=IDLE ThreadsPerCore=1 Partitions=batch\n"),
     "uname -r": Result(0, "6.1.0-28-amd64\n"),
@@ -244,6 +248,9 @@ def test_old_driver_field_name_is_retried(node):
     ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 Gres=gpu:h100:4 State=DOWN+NOT_RESPONDING\n"),
      ["SLURM_REGISTERED"]),
     ("scontrol -o show node gpu01", Result(1, "", "Node gpu01 not found"), ["SLURM_REGISTERED"]),
+    # slurmd started without job_container/tmpfs: grep counts none (and exits 1)
+    (JOB_TMP, Result(1, "0\n"), ["SLURM_JOB_TMP"]),
+    (JOB_TMP, Result(2, "", "grep: /proc/self/maps: Permission denied"), ["SLURM_JOB_TMP"]),
     # a node line kiln cannot read whole (a key twice) is no pass: SLURM_REGISTERED fails naming it
     ("scontrol -o show node gpu01", Result(0, "NodeName=gpu01 State=IDLE State=IDLE Gres=gpu:h100:4\n"),
      ["SLURM_REGISTERED"]),

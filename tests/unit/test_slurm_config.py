@@ -112,6 +112,23 @@ def test_privacy_and_retention_follow_their_settings(example):
     assert "\nPurgeJobAfter=90days\n" in dbd and "PurgeUsageAfter" not in dbd
 
 
+def test_each_job_gets_a_private_tmp_by_default_and_none_when_turned_off(example):
+    """JobContainerType beside the PrologFlags it needs, job_container.conf with its base path alone (the
+    same file for every node); null: neither, and jobs share the node's /tmp (Slurm's default)."""
+    from dataclasses import replace
+
+    from kiln.inventory.privacy_schema import JobTmp
+    conf = slurm_config.slurm_conf(example)
+    assert "\nPrologFlags=Contain\n" in conf and "\nJobContainerType=job_container/tmpfs\n" in conf
+    lines = [line for line in slurm_config.job_container_conf(example).splitlines() if not line.startswith("#")]
+    assert lines == ["AutoBasePath=true", "BasePath=/var/lib/slurm/job-tmp"]
+    scratch = replace(example, settings=dict(example.settings, kiln_slurm_job_tmp=JobTmp(base_path="/scratch/job-tmp")))
+    assert "BasePath=/scratch/job-tmp\n" in slurm_config.job_container_conf(scratch)
+    off = replace(example, settings=dict(example.settings, kiln_slurm_job_tmp=None))
+    assert "JobContainerType" not in slurm_config.slurm_conf(off) and slurm_config.job_container_conf(off) is None
+    assert "\nPrologFlags=Contain\n" in slurm_config.slurm_conf(off)  # pam_slurm_adopt still needs it
+
+
 @pytest.mark.parametrize("value, complaint", [
     ({"kiln_slurm_private_data": ["jobs", "secrets"]}, "kiln_slurm_private_data"),
     ({"kiln_slurm_private_data": "jobs"}, "kiln_slurm_private_data"),
@@ -119,6 +136,14 @@ def test_privacy_and_retention_follow_their_settings(example):
     ({"kiln_slurm_accounting_retention": {"jobs": "1month;rm"}}, "jobs"),
     ({"kiln_slurm_accounting_retention": {"jobs": "0days"}}, "jobs"),
     ({"kiln_slurm_accounting_retention": {"job": "1days"}}, "job"),
+    ({"kiln_slurm_job_tmp": {"base_path": "/tmp/jobs"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base_path": "/dev/shm"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base_path": "/var/tmp"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base_path": "/var/lib"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base_path": "scratch/jobs"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base_path": "/scratch/jobs\nInitScript=/x"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base_path": "/scratch/a b"}}, "base_path"),
+    ({"kiln_slurm_job_tmp": {"base": "/scratch"}}, "base"),
 ])
 def test_privacy_and_retention_values_are_checked(tmp_path, value, complaint):
     """A kind Slurm does not know, an age without its unit or with anything after it, is refused with
