@@ -117,11 +117,12 @@ def test_a_team_writes_its_own_directory_from_jobs_on_both_nodes_and_the_other_t
     assert sorted(w.split()[0].rsplit("-", 1)[1] for w in written) == sorted(tb.computes), written
     assert all(w.split()[1:] == ["alice", "vision"] for w in written), written  # setgid: the team's group
 
-    bob = submit(tb, ctl, f"-N{nodes} -t 5 -o /tmp/bob-%j.out --wrap='srun -N{nodes} sh -c "
+    # its output beside the node's /var/tmp: a job's /tmp is its own (kiln_slurm_job_tmp), gone when it ends
+    bob = submit(tb, ctl, f"-N{nodes} -t 5 -o /var/tmp/bob-%j.out --wrap='srun -N{nodes} sh -c "
                  f"\"ls {vision}; cat {vision}/from-*; touch {vision}/bob; echo done\"'", user="bob")
     wait_for(lambda: ok(tb, ctl, f"sacct -n -X -P -j {bob} -o State").strip() not in ("PENDING", "RUNNING", ""),
              timeout=120, what="bob's job")
-    out = ok(tb, tb.computes[0], f"cat /tmp/bob-{bob}.out")
+    out = ok(tb, tb.computes[0], f"cat /var/tmp/bob-{bob}.out && rm -f /var/tmp/bob-{bob}.out")
     assert out.count("Permission denied") >= 3 * nodes and out.count("done") == nodes, out
     assert on(tb, ctl, f"runuser -u bob -- ls {vision}").returncode != 0
     assert ok(tb, ctl, f"ls {vision}").split() == sorted(f"from-{n}" for n in tb.computes) + [f"job-{job}.out"]
