@@ -56,6 +56,7 @@ from roles.storage import slurmd_mounts
 
 CONF = "/etc/slurm"
 JOB_CONTAINER_LINE = r"^JobContainerType=job_container/tmpfs$"
+CONFIGLESS_CACHE = "/run/slurm/conf/slurm.conf"  # where a configless slurmd keeps what it fetched
 # A node booted from an image has no munge key until kiln deploy writes it: munge is skipped until
 # then, not failed (the node is not "degraded" for a key it cannot have yet).
 MUNGE_DROPIN = ("# Written by kiln\n[Unit]\nConditionPathExists=/etc/munge/munge.key\n")
@@ -288,10 +289,10 @@ def configure(ctx: NodeContext) -> None:
     if "compute" in which:
         server.shell(commands=[DAEMON_RELOAD], name="slurm: reload systemd (if the slurmd drop-in changed)",
                               _if=when_changed(*ctx.marks["slurmd_unit"]))
-        # slurmd loads its job container plugin only when it starts (scontrol reconfigure keeps the old one)
-        job_tmp = None if configless_node(ctx) else ctx.watch_line(f"{CONF}/slurm.conf", JOB_CONTAINER_LINE)
-        plugin_flipped = lambda: (job_tmp is not None and  # noqa: E731
-                                  (job_tmp in ctx.snapshot.lines) != (ctx.cluster.setting("slurm_job_tmp") is not None))
+        # slurmd loads its job container plugin only when it starts (scontrol reconfigure keeps the old one);
+        # a configless slurmd reads the copy it fetched from slurmctld
+        job_tmp = ctx.watch_line(CONFIGLESS_CACHE if configless_node(ctx) else f"{CONF}/slurm.conf", JOB_CONTAINER_LINE)
+        plugin_flipped = lambda: (job_tmp in ctx.snapshot.lines) != (ctx.cluster.setting("slurm_job_tmp") is not None)  # noqa: E731
         _daemon(ctx, "slurmd", ctx.marks["munge_key"] + ctx.marks["node_conf"] + ctx.marks["slurmd_unit"],
                 restart_if=plugin_flipped)
 
