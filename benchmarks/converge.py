@@ -79,7 +79,6 @@ def render_files(inventory: Path, dest: Path) -> None:
     write(dest / "slurm.conf", slurm_config.slurm_conf(cluster))
     write(dest / "gres.conf", slurm_config.gres_conf(cluster))
     write(dest / "cgroup.conf", slurm_config.cgroup_conf(cluster))
-    write(dest / "job_container.conf", slurm_config.job_container_conf(cluster) or "")  # on by default
     write(dest / "slurmdbd.conf", slurm_config.slurmdbd_conf(cluster, secrets.dbd_password), 0o600)
     write(dest / "slurmd-kiln.conf", render("slurm/slurmd-kiln.conf.j2"))
     write(dest / "slurmd-conf-wait.conf", slurm_role.CONF_WAIT_DROPIN)

@@ -79,8 +79,7 @@ files.directory(name="etc/slurm", path="/etc/slurm", mode="755", user="root", gr
 files.directory(name="log", path="/var/log/slurm", mode="755", user="slurm", group="slurm")
 files.directory(name="lib", path="/var/lib/slurm", mode="755", user="slurm", group="slurm")
 conf = put("slurm.conf", "/etc/slurm/slurm.conf")
-node_conf = [put("gres.conf", "/etc/slurm/gres.conf"), put("cgroup.conf", "/etc/slurm/cgroup.conf"),
-             put("job_container.conf", "/etc/slurm/job_container.conf")]
+node_conf = [put("gres.conf", "/etc/slurm/gres.conf"), put("cgroup.conf", "/etc/slurm/cgroup.conf")]
 if is_ctl:
     files.directory(name="state", path="/var/lib/slurm/slurmctld", mode="700", user="slurm", group="slurm")
     files.directory(name="slurmctld drop-in dir", path="/etc/systemd/system/slurmctld.service.d", mode="755",

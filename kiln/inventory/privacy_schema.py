@@ -28,7 +28,12 @@ class JobTmp(Strict):
     ``PrologFlags=Contain``): a job sees only its own files there, its steps and the SSH sessions
     pam_slurm_adopt adopts into it share them, and all of it is removed when the job ends. Slurm 22.05 and
     24.11 make these two directories private (not others). A change restarts slurmd on each compute node,
-    which Slurm says may disturb jobs running there: change it with the nodes drained (``kiln patch``)."""
+    which Slurm says may disturb jobs running there: change it with the nodes drained (``kiln patch``).
+
+    Off unless set: on kiln's container testbed (systemd-nspawn nodes) both Slurm 22.05 and 24.11 fail to
+    start a job now and then with it (slurmstepd: ``_create_ns: ns base mount failed: Invalid argument``,
+    the job cancelled), 12 of 20 two-node jobs after a few slurmd restarts; the VM tier, with its own
+    kernel, runs with it on (tests/vm/test_vm.py)."""
 
     base_path: MountPoint = Field("/var/lib/slurm/job-tmp", description="where each job's /tmp is kept on the "
                                   "node's own disk (job_container.conf BasePath, created by slurmd; a directory "

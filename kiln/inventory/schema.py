@@ -252,10 +252,11 @@ SETTINGS: dict[str, Setting] = {
            "jobs (squeue, sacct, scontrol show job, job scripts), usage (sreport, sshare), users; also cloud, "
            "events, nodes, partitions, reservations. root, SlurmUser and operators see all, so kiln's own "
            "tools are unchanged; [] lets every user see everything (Slurm's default)"),
-        _s("slurm_job_tmp", JobTmp | None, JobTmp(), "cluster",
+        _s("slurm_job_tmp", JobTmp | None, None, "cluster",
            "a private /tmp and /dev/shm for every job, removed when it ends (see JobTmp: Slurm's job_container/tmpfs, "
-           "kept below base_path, /var/lib/slurm/job-tmp); a change restarts slurmd on compute nodes; null: jobs on a "
-           "node share the node's /tmp and /dev/shm (Slurm's default)"),
+           "kept below base_path); a change restarts slurmd on compute nodes; null (the default, Slurm's): jobs on a "
+           "node share its /tmp and /dev/shm. Off by default: in systemd-nspawn containers Slurm 22.05 and 24.11 fail "
+           "to start a job now and then with it (see JobTmp)"),
         _s("slurm_store_job_scripts", bool, True, "cluster",
            "keep each batch job's script and environment in accounting (AccountingStoreFlags=job_script,job_env): "
            "its owner and operators read them with sacct --batch-script / --env-vars; they are purged with the "

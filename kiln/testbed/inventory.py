@@ -81,7 +81,9 @@ VM_SETTINGS = {"kiln_slurm_cgroup_plugin": "cgroup/v2", "kiln_slurm_constrain_co
                "kiln_check_storage_timeout": VM_STORAGE_TIMEOUT,
                # login limits low enough that a test reaches them in seconds (tests/vm/test_vm.py); only VMs
                # enforce them: the nspawn nodes' cgroup controllers are the host's, read-only inside
-               "kiln_login_user_limits": {"cpu_cores": 1, "memory_percent": 50, "tasks": 64}}
+               "kiln_login_user_limits": {"cpu_cores": 1, "memory_percent": 50, "tasks": 64},
+               # each job's own /tmp and /dev/shm (off in containers: see JobTmp)
+               "kiln_slurm_job_tmp": {"base_path": "/var/lib/slurm/job-tmp"}}
 
 
 # Monitoring on the testbed: scrape every 10 s; a node down 20 s, a daemon stopped 20 s, a drained node

@@ -49,7 +49,7 @@ def test_turning_private_tmp_on_or_off_or_moving_it_restarts_slurmd(before, afte
 def test_a_slurm_conf_found_without_job_container_type_restarts_slurmd(monkeypatch):
     """A slurmd started from a slurm.conf without the line has no plugin (SLURM_JOB_TMP fails there): the
     deploy that writes the line back restarts it (scontrol reconfigure would not load it)."""
-    cluster = cluster_for("debian12")
+    cluster = cluster_for("debian12", slurm_job_tmp=ON)
     stripped = slurm_config.slurm_conf(cluster).replace("JobContainerType=job_container/tmpfs\n", "")
     plan = dict(plan_host(cluster, "gpu01", "debian12", _running_compute(cluster, monkeypatch, stripped), monkeypatch))
     assert plan[RESTART], plan[RESTART]

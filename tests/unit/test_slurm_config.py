@@ -112,12 +112,14 @@ def test_privacy_and_retention_follow_their_settings(example):
     assert "\nPurgeJobAfter=90days\n" in dbd and "PurgeUsageAfter" not in dbd
 
 
-def test_each_job_gets_a_private_tmp_by_default_and_none_when_turned_off(example):
+def test_each_job_gets_a_private_tmp_when_set_and_none_by_default(example):
     """JobContainerType beside the PrologFlags it needs, job_container.conf with its base path alone (the
-    same file for every node); null: neither, and jobs share the node's /tmp (Slurm's default)."""
+    same file for every node); null (the default): neither, and jobs share the node's /tmp (Slurm's default)."""
     from dataclasses import replace
 
     from kiln.inventory.privacy_schema import JobTmp
+    assert example.setting("slurm_job_tmp") is None
+    example = replace(example, settings=dict(example.settings, kiln_slurm_job_tmp=JobTmp()))
     conf = slurm_config.slurm_conf(example)
     assert "\nPrologFlags=Contain\n" in conf and "\nJobContainerType=job_container/tmpfs\n" in conf
     lines = [line for line in slurm_config.job_container_conf(example).splitlines() if not line.startswith("#")]

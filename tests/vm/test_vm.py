@@ -5,13 +5,14 @@ job that breaks it is stopped, and one within it is not (so a check that cannot 
 
 from __future__ import annotations
 
-import pytest
-
+import json
 import re
 import time
 
+import pytest
+
 from kiln.testbed.inventory import NFS_MOUNT
-from tests.testbed.slurm_helpers import job_state, ok, on, wait_for
+from tests.testbed.slurm_helpers import job_state, kiln, ok, on, wait_for
 
 
 def _sbatch(tb, options: str, script: str) -> str:
@@ -163,3 +164,38 @@ def test_a_production_image_waits_for_the_network_before_it_mounts_nfs(vms):
           f"{NFS_MOUNT} mounted {mounted / 1e6:.2f} s after boot")
     assert 0 < waited <= online <= mounted, (waited, online, mounted)
     assert ok(vms, node, f"findmnt -n -o FSTYPE {NFS_MOUNT}").strip() == "nfs4"
+
+
+JOB_TMP = "/var/lib/slurm/job-tmp"  # the VM testbed's kiln_slurm_job_tmp base_path
+
+
+@pytest.mark.proves("slurm", "kiln check", tier="vm")
+def test_each_job_has_its_own_tmp_and_shm_that_another_users_job_never_sees_and_that_go_when_it_ends(vms):
+    """kiln_slurm_job_tmp (on in the VM testbed, job_container/tmpfs): alice's job writes /tmp and /dev/shm;
+    the node's own hold none of it, a step of her job sees both, bob's job on the same node sees neither and
+    writes its own; when alice's job ends, its directory below the base path is gone. SLURM_JOB_TMP passes
+    (its failure, on a slurmd without the plugin, is in tests/unit/test_checks.py)."""
+    ctl, node = vms.controller, vms.computes[0]
+    alice = ok(vms, ctl, f"su - alice -c {_quote(f'sbatch --parsable -w {node} -n1 -t 5 -o /dev/null --wrap ' + _quote('echo alice-secret > /tmp/kiln-jt && echo alice-shm > /dev/shm/kiln-jt && sleep 300'))}").strip()
+    kept = f"{JOB_TMP}/{node}/{alice}"  # Slurm 22.05: BasePath/NODE/JOB/.JOB is the job's /tmp, 0700 its user's
+    try:
+        wait_for(lambda: on(vms, node, f"test -s {kept}/.{alice}/kiln-jt").returncode == 0, timeout=120, interval=2,
+                 what=f"alice's job {alice} writing its /tmp")
+        assert ok(vms, node, f"stat -c '%U %a' {kept}/.{alice}").split() == ["alice", "700"]
+        assert on(vms, node, "ls /tmp/kiln-jt /dev/shm/kiln-jt").returncode != 0  # the node's own: neither
+        step = ok(vms, ctl, f"su - alice -c 'srun --jobid={alice} --overlap -w {node} cat /tmp/kiln-jt /dev/shm/kiln-jt'")
+        assert step.split() == ["alice-secret", "alice-shm"], step
+        bob = ok(vms, ctl, f"su - bob -c {_quote(f'sbatch --parsable -w {node} -n1 -t 5 -o /var/tmp/kiln-jt-bob-%j.out --wrap ' + _quote('ls -A /tmp /dev/shm; cat /tmp/kiln-jt /dev/shm/kiln-jt; echo bob > /tmp/kiln-jt && cat /tmp/kiln-jt'))}").strip()
+        assert _finished(vms, bob) == "COMPLETED"
+        seen = ok(vms, node, f"cat /var/tmp/kiln-jt-bob-{bob}.out")
+        assert "alice" not in seen and seen.count("No such file") == 2 and seen.rstrip().endswith("bob"), seen
+        assert ok(vms, node, f"cat {kept}/.{alice}/kiln-jt").strip() == "alice-secret"  # bob wrote his own
+    finally:
+        on(vms, ctl, f"scancel {alice}")
+        on(vms, node, "rm -f /var/tmp/kiln-jt-bob-*.out")
+    wait_for(lambda: on(vms, node, f"test -e {kept}").returncode != 0, timeout=120, interval=2,
+             what=f"{kept} removed at the job's end")
+    out = kiln("check", "-i", str(vms.inventory), "--suite", "slurm", "--json", "-", "--limit", node, timeout=600)
+    checks = {c["id"]: (c["severity"], c["message"]) for c in json.loads(out.stdout)["nodes"][node]["checks"]}
+    assert checks["SLURM_JOB_TMP"][0] == "ok", checks["SLURM_JOB_TMP"]
+    print(f"{node}: bob's job saw {seen!r}; {checks['SLURM_JOB_TMP'][1]}")
