@@ -9,6 +9,7 @@ import sys
 import click
 
 from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, json_option, testbed_inventory
+from kiln.testbed.cpu_limit import FAULT as CPU_SLOW
 from kiln.testbed.simulate import FAULTS
 
 name_option = click.option("--name", default="kiln", show_default=True, help="testbed name (up to 8 letters/digits)")
@@ -142,14 +143,15 @@ def down(name: str, wipe: bool) -> None:
 @testbed.command()
 @name_option
 @click.argument("node")
-@click.argument("fault", type=click.Choice(("power-loss",) + FAULTS))
+@click.argument("fault", type=click.Choice(("power-loss", CPU_SLOW) + FAULTS))
 @click.option("--gpu", default=0, show_default=True, help="which simulated GPU (faults on one GPU)")
 @click.option("--at-next-boot", is_flag=True, help="the fault appears when the node next boots (after a patch)")
 @click.option("--persistent", is_flag=True, help="a GPU reset or a reboot does not clear it (default: they do, "
               "as on real hardware)")
 def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool, persistent: bool) -> None:
     """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown;
-    power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE).
+    power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE);
+    cpu-slow: every process of the node held to a fifth of one CPU (the host's cpu cgroup) until clear.
     A fault is transient unless --persistent: the repair that clears it on real hardware (a GPU reset or
     a reboot) clears it here."""
     from kiln.testbed.host import TestbedError

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from kiln.testbed import cpu_limit
 from kiln.testbed.host import (TestbedError, children, file_tail, kill_and_wait, link_exists, mounted, pid_alive,
                                read_pid, run)
 from kiln.testbed.supervise import CGROUP_CONTROLLERS
@@ -47,6 +48,7 @@ class NodeKind(Protocol):
     def adopt(self, node: Node) -> bool: ...
     def stop(self, node: Node) -> None: ...
     def power_off(self, node: Node) -> None: ...
+    def limit_cpu(self, node: Node, percent: int | None) -> None: ...
     def release(self, node: Node) -> None: ...
     def state(self, node: Node) -> str: ...
     def cleanup(self, node: Node) -> None: ...
@@ -218,6 +220,13 @@ class NspawnNodes:
                     pass
         return sorted(pids)
 
+    def limit_cpu(self, node: Node, percent: int | None) -> None:
+        """Every process of the node held to ``percent`` % of one CPU (None: no limit): kiln/testbed/cpu_limit.py."""
+        if percent is None:
+            cpu_limit.lift(self.cgroup(node))
+        else:
+            cpu_limit.limit(self.cgroup(node), lambda: self.cgroup_pids(node), percent)
+
     def power_off(self, node: Node) -> None:
         """Power loss: the node's supervisor, systemd-nspawn and every process of the node stop at
         the same instant (its cgroup is frozen, then killed); nothing shuts down cleanly. Disk kept."""
@@ -255,6 +264,7 @@ class NspawnNodes:
         shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.name}", ignore_errors=True)
         for controller in CGROUP_CONTROLLERS:
             _rmdir_tree(Path("/sys/fs/cgroup") / controller / self.cgroup(node))
+        cpu_limit.remove(self.cgroup(node))
         for name in ("supervisor.pid", "nspawn.pid"):
             (node.dir / name).unlink(missing_ok=True)
 
@@ -285,6 +295,7 @@ class NspawnNodes:
     def remove_testbed_cgroups(self) -> None:
         for controller in CGROUP_CONTROLLERS:
             _rmdir_tree(Path("/sys/fs/cgroup") / controller / f"kiln-{self.testbed}")
+        cpu_limit.remove(f"kiln-{self.testbed}")
 
 
 def _rmdir_tree(path: Path) -> None:

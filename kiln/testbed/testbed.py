@@ -23,7 +23,7 @@ from typing import Any, Callable
 from kiln.testbed import base as base_image
 from kiln.testbed.host import (TestbedError, TestbedUnavailable, kill_and_wait, link_exists, mounts_under, require_root,
                                require_tools, run)
-from kiln.testbed import simulate
+from kiln.testbed import cpu_limit, simulate
 from kiln.testbed.inventory import (GPUS_PER_NODE, SIM_GPU_MODEL, SIM_HCAS, SIM_NVLINKS, SIM_RATE,
                                     VERSIONS_BY_OS, write_inventory)
 from kiln.testbed.nspawn import Node, NspawnNodes
@@ -434,16 +434,24 @@ class Testbed:
     def inject(self, node: str, fault: str, gpu: int = 0, at_boot: bool = False, persistent: bool = False) -> None:
         """Break a compute node's simulated hardware (or unmount its /scratch) on purpose, now or at
         its next boot (a node that comes back broken from a patch's reboot). A fault is transient (a GPU
-        reset or a reboot clears it, as on real hardware) unless ``persistent``."""
+        reset or a reboot clears it, as on real hardware) unless ``persistent``. ``cpu-slow`` is no
+        simulator's: every process of the node is held to a fifth of one CPU through the host's cpu cgroup
+        (kiln/testbed/cpu_limit.py) until ``clear``."""
+        if fault == cpu_limit.FAULT:
+            try:
+                self.kind().limit_cpu(self._require_node(node), cpu_limit.SLOW_PERCENT)
+            except cpu_limit.CpuLimitError as exc:
+                raise TestbedError(f"{node}: {exc}") from exc
+            return
         if fault not in simulate.FAULTS:
-            raise TestbedError(f"unknown fault {fault!r}: use one of {', '.join(simulate.FAULTS)}")
+            raise TestbedError(f"unknown fault {fault!r}: use one of {', '.join((cpu_limit.FAULT, *simulate.FAULTS))}")
         self._require_node(node)
         self.ssh(node, ["kiln-sim", "inject", fault, "--gpu", str(gpu)] + (["--at-boot"] if at_boot else [])
                  + (["--persistent"] if persistent else []))
 
     def clear(self, node: str) -> None:
-        """Every injected fault of the node undone: healthy simulated hardware, mounts back."""
-        self._require_node(node)
+        """Every injected fault of the node undone: healthy simulated hardware, mounts back, its CPU whole."""
+        self.kind().limit_cpu(self._require_node(node), None)
         self.ssh(node, ["kiln-sim", "clear"])
 
     def _require_node(self, node: str) -> Node:

@@ -26,6 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
+from kiln.testbed import cpu_limit
 from kiln.testbed.host import TestbedError, file_tail, kill_and_wait, link_exists, pid_alive, read_pid, run
 from kiln.testbed.nspawn import Node, _kiln_path
 from kiln.testbed.vm_supervise import WATCHED
@@ -64,6 +65,19 @@ class VmNodes:
     def _qemu_pid(self, node: Node) -> int | None:
         pid = read_pid(node.dir / "qemu.pid")
         return pid if pid_alive(pid, "qemu-system") else None
+
+    def cgroup(self, node: Node) -> str:
+        """The VM's group in the host's cpu cgroup (only while it is made slow: kiln/testbed/cpu_limit.py)."""
+        return f"kiln-{self.testbed}/{node.name}"
+
+    def limit_cpu(self, node: Node, percent: int | None) -> None:
+        """The VM's QEMU (and its supervisor, which starts the next one at a reboot) held to ``percent`` % of
+        one CPU (None: no limit)."""
+        if percent is None:
+            cpu_limit.lift(self.cgroup(node))
+        else:
+            cpu_limit.limit(self.cgroup(node), lambda: [p for p in (self._supervisor_pid(node), self._qemu_pid(node)) if p],
+                            percent)
 
     # --- lifecycle ---
     def lower_of(self, node: Node) -> str:
@@ -231,6 +245,7 @@ class VmNodes:
             run(["ip", "link", "delete", tap], check=False)
         for name in ("supervisor.pid", "qemu.pid", "qmp.sock", "boot.vmlinuz", "boot.initrd.img", "boot.raw"):
             (node.dir / name).unlink(missing_ok=True)
+        cpu_limit.remove(self.cgroup(node))
 
     def state(self, node: Node) -> str:
         """running | stopped | orphaned (QEMU runs on without its supervisor: ``up`` adopts it)."""
@@ -244,7 +259,8 @@ class VmNodes:
         shutil.rmtree(node.dir, ignore_errors=True)
 
     def remove_testbed_cgroups(self) -> None:
-        """VMs make no cgroups on the host."""
+        """Only a slow VM's cpu group (kiln testbed inject NODE cpu-slow)."""
+        cpu_limit.remove(f"kiln-{self.testbed}")
 
 
 def stray_processes(testbed_state: Path) -> list[int]:
