@@ -151,7 +151,7 @@ def down(name: str, wipe: bool) -> None:
 def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool, persistent: bool) -> None:
     """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown;
     power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE);
-    cpu-slow: every process of the node held to a fifth of one CPU (the host's cpu cgroup) until clear.
+    cpu-slow: every process of the node held to a tenth of one CPU (the host's cpu cgroup) until clear.
     A fault is transient unless --persistent: the repair that clears it on real hardware (a GPU reset or
     a reboot) clears it here."""
     from kiln.testbed.host import TestbedError

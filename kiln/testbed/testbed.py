@@ -435,7 +435,7 @@ class Testbed:
         """Break a compute node's simulated hardware (or unmount its /scratch) on purpose, now or at
         its next boot (a node that comes back broken from a patch's reboot). A fault is transient (a GPU
         reset or a reboot clears it, as on real hardware) unless ``persistent``. ``cpu-slow`` is no
-        simulator's: every process of the node is held to a fifth of one CPU through the host's cpu cgroup
+        simulator's: every process of the node is held to a tenth of one CPU through the host's cpu cgroup
         (kiln/testbed/cpu_limit.py) until ``clear``."""
         if fault == cpu_limit.FAULT:
             try:

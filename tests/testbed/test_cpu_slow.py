@@ -1,5 +1,5 @@
 """A node made truly slow (#45): ``kiln testbed inject NODE cpu-slow`` holds every process of the node to a
-fifth of one CPU through the host's cpu cgroup (kiln/testbed/cpu_limit.py), no simulator. The same work
+tenth of one CPU through the host's cpu cgroup (kiln/testbed/cpu_limit.py), no simulator. The same work
 takes several times as long there, in an SSH session and in a Slurm job step started after the fault (slurmd
 forks it), while another node is unaffected; ``kiln testbed clear`` gives the CPU back."""
 
