@@ -7,7 +7,8 @@
 #
 # KILN_GPUS and KILN_MODEL are what the machine should have (say them; they are not read from it).
 # KILN_BF16_TFLOPS (default 989, an H100/H200 SXM's dense bf16) is what the GEMM burn is judged against
-# when PyTorch is there. The recorded outputs belong in tests/recorded/captured/ once looked at.
+# when PyTorch is there; with PyTorch and CUDA the training example runs through a failure on the GPUs
+# (tests/gpu/ddp_through_failure.py). The recorded outputs belong in tests/recorded/captured/ once looked at.
 set -u
 OUT=${OUT:-/tmp/kiln-gpu}
 GPUS=${KILN_GPUS:-1}
@@ -38,4 +39,10 @@ if python3 -c "import torch" 2>/dev/null; then
         --record "$OUT/recorded-burn" | tee -a "$OUT/summary.txt"
 else
     echo "== no PyTorch for python3 here: no GEMM burn" | tee -a "$OUT/summary.txt"
+fi
+if python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+    echo "== the training example through a failure: $GPUS ranks, NCCL (tests/gpu/ddp_through_failure.py)" | tee -a "$OUT/summary.txt"
+    python3 tests/gpu/ddp_through_failure.py --gpus "$GPUS" --out "$OUT/ddp" | tee -a "$OUT/summary.txt"
+else
+    echo "== no PyTorch with CUDA for python3 here: no training example" | tee -a "$OUT/summary.txt"
 fi
