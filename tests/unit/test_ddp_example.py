@@ -114,6 +114,15 @@ def _until(log: Path, pattern: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+def _interrupt(directory: Path, log: Path, pattern: str, sig: int, told: tuple[int, ...] = (0, 1)) -> list[int]:
+    """A run stopped by ``sig`` to the ranks ``told`` once ``pattern`` is in its output; the ranks' exit codes."""
+    ranks = _start(directory, 40, log)
+    _until(log, pattern)
+    for rank in told:
+        ranks[rank].send_signal(sig)
+    return _wait(ranks)
+
+
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory) -> str:
     where = tmp_path_factory.mktemp("undisturbed")
@@ -123,11 +132,7 @@ def undisturbed(tmp_path_factory) -> str:
 
 def test_killed_without_warning_it_resumes_from_its_last_checkpoint_with_bit_equal_weights(tmp_path, undisturbed):
     log = tmp_path / "log"
-    ranks = _start(tmp_path / "ckpt", 40, log)
-    _until(log, r"step 25 loss")
-    for r in ranks:
-        r.send_signal(signal.SIGKILL)  # a power loss: no signal the job could act on
-    _wait(ranks)
+    _interrupt(tmp_path / "ckpt", log, r"step 25 loss", signal.SIGKILL)  # a power loss: nothing the job can act on
     assert ck.steps(tmp_path / "ckpt")[0] in (20, 30)
     resumed_at = ck.steps(tmp_path / "ckpt")[0]
     assert _wait(_start(tmp_path / "ckpt", 40, log)) == [0, 0]
@@ -137,10 +142,8 @@ def test_killed_without_warning_it_resumes_from_its_last_checkpoint_with_bit_equ
 
 def test_told_by_usr1_every_rank_saves_at_the_same_step_exits_75_and_the_next_run_ends_bit_equal(tmp_path, undisturbed):
     log = tmp_path / "log"
-    ranks = _start(tmp_path / "ckpt", 40, log)
-    _until(log, r"step 13 loss")
-    ranks[1].send_signal(signal.SIGUSR1)  # one rank told: both stop at the step they agree on
-    assert _wait(ranks) == [75, 75]
+    # one rank told: both stop at the step they agree on
+    assert _interrupt(tmp_path / "ckpt", log, r"step 13 loss", signal.SIGUSR1, told=(1,)) == [75, 75]
     saved = re.findall(r"signal: checkpointed at step (\d+)", log.read_text())
     assert len(saved) == 1 and ck.steps(tmp_path / "ckpt")[0] == int(saved[0]) > 13
     assert _wait(_start(tmp_path / "ckpt", 40, log)) == [0, 0]
@@ -150,11 +153,7 @@ def test_told_by_usr1_every_rank_saves_at_the_same_step_exits_75_and_the_next_ru
 
 def test_a_newest_checkpoint_spoiled_on_disk_costs_only_the_steps_since_the_one_before(tmp_path, undisturbed):
     log = tmp_path / "log"
-    ranks = _start(tmp_path / "ckpt", 40, log)
-    _until(log, r"checkpoint at step 20")
-    for r in ranks:
-        r.send_signal(signal.SIGKILL)
-    _wait(ranks)
+    _interrupt(tmp_path / "ckpt", log, r"checkpoint at step 20", signal.SIGKILL)
     newest = ck.steps(tmp_path / "ckpt")[0]
     data = tmp_path / "ckpt" / f"ckpt-{newest:09d}.pt"
     spoiled = bytearray(data.read_bytes())
