@@ -3,13 +3,15 @@
 The example checkpointing job (docs/examples/checkpointing-job.sh, a periodic checkpoint every 10 steps
 of 1 s on shared storage) runs on one of two compute nodes; that node loses power (every process gone at
 once, no signal to the job). Measured from the power loss: Slurm sets the node DOWN
-(``kiln_slurm_slurmd_timeout``, 30 s on the testbed), the job pends again (requeued), and it runs again
-on the other node after ``kiln_slurm_requeue_delay`` (Slurm's ``AuthInfo=cred_expire``) and a scheduler
-pass; the steps it lost (since its last checkpoint) are read from its output. Each delay is deployed
-with kiln (a change restarts slurmctld) and measured in the same run: kiln's default (30 s) beside
-Slurm's own default (120 s). Runs on a testbed of 1 controller + 2 compute nodes; needs root.
+(``kiln_slurm_slurmd_timeout``), the job pends again (requeued), and after ``kiln_slurm_requeue_delay``
+(Slurm's ``AuthInfo=cred_expire``) and a scheduler pass it starts on the other node (CONFIGURING while
+kiln's prolog checks the node) and runs; the steps it lost (since its last checkpoint) are read from its
+output. Each profile (SlurmdTimeout/requeue delay) is deployed with kiln and measured in the same run:
+Slurm's own requeue delay (120 s), kiln's (30 s), both with the testbed's SlurmdTimeout (30 s), and a fast
+profile (15 s / 10 s) for a small cluster whose network does not pause. Runs on a testbed of
+1 controller + 2 compute nodes; needs root.
 
-    python benchmarks/recovery.py [--delays 120,30] [--rounds 1]
+    python benchmarks/recovery.py [--profiles 30/120,30/30,15/10] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -68,13 +70,27 @@ def node_state(tb: Testbed, ctl: str, node: str) -> str:
     return nodes[node].state if node in nodes else ""
 
 
-def deploy_with_delay(inventory: Path, seconds: int) -> None:
-    (inventory / "group_vars" / "all" / "recovery.yml").write_text(
-        yaml.safe_dump({"kiln_slurm_requeue_delay": seconds}))
+def deploy_profile(inventory: Path, timeout: int, delay: int) -> None:
+    # in the testbed's own file: a file of its own beside it would lose to its SlurmdTimeout (the files of
+    # group_vars/all are read in name order, the last one wins)
+    path = inventory / "group_vars" / "all" / "testbed.yml"
+    data = yaml.safe_load(path.read_text())
+    data.update({"kiln_slurm_slurmd_timeout": timeout, "kiln_slurm_requeue_delay": delay})
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     run(KILN + ["deploy", "-i", str(inventory)])
 
 
-def one_loss(tb: Testbed, ctl: str, delay: int, where: str) -> dict:
+def running_profile(tb: Testbed, ctl: str, timeout: int, delay: int) -> None:
+    """Refuse to measure unless slurmctld itself runs the profile (not only its slurm.conf)."""
+    shown = on(tb, ctl, shlex.join(scontrol.SHOW_CONFIG_COMMAND))
+    config = scontrol.show_config(shown)
+    running = (config.get("SlurmdTimeout", "").split(" ")[0], config.get("AuthInfo"))
+    if running != (str(timeout), f"cred_expire={delay}"):
+        raise SystemExit(f"slurmctld runs SlurmdTimeout={running[0]!r} AuthInfo={running[1]!r}, not "
+                         f"{timeout}/cred_expire={delay}:\n" + "\n".join(shown.splitlines()[:12]))
+
+
+def one_loss(tb: Testbed, ctl: str, profile: tuple[int, int], where: str) -> dict:
     """Submit, let it run, power off its node, time DOWN / pending / running again; bring the node back."""
     env = f"--export=ALL,CHECKPOINT_DIR={where},STEPS=100000,STEP_SECONDS=1,CHECKPOINT_EVERY={EVERY}"
     job = on(tb, ctl, f"sbatch --parsable --requeue -o {where}/recovery-%j.out {env} {where}/job.sh").strip()
@@ -93,6 +109,8 @@ def one_loss(tb: Testbed, ctl: str, delay: int, where: str) -> dict:
         s = job_state(tb, ctl, job)
         if "pending" not in times and s[0] == "PENDING":
             times["pending"] = now
+        if "starting" not in times and s[0] in ("CONFIGURING", "RUNNING") and s[1] != node:
+            times["starting"] = now
         if s[0] == "RUNNING" and s[1] != node:
             times["running"] = now
         if now > 900:
@@ -104,16 +122,17 @@ def one_loss(tb: Testbed, ctl: str, delay: int, where: str) -> dict:
     on(tb, ctl, f"scancel {job}")
     tb.start(node)
     wait_for(lambda: node_state(tb, ctl, node) in ("idle", "mixed"), 300, 2, f"{node} back in service")
-    return {"delay": delay, "node": node, **times, "checkpoint": checkpoint, "resumed_from": int(resumed[-1]),
+    return {"profile": profile, "node": node, **times, "checkpoint": checkpoint, "resumed_from": int(resumed[-1]),
             "ran_before_loss": lost_at - started}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--delays", default="120,30", help="requeue delays to compare (120: Slurm's default)")
+    ap.add_argument("--profiles", default="30/120,30/30,15/10",
+                    help="SlurmdTimeout/requeue delay pairs to compare (120: Slurm's default delay)")
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    delays = [int(d) for d in args.delays.split(",")]
+    profiles = [tuple(int(x) for x in p.split("/")) for p in args.profiles.split(",")]
     tb = Testbed(NAME, progress=lambda m: None)
     tb.teardown()
     inventory = ROOT / "inventory"
@@ -131,29 +150,26 @@ def main() -> None:
         where = f"{SHARED}/recovery"
         results = []
         for _ in range(args.rounds):
-            for delay in delays:
-                deploy_with_delay(inventory, delay)
-                shown = on(tb, ctl, shlex.join(scontrol.SHOW_CONFIG_COMMAND))
-                config = scontrol.show_config(shown)
-                if config.get("AuthInfo") != f"cred_expire={delay}":  # slurmctld's own value
-                    raise SystemExit(f"slurmctld runs AuthInfo={config.get('AuthInfo')!r}, not cred_expire={delay}:\n"
-                                     + "\n".join(shown.splitlines()[:12]))
-                results.append(one_loss(tb, ctl, delay, where))
-                print(f"  delay {delay:>4} s: {results[-1]}", flush=True)
+            for timeout, delay in profiles:
+                deploy_profile(inventory, timeout, delay)
+                running_profile(tb, ctl, timeout, delay)
+                results.append(one_loss(tb, ctl, (timeout, delay), where))
+                print(f"  {timeout}/{delay} s: {results[-1]}", flush=True)
         print()
-        print(f"{'requeue delay':<28} {'node DOWN':>10} {'job pending':>12} {'job running':>12} {'resumed at':>11} "
-              f"{'steps lost':>11}")
-        for delay in delays:
-            rows = [r for r in results if r["delay"] == delay]
-            label = f"{delay} s" + (" (Slurm's default)" if delay == 120 else " (kiln's default)" if delay == 30 else "")
-            med = {k: statistics.median(r[k] for r in rows) for k in ("down", "pending", "running")}
+        print(f"{'SlurmdTimeout/requeue delay':<34} {'node DOWN':>10} {'job pending':>12} {'job starting':>13} "
+              f"{'job running':>12} {'resumed at':>11} {'steps lost':>11}")
+        for timeout, delay in profiles:
+            rows = [r for r in results if r["profile"] == (timeout, delay)]
+            label = f"{timeout} s / {delay} s" + (" (Slurm's delay)" if delay == 120 else
+                                                 " (kiln's delay)" if delay == 30 else "")
+            med = {k: statistics.median(r[k] for r in rows) for k in ("down", "pending", "starting", "running")}
             at = ",".join(f"{r['resumed_from']}/{r['checkpoint']}" for r in rows)  # resumed from / last checkpoint
             lost = statistics.median(r["ran_before_loss"] - r["resumed_from"] for r in rows)
-            print(f"{label:<28} {med['down']:>9.1f}s {med['pending']:>11.1f}s {med['running']:>11.1f}s {at:>11} "
-                  f"{lost:>10.0f}~")
-        print(f"\n(seconds from the power loss, median of {args.rounds} round(s); SlurmdTimeout 30 s on the testbed; "
-              "'resumed at': the step the next run continued from / the last checkpoint written; steps lost: "
-              "about one a second since that checkpoint)")
+            print(f"{label:<34} {med['down']:>9.1f}s {med['pending']:>11.1f}s {med['starting']:>12.1f}s "
+                  f"{med['running']:>11.1f}s {at:>11} {lost:>10.0f}~")
+        print(f"\n(seconds from the power loss, median of {args.rounds} round(s); 'job starting': on the other node, "
+              "CONFIGURING while kiln's prolog checks it; 'resumed at': the step the next run continued from / the "
+              "last checkpoint written; steps lost: about one a second since that checkpoint)")
     finally:
         tb.down(inventory_dir=inventory)
         shutil.rmtree(ROOT, ignore_errors=True)  # its inventory and the secrets kiln made for it
