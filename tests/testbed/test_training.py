@@ -16,6 +16,10 @@ import shutil
 import statistics
 import time
 
+from checks.parsers import squeue
+from checks.parsers.delimited import separator
+from checks.parsers.hostlist import expand_hostlist
+from checks.parsers.slurm_values import env_words, epoch
 from tests.testbed.conftest import NODES
 from tests.testbed.slurm_helpers import ok, on, submit, wait_for
 from tests.torch_env import EXAMPLE, copy_torch
@@ -40,15 +44,18 @@ def _steps(lines) -> list[tuple[float, int]]:
     return [(t, int(m.group(1))) for t, text in lines if (m := re.match(r"step (\d+) loss", text))]
 
 
-def _squeue(tb, job: str) -> tuple[str, str]:
-    out = on(tb, tb.controller, f"squeue -h -j {job} -o '%T %N'").stdout.split()
-    return (out[0], out[1] if len(out) > 1 else "") if out else ("", "")
+def _squeue(tb, job: str) -> tuple[str, list[str]]:
+    """(state, nodes) of ``job`` by squeue's one reader; ('', []) once it is gone."""
+    sep, fields = separator(), ("State", "NodeList")
+    jobs, _ = squeue.read_jobs(on(tb, tb.controller, shlex.join(squeue.jobs_command(sep, fields, "-j", job))).stdout,
+                               sep, fields)
+    return (jobs[0]["State"], expand_hostlist(jobs[0]["NodeList"])) if jobs else ("", [])
 
 
 def _started(tb, job: str) -> float:
-    """When Slurm first started the job (its first run's Start, as seconds since the epoch)."""
-    out = ok(tb, tb.controller, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {job} -o Start").split()
-    return min(float(t) for t in out if t.isdigit())
+    """When Slurm first started the job (its first run's Start), read as every Slurm time is."""
+    out = ok(tb, tb.controller, f"{env_words()} sacct -n -X -P -D -j {job} -o Start").split()
+    return min(t for t in map(epoch, out) if t is not None)
 
 
 def _goodput(lines, step_time: float, started: float) -> float:
@@ -83,10 +90,9 @@ def test_a_ddp_job_loses_a_node_without_warning_resumes_from_its_checkpoint_and_
         wait_for(lambda: any(s >= 2 * EVERY + 5 for _, s in _steps(_lines(failing_out))), timeout=300, interval=0.5,
                  what=f"the failing job {failing} past its second checkpoint:\n"
                       + (failing_out.read_text()[-2000:] if failing_out.exists() else "(no output yet)"))
-        state, nodes = _squeue(tb, failing)
-        assert state == "RUNNING", (state, nodes)
-        node_list = ok(tb, tb.controller, f"scontrol show hostnames {shlex.quote(nodes)}").split()
-        assert len(node_list) == 2 and set(node_list).isdisjoint(_squeue(tb, steady)[1].split(",")), node_list
+        state, node_list = _squeue(tb, failing)
+        assert state == "RUNNING", (state, node_list)
+        assert len(node_list) == 2 and set(node_list).isdisjoint(_squeue(tb, steady)[1]), node_list
         lost = node_list[-1]
         tb.power_loss(lost)
         lost_at = time.time()
@@ -94,8 +100,7 @@ def test_a_ddp_job_loses_a_node_without_warning_resumes_from_its_checkpoint_and_
         done_before = max(s for _, s in _steps(_lines(failing_out)))
         assert checkpoint >= 2 * EVERY
 
-        again = wait_for(lambda: (s := _squeue(tb, failing))[0] == "RUNNING" and lost not in
-                         ok(tb, tb.controller, f"scontrol show hostnames {shlex.quote(s[1])}").split() and s[1],
+        again = wait_for(lambda: (s := _squeue(tb, failing))[0] == "RUNNING" and lost not in s[1] and s[1],
                          timeout=600, interval=0.5, what=f"job {failing} running again without {lost}")
         running_again = time.time() - lost_at
         resumed = wait_for(lambda: [(t, int(m.group(1))) for t, text in _lines(failing_out)
@@ -120,7 +125,7 @@ def test_a_ddp_job_loses_a_node_without_warning_resumes_from_its_checkpoint_and_
     steady_lines, failing_lines = _lines(steady_out), _lines(failing_out)
     step_time = statistics.median(b[0] - a[0] for a, b in zip(_steps(steady_lines), _steps(steady_lines)[1:]))
     print(f"\nDDP across 2 testbed nodes (Gloo), {STEPS} steps, a checkpoint every {EVERY}; {lost} lost power at "
-          f"step {done_before}; last checkpoint step {checkpoint}; ran again on {again}")
+          f"step {done_before}; last checkpoint step {checkpoint}; ran again on {','.join(again)}")
     print(f"  power loss -> running again (squeue): {running_again:6.1f} s")
     print(f"  power loss -> first step again:       {first_step:6.1f} s")
     print(f"  steps lost (done since the last checkpoint): {done_before - checkpoint}")
