@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from kiln.testbed.host import rmdir_tree
+
 FAULT = "cpu-slow"  # kiln testbed inject's name for it
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 100_000
@@ -70,11 +72,16 @@ def limited_percent(group: str, root: Path = CPU_ROOT) -> int | None:
 
 
 def remove(group: str, root: Path = CPU_ROOT) -> None:
-    """The group gone (a released node: its processes are gone too); its parents too, once empty."""
+    """The group gone with any groups below it (a released node, or a crashed run's leftovers: their
+    processes are gone too); its parents too, once empty."""
     path = root / group
+    rmdir_tree(path)
+    if path.is_dir():
+        return  # still holds a process
+    path = path.parent
     while path != root and path.is_dir():
         try:
             path.rmdir()
         except OSError:
-            return  # still holds a process or a group
+            return  # holds another group
         path = path.parent

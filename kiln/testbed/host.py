@@ -124,3 +124,18 @@ def file_tail(path: Path, lines: int = 25) -> str:
     except OSError:
         return f"(no {path.name})"
     return "\n".join("    " + line for line in text[-lines:])
+
+
+def rmdir_tree(path: Path) -> None:
+    """Remove a cgroup directory and its children, deepest first (cgroups are removed with rmdir)."""
+    if not path.is_dir():
+        return
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+    try:
+        path.rmdir()
+    except OSError:
+        pass

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from kiln.testbed import cpu_limit
 from kiln.testbed.host import (TestbedError, children, file_tail, kill_and_wait, link_exists, mounted, pid_alive,
-                               read_pid, run)
+                               read_pid, rmdir_tree, run)
 from kiln.testbed.supervise import CGROUP_CONTROLLERS
 
 SUPERVISOR_MARKER = "kiln.testbed.supervise"
@@ -263,7 +263,7 @@ class NspawnNodes:
             time.sleep(0.2)
         shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.name}", ignore_errors=True)
         for controller in CGROUP_CONTROLLERS:
-            _rmdir_tree(Path("/sys/fs/cgroup") / controller / self.cgroup(node))
+            rmdir_tree(Path("/sys/fs/cgroup") / controller / self.cgroup(node))
         cpu_limit.remove(self.cgroup(node))
         for name in ("supervisor.pid", "nspawn.pid"):
             (node.dir / name).unlink(missing_ok=True)
@@ -294,23 +294,8 @@ class NspawnNodes:
 
     def remove_testbed_cgroups(self) -> None:
         for controller in CGROUP_CONTROLLERS:
-            _rmdir_tree(Path("/sys/fs/cgroup") / controller / f"kiln-{self.testbed}")
+            rmdir_tree(Path("/sys/fs/cgroup") / controller / f"kiln-{self.testbed}")
         cpu_limit.remove(f"kiln-{self.testbed}")
-
-
-def _rmdir_tree(path: Path) -> None:
-    """Remove a cgroup directory and its children, deepest first (cgroups are removed with rmdir)."""
-    if not path.is_dir():
-        return
-    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        try:
-            sub.rmdir()
-        except OSError:
-            pass
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def _kiln_path() -> str:

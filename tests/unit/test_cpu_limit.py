@@ -68,3 +68,15 @@ def test_a_busy_process_is_held_to_its_share_on_the_real_controller_and_runs_fre
         busy.wait()
         cpu_limit.remove(group)
     assert not (cpu_limit.CPU_ROOT / group.split("/")[0]).exists()
+
+
+def test_a_crashed_runs_groups_below_the_testbeds_own_go_with_it_on_the_real_controller():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: makes groups in the host's cpu cgroup")
+    if not (cpu_limit.CPU_ROOT / "cgroup.procs").is_file():
+        pytest.skip(f"no cgroup v1 cpu controller at {cpu_limit.CPU_ROOT} on this host")
+    testbed = f"kiln-unit-{os.getpid()}"
+    for node in ("n1", "n2"):  # what a run whose node records were lost leaves (a VM's group, no process)
+        cpu_limit.limit(f"{testbed}/{node}", lambda: [], 10)
+    cpu_limit.remove(testbed)  # as `kiln testbed down` does for the testbed
+    assert not (cpu_limit.CPU_ROOT / testbed).exists()
