@@ -41,11 +41,15 @@ def test_a_host_without_the_cpu_controller_is_told_so(tmp_path):
         cpu_limit.limit("g", lambda: [], 20, root=tmp_path / "absent")
 
 
-def test_a_busy_process_is_held_to_its_share_on_the_real_controller_and_runs_free_once_lifted():
+@pytest.fixture
+def real_cpu_controller() -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root: makes a group in the host's cpu cgroup")
+        pytest.skip("needs root: makes groups in the host's cpu cgroup")
     if not (cpu_limit.CPU_ROOT / "cgroup.procs").is_file():
         pytest.skip(f"no cgroup v1 cpu controller at {cpu_limit.CPU_ROOT} on this host")
+
+
+def test_a_busy_process_is_held_to_its_share_on_the_real_controller_and_runs_free_once_lifted(real_cpu_controller):
     group = f"kiln-unit-{os.getpid()}/busy"
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -70,11 +74,7 @@ def test_a_busy_process_is_held_to_its_share_on_the_real_controller_and_runs_fre
     assert not (cpu_limit.CPU_ROOT / group.split("/")[0]).exists()
 
 
-def test_a_crashed_runs_groups_below_the_testbeds_own_go_with_it_on_the_real_controller():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: makes groups in the host's cpu cgroup")
-    if not (cpu_limit.CPU_ROOT / "cgroup.procs").is_file():
-        pytest.skip(f"no cgroup v1 cpu controller at {cpu_limit.CPU_ROOT} on this host")
+def test_a_crashed_runs_groups_below_the_testbeds_own_go_with_it_on_the_real_controller(real_cpu_controller):
     testbed = f"kiln-unit-{os.getpid()}"
     for node in ("n1", "n2"):  # what a run whose node records were lost leaves (a VM's group, no process)
         cpu_limit.limit(f"{testbed}/{node}", lambda: [], 10)
