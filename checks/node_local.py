@@ -44,7 +44,10 @@ LOCK = "/run/kiln-node-check.lock"
 # Slurm starts HealthCheckProgram every interval whether the last run has ended or not, and kills one
 # after 60 s: on a slow node, runs that overlap slow each other down until none ends and none drains.
 # One runs at a time: a health check that finds one running leaves it be; a Prolog or Epilog waits.
-LOCK_WAIT = {"health": 0, "prolog": 50, "epilog": 50}
+# How long a run waits for another to end (--wait): a person's or kiln's run, a Prolog or an Epilog waits;
+# Slurm's HealthCheckProgram (kiln-node-check-health, --wait 0) starts one every interval even while the last
+# one runs, and a second of those checks nothing
+LOCK_WAIT = {"health": 60, "prolog": 50, "epilog": 50}
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 LOCAL_SUITES = ["gpu", "fabric", "storage", "slurm", "system"]
 REASON_MAX = 200
@@ -170,15 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-drain", action="store_true", help="report only; do not drain or resume in Slurm")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--lock", default=LOCK, help=f"held while checking: one run at a time (default {LOCK})")
+    ap.add_argument("--wait", type=float, default=None,
+                    help=f"seconds to wait for a run already checking (default {LOCK_WAIT}; 0 for Slurm's)")
     ap.add_argument("--version", action="store_true", help="the version of kiln's host programs here, and exit")
     args = ap.parse_args(argv)
     if args.version:
         print(installed(Path(__file__).resolve().parent) or "kiln's host programs (no VERSION: not installed by kiln)")
         return 0
     start = time.monotonic()
-    lock = one_at_a_time(args.lock, LOCK_WAIT[args.mode])
+    lock = one_at_a_time(args.lock, LOCK_WAIT[args.mode] if args.wait is None else args.wait)
     if lock is None:
-        print(f"another kiln-node-check is still running ({args.lock} held); this {args.mode} run checked nothing")
+        busy = f"another kiln-node-check is still running ({args.lock} held); this {args.mode} run checked nothing"
+        print(json.dumps({"mode": args.mode, "checked": False, "reason": busy}) if args.json else busy)
         return 0
     try:
         with open(args.expect) as f:

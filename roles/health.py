@@ -13,6 +13,8 @@ Defaults:
 + optional, the same checks as Slurm's Prolog (``kiln_slurm_check_prolog``: a failing node is drained
   and the job requeued elsewhere) and Epilog (``kiln_slurm_check_epilog``: drained after the job), through
   /usr/local/sbin/kiln-node-check-prolog and -epilog (Slurm runs a program, not a command line).
++ slurmd's health runs go through /usr/local/sbin/kiln-node-check-health (``--wait 0``: one Slurm starts
+  while the last still checks does nothing); ``kiln-node-check`` run by a person or kiln waits up to 60 s.
 + Slurm runs these on nodes that may hold jobs, so they never put load on the GPUs: no GEMM burn, no
   all_reduce_perf, no DCGM diagnostic (those run with ``kiln check`` and after ``kiln patch`` reboots), and
   no storage throughput test (the shared filesystem's load).
@@ -43,7 +45,7 @@ sys.exit(main())
 """
 HOOK = """#!/bin/sh
 # Slurm's {mode} (kiln's health role): kiln's node-local checks; see kiln-node-check --help
-exec /usr/local/sbin/kiln-node-check --mode {mode}
+exec /usr/local/sbin/kiln-node-check --mode {mode}{wait}
 """
 
 
@@ -65,8 +67,9 @@ def install(ctx: NodeContext) -> None:
     ctx.put(f"{LIB}/checks/{VERSION_FILE}", version_line(__version__, files) + "\n", mode="644",
             name="health: the host programs' version")
     ctx.put("/usr/local/sbin/kiln-node-check", RUNNER, mode="755", name="health: kiln-node-check")
-    for mode in ("prolog", "epilog"):
-        ctx.put(f"/usr/local/sbin/kiln-node-check-{mode}", HOOK.format(mode=mode), mode="755",
+    for mode in ("health", "prolog", "epilog"):  # Slurm starts a health run even while the last one checks:
+        wait = " --wait 0" if mode == "health" else ""  # that second run checks nothing (a person's waits)
+        ctx.put(f"/usr/local/sbin/kiln-node-check-{mode}", HOOK.format(mode=mode, wait=wait), mode="755",
                 name=f"health: kiln-node-check-{mode}")
 
 

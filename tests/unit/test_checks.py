@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -412,9 +413,9 @@ def test_exit_codes_by_mode(tmp_path, monkeypatch):
 
 
 def test_one_node_check_at_a_time(tmp_path, monkeypatch, capsys):
-    """Slurm starts a health check every interval even while the last one runs (and kills it at 60 s): a
-    health check that finds another running checks nothing and leaves Slurm alone; a Prolog waits for the
-    lock (here: none held, so it runs)."""
+    """Slurm starts a health check every interval even while the last one runs (and kills it at 60 s): its
+    run (--wait 0, kiln-node-check-health) that finds another running checks nothing and leaves Slurm alone,
+    and says so in JSON when asked for JSON; a person's run and a Prolog wait for the lock."""
     import fcntl
     import json
 
@@ -425,11 +426,17 @@ def test_one_node_check_at_a_time(tmp_path, monkeypatch, capsys):
     with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another run holds it
         monkeypatch.setattr(node_local, "run_suites", lambda *a, **k: pytest.fail("a second run checked"))
-        assert node_local.main(["--mode", "health", "--expect", str(expect), "--textfile", str(tmp_path),
-                                "--lock", str(lock)]) == 0
+        assert node_local.main(["--mode", "health", "--wait", "0", "--expect", str(expect), "--textfile",
+                                str(tmp_path), "--lock", str(lock)]) == 0
         assert "another kiln-node-check is still running" in capsys.readouterr().out
+        assert node_local.main(["--wait", "0", "--json", "--expect", str(expect), "--lock", str(lock)]) == 0
+        busy = json.loads(capsys.readouterr().out)
+        assert busy["checked"] is False and "still running" in busy["reason"]
         assert not (tmp_path / "kiln.prom").exists()  # the running one writes the metrics
-        monkeypatch.setattr(node_local, "LOCK_WAIT", {"health": 0, "prolog": 1, "epilog": 1})
+        monkeypatch.setattr(node_local, "LOCK_WAIT", {"health": 1, "prolog": 1, "epilog": 1})
+        started = time.monotonic()
+        assert node_local.main(["--expect", str(expect), "--textfile", str(tmp_path), "--lock", str(lock)]) == 0
+        assert time.monotonic() - started >= 1  # a person's run waited for the lock (1 s here), then gave up
         assert node_local.main(["--mode", "prolog", "--expect", str(expect), "--textfile", str(tmp_path),
                                 "--lock", str(lock)]) == 0  # waited 1 s, then let the job start
     monkeypatch.undo()

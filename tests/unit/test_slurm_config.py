@@ -39,7 +39,7 @@ def test_slurm_conf_has_accounting_fair_share_and_cgroups(example):
                  "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "RebootProgram=/usr/sbin/reboot",
                  "JobAcctGatherType=jobacct_gather/cgroup", "DefMemPerCPU=8000"):
         assert line + "\n" in conf, line
-    assert "HealthCheckProgram=/usr/local/sbin/kiln-node-check\nHealthCheckInterval=300\n" in conf
+    assert "HealthCheckProgram=/usr/local/sbin/kiln-node-check-health\nHealthCheckInterval=300\n" in conf
     assert "TopologyPlugin" not in conf
 
 
