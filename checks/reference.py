@@ -84,6 +84,14 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                           "check the cables and transceivers", ""),
     "FABRIC_BANDWIDTH": ("fabric", "fail", "ib_write_bw between two nodes is below the threshold",
                          "check both nodes' ports and the path between them", "kiln_check_ib_bandwidth_gbps"),
+    # --- workload (opt-in) ---
+    "WORKLOAD_STEP": ("workload", "fail", "a node's training step (PyTorch) takes longer than slow_factor times "
+                      "the cluster's median, or could not run", "look for throttled clocks, a power cap, a stray "
+                      "process or a failing part; where it could not run, PyTorch on the node",
+                      "kiln_check_workload"),
+    "WORKLOAD_ALLREDUCE": ("workload", "fail", "an all-reduce between two nodes is slow_factor times below the "
+                           "median of the ring's pairs, blamed on a slow node or, when neither end is, the link",
+                           "check the node's NIC, cable and switch port, and its CPU or GPU", "kiln_check_workload"),
     # --- storage ---
     "STORAGE_FINDMNT_UNREADABLE": ("storage", "fail", "findmnt failed or printed no JSON", "run it on the node", ""),
     "STORAGE_FSTAB_UNREADABLE": ("storage", "fail", "/etc/fstab cannot be read", "check the file", ""),

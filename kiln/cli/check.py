@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from checks.suites import SUITES
+from checks.suites import OPT_IN, SUITES
 from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, complete_hosts, complete_suites,
                              default_inventory, echo, forks_option, inventory_option, load_or_exit, verbose_option)
 
@@ -15,7 +15,7 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, complete_host
 @click.command()
 @inventory_option
 @click.option("--suite", "suites", shell_complete=complete_suites, default=None,
-              help="comma-separated suites (default: all): " + ", ".join(SUITES))
+              help="comma-separated suites (default: all but " + ", ".join(OPT_IN) + "): " + ", ".join(SUITES))
 @click.option("--limit", shell_complete=complete_hosts, default=None,
               help="Ansible host pattern (as for kiln deploy)")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
@@ -39,7 +39,7 @@ def check(inventory: Path | None, suites: str | None, limit: str | None, json_pa
     from kiln.inventory.limit import LimitError, resolve_limit
 
     cluster = load_or_exit(inventory or default_inventory(), "nothing was checked")
-    names = list(SUITES) if suites is None else [s.strip() for s in suites.split(",") if s.strip()]
+    names = [s for s in SUITES if s not in OPT_IN] if suites is None else [s.strip() for s in suites.split(",") if s.strip()]
     unknown = [s for s in names if s not in SUITES]
     if unknown or not names:
         echo(f"--suite: unknown {', '.join(unknown) or '(none given)'}; kiln has {', '.join(SUITES)}", err=True)

@@ -148,10 +148,14 @@ def down(name: str, wipe: bool) -> None:
 @click.option("--at-next-boot", is_flag=True, help="the fault appears when the node next boots (after a patch)")
 @click.option("--persistent", is_flag=True, help="a GPU reset or a reboot does not clear it (default: they do, "
               "as on real hardware)")
-def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool, persistent: bool) -> None:
+@click.option("--cpu-percent", type=click.IntRange(1, 100), default=None,
+              help="cpu-slow: the share of one CPU the node keeps (default 10; 25 is a quarter)")
+def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool, persistent: bool,
+           cpu_percent: int | None) -> None:
     """Break NODE on purpose (simulated GPUs/HCAs, or unmount /scratch) so checks and drains can be shown;
     power-loss: the node and every process in it gone at once, its disk kept (kiln testbed start NODE);
-    cpu-slow: every process of the node held to a tenth of one CPU (the host's cpu cgroup) until clear.
+    cpu-slow: every process of the node held to a tenth of one CPU (--cpu-percent; the host's cpu cgroup)
+    until clear.
     A fault is transient unless --persistent: the repair that clears it on real hardware (a GPU reset or
     a reboot) clears it here."""
     from kiln.testbed.host import TestbedError
@@ -159,7 +163,10 @@ def inject(name: str, node: str, fault: str, gpu: int, at_next_boot: bool, persi
         if fault == "power-loss":
             _testbed(name).power_loss(node)
         else:
-            _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot, persistent=persistent)
+            if cpu_percent is not None and fault != CPU_SLOW:
+                raise TestbedError(f"--cpu-percent is cpu-slow's, not {fault}'s")
+            _testbed(name).inject(node, fault, gpu, at_boot=at_next_boot, persistent=persistent,
+                                  cpu_percent=cpu_percent)
     except TestbedError as exc:
         _fail(exc)
     click.echo(f"{node}: {fault} {'set for the next boot' if at_next_boot else 'injected'}")

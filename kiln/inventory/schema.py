@@ -27,6 +27,7 @@ from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver
 from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, JobTmp, LoginUserLimits, Operators,
                                           PrivateDataKind)
 from kiln.inventory.remediation_schema import Bmc, Remediation
+from kiln.inventory.workload_schema import WorkloadCheck
 from kiln.inventory.storage_schema import (BeeGFS, Ceph, GlusterVolume, Lustre,  # noqa: F401
                                            NfsExport, PackageRepository, StorageMount)
 from kiln.inventory.strict import Strict as _Strict
@@ -372,6 +373,9 @@ SETTINGS: dict[str, Setting] = {
         _s("check_nccl_cluster_program", Command, "/opt/nccl-tests/build/all_reduce_perf", "cluster",
            "the all_reduce_perf the cluster NCCL check runs in each task (built with MPI for multi-node runs)"),
         _s("slurm_mpi", Token, "pmix", "cluster", "srun --mpi plugin for multi-node jobs kiln runs (pmix, pmi2, none)"),
+        _s("check_workload", WorkloadCheck, WorkloadCheck(), "cluster",
+           "the opt-in workload check (kiln check --suite workload; see WorkloadCheck): PyTorch on the compute "
+           "nodes, the probe's size, the slow factor"),
         _s("check_nccl_busbw_gbps", Annotated[int, Field(ge=0, le=100_000)], 0, "cluster",
            "opt-in: single-node all_reduce_perf (nccl-tests) must reach this bus bandwidth in GB/s; 0: off"),
         _s("ofed_repository", PackageRepository | None, None, "cluster",

@@ -431,15 +431,16 @@ class Testbed:
         for node in nodes:
             self.ssh(node.name, command)
 
-    def inject(self, node: str, fault: str, gpu: int = 0, at_boot: bool = False, persistent: bool = False) -> None:
+    def inject(self, node: str, fault: str, gpu: int = 0, at_boot: bool = False, persistent: bool = False,
+               cpu_percent: int | None = None) -> None:
         """Break a compute node's simulated hardware (or unmount its /scratch) on purpose, now or at
         its next boot (a node that comes back broken from a patch's reboot). A fault is transient (a GPU
         reset or a reboot clears it, as on real hardware) unless ``persistent``. ``cpu-slow`` is no
-        simulator's: every process of the node is held to a tenth of one CPU through the host's cpu cgroup
-        (kiln/testbed/cpu_limit.py) until ``clear``."""
+        simulator's: every process of the node is held to ``cpu_percent`` (default a tenth) of one CPU through
+        the host's cpu cgroup (kiln/testbed/cpu_limit.py) until ``clear``."""
         if fault == cpu_limit.FAULT:
             try:
-                self.kind().limit_cpu(self._require_node(node), cpu_limit.SLOW_PERCENT)
+                self.kind().limit_cpu(self._require_node(node), cpu_percent or cpu_limit.SLOW_PERCENT)
             except cpu_limit.CpuLimitError as exc:
                 raise TestbedError(f"{node}: {exc}") from exc
             return

@@ -1,0 +1,113 @@
+"""The workload suite (opt-in: ``kiln check --suite workload``): which node, or which link between two, is
+slower than the cluster's others at the work its jobs do. A single faulty node slows every job it is in.
+
+kiln/check/workload.py runs the probe (checks/workload_step.py) over SSH: a training step on each compute
+node, and a two-node all-reduce across each pair of a ring of them; ``judge`` (pure) compares each figure
+with the cluster's median:
+
+- WORKLOAD_STEP fails a node whose median step time is over ``slow_factor`` times the median of all nodes'
+  (or whose probe could not run: no PyTorch, out of memory).
+- WORKLOAD_ALLREDUCE fails the node a slow pair is blamed on: a node already slow at the step, or one in
+  two slow pairs of the ring (all its links slow: its NIC or its own slowness); a slow pair blamed on
+  neither end is a slow link and fails both ends, naming it. A pair is slow below the median of the
+  pairs that touch no step-slow node, divided by ``slow_factor``.
+
+Needs two nodes to compare (one alone passes, saying so). The ring's median names one slow node among
+four or more; with three, a node slow only in its links (not its step) taints two of three pairs and the
+median with them. The probe puts load on the node's GPU or CPUs for seconds: run it on idle or drained
+nodes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from checks.node import Node
+from checks.parsers.workload import WorkloadResult
+from checks.verdict import Verdict, fail, ok
+
+Figure = WorkloadResult | str  # a result, or why the probe gave none
+
+
+def commands(expect: dict) -> list[str]:
+    """Nothing per node: the suite's measurements are across nodes (kiln/check/workload.py)."""
+    return []
+
+
+def run(node: Node, expect: dict) -> list[Verdict]:
+    return []
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def judge(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]], slow_factor: float
+          ) -> dict[str, list[Verdict]]:
+    """Each node's WORKLOAD_STEP and WORKLOAD_ALLREDUCE verdicts from every node's step (``steps``) and each
+    ring pair's all-reduce (``pairs``: first node, second node, figure)."""
+    out: dict[str, list[Verdict]] = {n: [] for n in steps}
+    times = {n: f.seconds for n, f in steps.items() if isinstance(f, WorkloadResult)}
+    median = statistics.median(times.values()) if times else None
+    slow: set[str] = set()
+    for node, figure in steps.items():
+        if not isinstance(figure, WorkloadResult):
+            slow.add(node)
+            out[node].append(fail("WORKLOAD_STEP", f"the training step could not run here: {figure}"))
+        elif len(times) < 2:
+            out[node].append(ok("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device}; no other node "
+                                                 "to compare with"))
+        elif figure.seconds > slow_factor * median:
+            slow.add(node)
+            out[node].append(fail("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device}, "
+                                  f"{figure.seconds / median:.1f}x the median {_ms(median)} of {len(times)} nodes "
+                                  f"(limit {slow_factor:g}x): this node slows every job it is in; look for "
+                                  "throttled clocks, a power cap, a stray process or a failing part"))
+        else:
+            out[node].append(ok("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device} (median "
+                                                 f"{_ms(median)} of {len(times)} nodes)"))
+    for node, blamed in _judge_pairs(pairs, slow, slow_factor).items():
+        out.setdefault(node, []).append(blamed)
+    return out
+
+
+def _judge_pairs(pairs: list[tuple[str, str, Figure]], slow: set[str], factor: float) -> dict[str, Verdict]:
+    rates = {(a, b): f.busbw_gbs for a, b, f in pairs if isinstance(f, WorkloadResult)}
+    clean = [r for (a, b), r in rates.items() if a not in slow and b not in slow] or list(rates.values())
+    median = statistics.median(clean) if clean else None
+    bad: dict[tuple[str, str], str] = {}
+    for a, b, figure in pairs:
+        if not isinstance(figure, WorkloadResult):
+            bad[(a, b)] = f"the all-reduce between {a} and {b} could not run: {figure}"
+        elif len(rates) > 1 and figure.busbw_gbs < median / factor:
+            bad[(a, b)] = (f"all-reduce {a} <-> {b} {figure.busbw_gbs:.2f} GB/s, {median / figure.busbw_gbs:.1f}x "
+                           f"below the median {median:.2f} GB/s of {len(clean)} pair(s) (limit {factor:g}x)")
+    touched: dict[str, list[tuple[str, str]]] = {}
+    for a, b, _ in pairs:
+        for n in (a, b):
+            touched.setdefault(n, []).append((a, b))
+    whole = {n for n, ps in touched.items() if len(ps) >= 2 and all(p in bad for p in ps)}
+    blame: dict[str, list[str]] = {n: [] for n in touched}
+    for (a, b), why in bad.items():
+        guilty = [n for n in (a, b) if n in slow or n in whole] or [a, b]  # neither: the link between them
+        for n in guilty:
+            what = "this node is slow" if n in slow else "every link of this node is slow" if n in whole \
+                else f"the link between {a} and {b} is slow"
+            blame[n].append(f"{why}: {what}")
+    verdicts: dict[str, Verdict] = {}
+    for n, reasons in blame.items():
+        mine = [f"{b if a == n else a} {rates[(a, b)]:.2f} GB/s" for a, b in touched[n] if (a, b) in rates]
+        if reasons:
+            verdicts[n] = fail("WORKLOAD_ALLREDUCE", "; ".join(reasons) + ": check the node's NIC, cable and "
+                               "switch port (ibstat, ip -s link), and its CPU or GPU")
+        else:
+            verdicts[n] = ok("WORKLOAD_ALLREDUCE", "all-reduce with " + (", ".join(mine) or "no peer") +
+                             (f" (median {median:.2f} GB/s)" if median else ""))
+    return verdicts
+
+
+def ring(nodes: list[str]) -> list[tuple[str, str]]:
+    """Each node with the next, the last with the first; two nodes are one pair."""
+    if len(nodes) < 2:
+        return []
+    return [(nodes[0], nodes[1])] if len(nodes) == 2 else list(zip(nodes, nodes[1:] + nodes[:1]))
+

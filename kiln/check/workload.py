@@ -1,0 +1,78 @@
+"""The workload suite's runner (``kiln check --suite workload``): the probe (checks/workload_step.py) on each
+compute node of the selection and across each pair of a ring of them, over SSH; checks/workload.py
+judges the figures. ``kiln_check_workload`` (kiln/inventory/workload_schema.py) says where PyTorch is.
+
+Nodes are probed ``at_once`` at a time; the ring's pairs in phases where no node is in two pairs at once
+(kiln/check/bandwidth.py ``ring_phases``), each pair's two ranks started together, rank 0 serving the
+rendezvous on its node's inventory address. The probe's source is sent with its command: nothing of kiln
+need be installed on the node.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from importlib.resources import files
+
+from checks.node import Node
+from checks.parsers.workload import parse_workload
+from checks.verdict import CheckError, Verdict
+from checks.workload import Figure, judge, ring
+from kiln.check.bandwidth import ring_phases
+from kiln.inventory.workload_schema import WorkloadCheck
+from kiln.shell import command
+
+PROBE = files("checks") / "workload_step.py"  # wherever kiln is installed
+HEREDOC = "KILN_WORKLOAD_PROBE"
+
+
+def probe_command(settings: WorkloadCheck, mode: str, *extra: object) -> str:
+    """The probe in ``mode`` ("step", or "allreduce" with its rank's arguments) as one shell command, its
+    source on standard input, ended after the setting's timeout."""
+    source = PROBE.read_text()
+    assert f"\n{HEREDOC}\n" not in source
+    env = ("env", f"PYTHONPATH={settings.pythonpath}") if settings.pythonpath else ()
+    words = command(*env, "timeout", settings.timeout_seconds, settings.python, "-", mode,
+                    "--steps", settings.steps, "--hidden", settings.hidden, "--batch", settings.batch,
+                    "--threads", settings.threads, "--mib", settings.allreduce_mib, "--port", settings.port,
+                    "--timeout", max(10, settings.timeout_seconds - 10), *extra)
+    return f"{words} 2>&1 <<'{HEREDOC}'\n{source}{HEREDOC}\n"
+
+
+def figure(out) -> Figure:
+    """The probe's result from a node's answer, or why there is none."""
+    try:
+        return parse_workload(out.stdout)
+    except CheckError as e:
+        return f"{e} (exit {out.rc}{', its timeout' if out.rc == 124 else ''})"
+
+
+def measure(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck
+            ) -> tuple[dict[str, Figure], list[tuple[str, str, Figure]]]:
+    """Every node's step, then every ring pair's all-reduce: (node -> figure, [(first, second, figure)])."""
+    names = list(nodes)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(settings.at_once, max(1, len(names)))) as pool:
+        steps = dict(zip(names, pool.map(lambda n: figure(nodes[n].run(probe_command(settings, "step"))), names)))
+    pairs = ring(names)
+
+    def allreduce(pair: tuple[str, str]) -> Figure:
+        first, second = pair
+        ranks = [(first, ("--rank", 0, "--address", addresses[first])),
+                 (second, ("--rank", 1, "--address", addresses[first]))]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as both:
+            outs = list(both.map(lambda r: nodes[r[0]].run(probe_command(settings, "allreduce", *r[1])), ranks))
+        found = [figure(o) for o in outs]
+        return next((f for f in found if not isinstance(f, str)), None) or \
+            "; ".join(f"{n}: {f}" for (n, _), f in zip(ranks, found))
+    measured: dict[int, Figure] = {}
+    for phase in ring_phases(len(pairs)):
+        for start in range(0, len(phase), settings.at_once):
+            chosen = phase[start:start + settings.at_once]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(chosen)) as pool:
+                measured.update(zip(chosen, pool.map(lambda i: allreduce(pairs[i]), chosen)))
+    return steps, [(a, b, measured[i]) for i, (a, b) in enumerate(pairs)]
+
+
+def workload_verdicts(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck
+                      ) -> dict[str, list[Verdict]]:
+    steps, pairs = measure(nodes, addresses, settings)
+    return judge(steps, pairs, settings.slow_factor)
