@@ -7,8 +7,8 @@ Each look: Slurm's view of the compute nodes (one ``sinfo``, one ``scontrol show
 replayed into each node's history, a decision per node (checks/remediation_policy.py), then the actions:
 a step of the node's ladder (checks/repairs.py) through the node's forced-command SSH key
 (checks/node_repair.py, host keys checked against the inventory's) or ``scontrol reboot``, or, for a
-node that answers neither Slurm nor SSH, a power cycle through its BMC (checks/redfish.py); kiln's
-node checks run on the node after each repair, and the node is resumed when they pass; a step is judged
+node that answers neither Slurm nor SSH, a power cycle through its BMC (checks/redfish.py; checks/ipmi.py
+where it has no Redfish); kiln's node checks run on the node after each repair, and the node is resumed when they pass; a step is judged
 by the check it was for (a node that passes it but fails another has a new fault, with its own ladder:
 ``judge``). The journal
 (JOURNAL, one JSON line per decision and action, written before the action) is the audit trail and the
@@ -31,7 +31,7 @@ import time
 if __package__ in (None, ""):  # run as a script from the installed tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checks import redfish, repairs  # noqa: E402
+from checks import ipmi, redfish, repairs  # noqa: E402
 from checks.alertmanager import AlertmanagerError, expire_silences, make_silences  # noqa: E402
 from checks.parsers import sinfo  # noqa: E402
 from checks.parsers.delimited import separator  # noqa: E402
@@ -286,9 +286,11 @@ class Remediator:
                      detail=f"scontrol drain: {(drained.stderr or drained.stdout).strip()[:200]}")
             return
         self.silence(name, f"power cycle for {d.check}")
+        bmc = self.config["nodes"][name]["bmc"]
+        protocol = ipmi if bmc.get("protocol") == "ipmi" else redfish  # Redfish unless the BMC has none
         try:
-            sent = redfish.power_cycle_node(self.config["nodes"][name]["bmc"], self.config.get("bmc_password_file", ""))
-        except redfish.RedfishError as e:
+            sent = protocol.power_cycle_node(bmc, self.config.get("bmc_password_file", ""))
+        except (redfish.RedfishError, ipmi.IpmiError) as e:
             self.log("result", name, step=d.step, result="failed", detail=str(e)[:300])
             return
         self.log("power_cycled", name, reset_type=sent)

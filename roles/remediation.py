@@ -11,7 +11,8 @@ Defaults (every setting in ``kiln_remediation``, kiln/inventory/monitoring_schem
   first monitoring host's Alertmanager in the settings and its password (user kiln) in
   /etc/kiln/remediation/alertmanager.password (0600), so a reboot or GPU reset is silenced while it
   lasts (checks/alertmanager.py). Where compute nodes name their BMC (``kiln_bmc``): each one's
-  address, user and fingerprint (or its CA, /etc/kiln/remediation/bmc-ca/NODE.pem) in the settings, and
+  address, user and fingerprint (or its CA, /etc/kiln/remediation/bmc-ca/NODE.pem; IPMI: its cipher suite,
+  and ipmitool installed) in the settings, and
   the BMCs' password (``secrets/<cluster>/bmc.password``) in /etc/kiln/remediation/bmc.password (0600),
   for the power cycle of a node that answers nothing. Journal and audit trail:
   /var/lib/kiln/remediation/journal.jsonl; metrics: kiln-remediation.prom in ``kiln_check_textfile_dir``.
@@ -38,8 +39,8 @@ from kiln.shell import quote
 from roles import health, secret_files
 from roles.context import NodeContext, changed_any, when_changed
 from kiln.inventory.formats import canonical_address
-from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, service_restarted,
-                              service_running)
+from roles.operations import (DAEMON_RELOAD, line_present, line_removed, managed_directory, pinned_packages,
+                              service_restarted, service_running)
 
 AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 UNIT = "/etc/systemd/system/kiln-remediate.service"
@@ -107,9 +108,12 @@ def _bmc_hosts(ctx: NodeContext) -> list:
 
 
 def _bmc(host) -> dict:
-    """What kiln-remediate needs of a node's BMC (checks/redfish.py power_cycle_node); its CA file is
-    placed under BMC_CA_DIR by the node's name."""
+    """What kiln-remediate needs of a node's BMC (checks/redfish.py or checks/ipmi.py power_cycle_node); its
+    CA file is placed under BMC_CA_DIR by the node's name."""
     b = host.settings["kiln_bmc"]
+    if b.protocol == "ipmi":
+        return {"protocol": "ipmi", "host": b.host, "port": b.port_number, "user": b.user,
+                "cipher_suite": b.cipher_suite or 17}
     trust = {"fingerprint": b.fingerprint} if b.fingerprint else {"ca_file": f"{BMC_CA_DIR}/{host.name}.pem"}
     return {"address": b.address, "user": b.user, **trust, **({"system": b.system} if b.system else {})}
 
@@ -176,6 +180,8 @@ def _controller(ctx: NodeContext, enabled: bool) -> None:
         changed.append(ctx.put(ALERTMANAGER_PASSWORD, ctx.secrets.monitoring_password + "\n", mode="600", secret=True,
                                name="remediation: Alertmanager's password (silences for its repairs)"))
     bmcs = _bmc_hosts(ctx)
+    if any(h.settings["kiln_bmc"].protocol == "ipmi" for h in bmcs):
+        pinned_packages(name="remediation: ipmitool (BMCs without Redfish)", ctx=ctx, packages={"ipmitool": None})
     if bmcs:
         changed.append(ctx.put(BMC_PASSWORD, ctx.secrets.site[BMC_PASSWORD_SECRET].decode().splitlines()[0] + "\n",
                                mode="600", secret=True, name="remediation: the BMCs' password (power cycles)"))

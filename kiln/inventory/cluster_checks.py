@@ -500,7 +500,7 @@ def check_bmcs(raw: RawInventory, hosts: dict[str, model.Host], add: Any) -> Non
             else:
                 if "-----BEGIN CERTIFICATE-----" not in pem:
                     add(file, "kiln_bmc.ca_file", f"{host.name}: {path} holds no PEM certificate", line)
-        key = (bmc.host, bmc.port, bmc.system)
+        key = (bmc.host, bmc.port_number, bmc.system)
         if key in seen:
             add(file, "kiln_bmc", f"{host.name} names the BMC system of {seen[key]} ({bmc.address}"
                 f"{' ' + bmc.system if bmc.system else ''}): give each node its own (system: on a shared BMC)", line)

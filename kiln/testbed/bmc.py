@@ -1,8 +1,8 @@
-"""The testbed's BMC for its container nodes: the testbed's Redfish endpoint (kiln/testbed/redfish_service.py)
-serving every node of the testbed, whose power is the testbed's own (a power cycle is the power loss of
-``kiln testbed inject NODE power-loss``, then ``kiln testbed start NODE``).
+"""The testbed's BMC for its nodes (containers and VMs): the testbed's Redfish endpoint
+(kiln/testbed/redfish_service.py) serving every node of the testbed, whose power is the testbed's own (a
+power cycle is the power loss of ``kiln testbed inject NODE power-loss``, then ``kiln testbed start NODE``).
 
-Started by ``kiln testbed up`` (container kind) in a session of its own, stopped by its pid like the apt
+Started by ``kiln testbed up`` (either kind) in a session of its own, stopped by its pid like the apt
 proxy; listens on the testbed bridge's host address, port ``PORT``, where nodes (kiln-remediate on the
 controller) reach it. Its certificate is its own, self-signed, made once under the testbed's state; the
 inventory pins its fingerprint. Its password is made once too, and placed where the testbed inventory's

@@ -1,5 +1,6 @@
 """The testbed BMC's process (kiln/testbed/bmc.py starts and stops it): the testbed's Redfish endpoint
-serving the testbed's nodes, whose power is the testbed's own.
+serving the testbed's nodes, whose power is the testbed's own, and an IPMI endpoint for each node
+(kiln/testbed/ipmi_service.py) on the same power.
 
     python -m kiln.testbed.bmc_service TESTBED_NAME
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from kiln.testbed import ipmi_service
 from kiln.testbed.bmc import PORT, USER
 from kiln.testbed.redfish_service import RedfishService
 from kiln.testbed.testbed import Testbed
@@ -41,8 +43,11 @@ def main(name: str) -> None:
     service = RedfishService([n.name for n in testbed.recorded_nodes()], TestbedPower(testbed), USER, password,
                              str(bmc.cert), str(bmc.key), host=bmc.address, port=PORT,
                              log=lambda line: print(line, flush=True))
+    ipmi = ipmi_service.serve(service.nodes, TestbedPower(testbed), USER, password, bmc.address,
+                              log=lambda line: print(line, flush=True))
     (bmc.dir / "listening").write_text(" ".join([service.address, *service.nodes]) + "\n")
-    print(f"serving Redfish for {', '.join(service.nodes)} on https://{service.address}", flush=True)
+    print(f"serving Redfish for {', '.join(service.nodes)} on https://{service.address}, and IPMI (RMCP+) on "
+          f"{', '.join(f'{n} {bmc.address}:{p}' for n, p in ipmi.items())}", flush=True)
     service.server.serve_forever()
 
 

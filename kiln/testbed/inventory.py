@@ -147,15 +147,14 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
                 n.name: {"ansible_host": n.address} for n in compute if n not in controller}}}},
         }}
     }
-    if testbed.node_kind != "vm":
-        # the testbed's BMC (kiln/testbed/bmc.py): kiln-remediate power-cycles a node that answers nothing
-        from kiln.testbed.bmc import PORT, USER
-        fingerprint, _ = testbed.bmc.credentials()
-        for n in compute:
-            if n not in controller:
-                hosts["all"]["children"]["compute"]["children"]["testbed_compute"]["hosts"][n.name]["kiln_bmc"] = {
-                    "host": testbed.host_address, "port": PORT, "user": USER, "fingerprint": fingerprint,
-                    "system": f"/redfish/v1/Systems/{n.name}"}
+    # the testbed's BMC (kiln/testbed/bmc.py): kiln-remediate power-cycles a node that answers nothing
+    from kiln.testbed.bmc import PORT, USER
+    fingerprint, _ = testbed.bmc.credentials()
+    for n in compute:
+        if n not in controller:
+            hosts["all"]["children"]["compute"]["children"]["testbed_compute"]["hosts"][n.name]["kiln_bmc"] = {
+                "host": testbed.host_address, "port": PORT, "user": USER, "fingerprint": fingerprint,
+                "system": f"/redfish/v1/Systems/{n.name}"}
     if compute == controller:
         hosts["all"]["children"]["compute"]["children"]["testbed_compute"]["hosts"] = {
             n.name: None for n in controller}

@@ -1,4 +1,4 @@
-"""The testbed's own Redfish endpoint: a BMC for nodes that have none (containers), serving the part of
+"""The testbed's own Redfish endpoint: a BMC for nodes that have none (containers, QEMU VMs), serving the part of
 DMTF Redfish kiln uses (checks/redfish.py) in the shapes real BMCs and DMTF's mockups use, over HTTPS with
 basic auth. It belongs to the testbed and is never called GPU or hardware proof.
 

@@ -323,9 +323,8 @@ class Testbed:
             saved.unlink()
 
     def _bmc_up(self, nodes: list[Node]) -> None:
-        """The container nodes' BMC (kiln/testbed/bmc.py); VMs have none yet."""
-        if self.node_kind == "nspawn":
-            self.bmc.start([n.name for n in nodes])
+        """The nodes' BMC (kiln/testbed/bmc.py): a container's or a VM's power is the testbed's."""
+        self.bmc.start([n.name for n in nodes])
 
     def _bridge_up(self) -> None:
         if not link_exists(self.bridge):
@@ -370,8 +369,7 @@ class Testbed:
         self.ssh_config.write_text("".join(entries))
         if inventory_dir is not None:
             write_inventory(inventory_dir, self, nodes)
-            if self.node_kind == "nspawn":  # where kiln reads the testbed inventory's secrets
-                self.bmc.place_password(inventory_dir.parent / "secrets" / self.name)
+            self.bmc.place_password(inventory_dir.parent / "secrets" / self.name)  # where kiln reads secrets
 
     def _wait_all(self, kind: NspawnNodes | VmNodes, nodes: list[Node]) -> dict[str, str]:
         states: dict[str, str] = {}

@@ -23,7 +23,7 @@ FINGERPRINT = ":".join(["5a"] * 32)
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
-def cluster_with_bmcs(tmp_path):
+def cluster_with_bmcs(tmp_path, ipmi_node: str | None = None):
     shutil.copytree(INVENTORIES / "small", tmp_path / "site" / "inventory")
     (tmp_path / "site" / "pki").mkdir()
     (tmp_path / "site" / "pki" / "bmc-ca.pem").write_text(CA)
@@ -31,6 +31,8 @@ def cluster_with_bmcs(tmp_path):
     bmcs = {"gpu01": Bmc(host="10.9.0.11", user="kiln", fingerprint=FINGERPRINT),
             "cpu01": Bmc(host="bmc-cpu01.mgmt", port=8443, user="kiln", ca_file="../pki/bmc-ca.pem",
                          system="/redfish/v1/Systems/1")}
+    if ipmi_node:
+        bmcs[ipmi_node] = Bmc(protocol="ipmi", host="10.9.0.12", user="kiln", cipher_suite=3)
     hosts = {n: replace(h, settings={**h.settings, "kiln_bmc": bmcs.get(n)}) for n, h in cluster.hosts.items()}
     return replace(cluster, hosts=hosts, settings={**cluster.settings, "kiln_remediation": Remediation(enabled=True)})
 
@@ -53,6 +55,19 @@ def test_the_controller_gets_each_nodes_bmc_its_password_and_its_ca(tmp_path, mo
     assert files["/etc/kiln/remediation/bmc-ca/cpu01.pem"].content.decode() == CA
     shown = "\n".join(c for _, cmds in plan for c in cmds) + "\n".join(op for op, _ in plan)
     assert "plan-bmc-password" not in shown
+    assert "ipmitool" not in shown  # every BMC speaks Redfish: no IPMI client
+
+
+def test_a_bmc_without_redfish_gets_ipmi_settings_and_ipmitool_on_the_controller(tmp_path, monkeypatch):
+    cluster = cluster_with_bmcs(tmp_path, ipmi_node="gpu02")
+    secrets = replace(harness.SECRETS, site={**harness.SECRETS.site, "bmc.password": b"plan-bmc-password\n"})
+    monkeypatch.setattr(harness, "SECRETS", secrets)
+    plan, ctx = plan_host(cluster, "ctl1", "debian12", fresh("debian12"), monkeypatch, with_context=True)
+    config = json.loads({f.path: f for f in ctx.files}["/etc/kiln/remediation.json"].content)
+    assert config["nodes"]["gpu02"]["bmc"] == {"protocol": "ipmi", "host": "10.9.0.12", "port": 623, "user": "kiln",
+                                               "cipher_suite": 3}
+    shown = "\n".join(c for _, cmds in plan for c in cmds)
+    assert "ipmitool" in shown and "plan-bmc-password" not in shown
 
 
 def test_a_missing_bmc_password_stops_the_run_naming_the_file(tmp_path):
