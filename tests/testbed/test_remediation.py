@@ -15,6 +15,8 @@ from datetime import datetime
 
 import pytest
 
+from kiln.testbed.bmc import USER
+from kiln.testbed.ipmi_service import port_of
 from tests.testbed.slurm_helpers import alerts_firing, copy_inventory, job_state, kiln, ok, on, submit, wait_for
 
 JOURNAL = "/var/lib/kiln/remediation/journal.jsonl"
@@ -35,7 +37,10 @@ def fleet(slurm, tmp_path_factory):
                                   # rule (unit-tested) would escalate the later faults of every node
                                   changes={"kiln_remediation": {"enabled": True, "interval_seconds": 5,
                                                                      "settle_seconds": 8,
-                                                                     "repeat_offender_faults": 10}})
+                                                                     "repeat_offender_faults": 10}},
+                                  # the compute nodes' BMCs over IPMI here (the testbed's IPMI endpoint, as
+                                  # for a BMC without Redfish); the VM tier powers its VMs on over Redfish
+                                  host_changes={n: {"kiln_bmc": _ipmi_bmc(tb, n)} for n in tb.computes})
     _deploy(on_inventory)
     tb.remediation_inventory = on_inventory
     yield tb
@@ -45,6 +50,12 @@ def fleet(slurm, tmp_path_factory):
         on(tb, tb.controller, f"scontrol update nodename={node} state=resume")
     assert "inactive" in on(tb, tb.controller, "systemctl is-active kiln-remediate").stdout
     assert "kiln-remediation@" not in on(tb, tb.computes[0], "cat /root/.ssh/authorized_keys").stdout
+
+
+def _ipmi_bmc(tb, node: str) -> dict:
+    names = [n.name for n in tb.recorded_nodes()]
+    return {"protocol": "ipmi", "host": tb.host_address, "port": port_of(names.index(node) + 1), "user": USER,
+            "cipher_suite": 3}  # pyghmi's server offers suite 3 only
 
 
 def _journal(tb, node: str | None = None, silences: bool = False) -> list[dict]:
@@ -336,7 +347,7 @@ def test_a_node_under_a_running_job_is_not_rebooted_and_a_restart_repeats_nothin
 def test_a_node_that_loses_power_is_power_cycled_through_its_bmc_and_a_job_needing_every_node_then_runs(fleet):
     """A compute node loses power without warning: Slurm has it down and not responding, kiln-remediate's
     first step (restart slurmd) gets no SSH session, so it drains the node with kiln's reason and power-cycles
-    it through its BMC (the testbed's Redfish endpoint, its certificate pinned in the inventory); the node
+    it through its BMC (over IPMI: ipmitool on the controller, the testbed's IPMI endpoint); the node
     boots, its checks pass and kiln-remediate resumes it. A job that needs every compute node, submitted
     after the loss, waits meanwhile and then runs."""
     tb = fleet
@@ -378,7 +389,8 @@ def _power_cycled(tb, node: str, before: int, resets, logged: str, lost_at: floa
     assert not [e for e in episode if e["event"] == "escalated"], episode
     # the BMC's own record of it: written once the testbed's start returns (its SSH and simulators up),
     # which can be after the node's health check resumed it
-    wait_for(lambda: f"{node}: On done, power On" in resets.read_text()[len(logged):], timeout=120, interval=1,
+    wait_for(lambda: f"{node}: IPMI power on done, power On" in resets.read_text()[len(logged):], timeout=120,
+             interval=1,
              what=f"the BMC's record of {node} powered on")
     # in service: idle, or already running (or just ending) the job that waited for it
     assert _state(tb, node)[0] in ("idle", "mixed", "allocated", "completing"), _state(tb, node)
