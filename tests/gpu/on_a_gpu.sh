@@ -8,7 +8,8 @@
 # KILN_GPUS and KILN_MODEL are what the machine should have (say them; they are not read from it).
 # KILN_BF16_TFLOPS (default 989, an H100/H200 SXM's dense bf16) is what the GEMM burn is judged against
 # when PyTorch is there; with PyTorch and CUDA the training example runs through a failure on the GPUs
-# (tests/gpu/ddp_through_failure.py). The recorded outputs belong in tests/recorded/captured/ once looked at.
+# (tests/gpu/ddp_through_failure.py) and the workload suite's probe times a step there (and, with two GPUs, an
+# all-reduce between them). The recorded outputs belong in tests/recorded/captured/ once looked at.
 set -u
 OUT=${OUT:-/tmp/kiln-gpu}
 GPUS=${KILN_GPUS:-1}
@@ -43,6 +44,18 @@ fi
 if python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
     echo "== the training example through a failure: $GPUS ranks, NCCL (tests/gpu/ddp_through_failure.py)" | tee -a "$OUT/summary.txt"
     python3 tests/gpu/ddp_through_failure.py --gpus "$GPUS" --out "$OUT/ddp" | tee -a "$OUT/summary.txt"
+    echo "== the workload suite's probe on the GPU (checks/workload_step.py), read by its parser" | tee -a "$OUT/summary.txt"
+    python3 checks/workload_step.py step --hidden 8192 --batch 1024 --steps 20 > "$OUT/workload-step.txt" 2>&1
+    if [ "$GPUS" -ge 2 ]; then  # NCCL: one rank per GPU, the pair's rendezvous on the loopback
+        CUDA_VISIBLE_DEVICES=0 python3 checks/workload_step.py allreduce --rank 0 --address 127.0.0.1 --mib 1024 \
+            > "$OUT/workload-allreduce.txt" 2>&1 &
+        CUDA_VISIBLE_DEVICES=1 python3 checks/workload_step.py allreduce --rank 1 --address 127.0.0.1 --mib 1024 \
+            > /dev/null 2>&1
+        wait
+    fi
+    for f in "$OUT"/workload-*.txt; do
+        python3 -c "import sys; from checks.parsers.workload import parse_workload; print(sys.argv[1], parse_workload(open(sys.argv[1]).read()))" "$f" 2>&1 | tee -a "$OUT/summary.txt"
+    done
 else
     echo "== no PyTorch with CUDA for python3 here: no training example" | tee -a "$OUT/summary.txt"
 fi
