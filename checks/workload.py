@@ -12,7 +12,9 @@ with the cluster's median:
   neither end is a slow link and fails both ends, naming it. A pair is slow below the median of the
   pairs that touch no step-slow node, divided by ``slow_factor``.
 
-Needs two nodes to compare (one alone passes, saying so). The ring's median names one slow node among
+A run over three nodes or more records the cluster's medians (kiln/check/workload.py, beside the
+inventory); a run over fewer (a rollout's batch, ``kiln patch --workload-check``) is judged against them.
+Without them it needs two nodes to compare (one alone passes, saying so). The ring's median names one slow node among
 four or more; with three, a node slow only in its links (not its step) taints two of three pairs and the
 median with them. The probe puts load on the node's GPU or CPUs for seconds: run it on idle or drained
 nodes.
@@ -41,46 +43,63 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
-def judge(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]], slow_factor: float
-          ) -> dict[str, list[Verdict]]:
+def medians(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]]) -> dict:
+    """The cluster's medians from a run over many nodes, for later runs over few (a rollout's batch):
+    ``{"step_seconds", "busbw_gbs", "nodes"}``; {} when no figure came."""
+    times = [f.seconds for f in steps.values() if isinstance(f, WorkloadResult)]
+    rates = [f.busbw_gbs for _, _, f in pairs if isinstance(f, WorkloadResult)]
+    if not times:
+        return {}
+    return {"step_seconds": statistics.median(times), "nodes": len(times),
+            **({"busbw_gbs": statistics.median(rates)} if rates else {})}
+
+
+def judge(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]], slow_factor: float,
+          reference: dict | None = None) -> dict[str, list[Verdict]]:
     """Each node's WORKLOAD_STEP and WORKLOAD_ALLREDUCE verdicts from every node's step (``steps``) and each
-    ring pair's all-reduce (``pairs``: first node, second node, figure)."""
+    ring pair's all-reduce (``pairs``: first node, second node, figure), against these nodes' medians, or
+    against ``reference`` (``medians`` of an earlier run over the cluster) where given."""
     out: dict[str, list[Verdict]] = {n: [] for n in steps}
     times = {n: f.seconds for n, f in steps.items() if isinstance(f, WorkloadResult)}
     median = statistics.median(times.values()) if times else None
+    of = f"{len(times)} nodes"
+    if reference and reference.get("step_seconds"):
+        median, of = reference["step_seconds"], f"the cluster's {reference.get('nodes', '?')} nodes at its last run"
     slow: set[str] = set()
     for node, figure in steps.items():
         if not isinstance(figure, WorkloadResult):
             slow.add(node)
             out[node].append(fail("WORKLOAD_STEP", f"the training step could not run here: {figure}"))
-        elif len(times) < 2:
+        elif len(times) < 2 and not reference:
             out[node].append(ok("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device}; no other node "
                                                  "to compare with"))
         elif figure.seconds > slow_factor * median:
             slow.add(node)
             out[node].append(fail("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device}, "
-                                  f"{figure.seconds / median:.1f}x the median {_ms(median)} of {len(times)} nodes "
+                                  f"{figure.seconds / median:.1f}x the median {_ms(median)} of {of} "
                                   f"(limit {slow_factor:g}x): this node slows every job it is in; look for "
                                   "throttled clocks, a power cap, a stray process or a failing part"))
         else:
             out[node].append(ok("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device} (median "
-                                                 f"{_ms(median)} of {len(times)} nodes)"))
-    for node, blamed in _judge_pairs(pairs, slow, slow_factor).items():
+                                                 f"{_ms(median)} of {of})"))
+    for node, blamed in _judge_pairs(pairs, slow, slow_factor, (reference or {}).get("busbw_gbs")).items():
         out.setdefault(node, []).append(blamed)
     return out
 
 
-def _judge_pairs(pairs: list[tuple[str, str, Figure]], slow: set[str], factor: float) -> dict[str, Verdict]:
+def _judge_pairs(pairs: list[tuple[str, str, Figure]], slow: set[str], factor: float,
+                 reference: float | None = None) -> dict[str, Verdict]:
     rates = {(a, b): f.busbw_gbs for a, b, f in pairs if isinstance(f, WorkloadResult)}
     clean = [r for (a, b), r in rates.items() if a not in slow and b not in slow] or list(rates.values())
-    median = statistics.median(clean) if clean else None
+    median = reference or (statistics.median(clean) if clean else None)
     bad: dict[tuple[str, str], str] = {}
     for a, b, figure in pairs:
         if not isinstance(figure, WorkloadResult):
             bad[(a, b)] = f"the all-reduce between {a} and {b} could not run: {figure}"
-        elif len(rates) > 1 and figure.busbw_gbs < median / factor:
+        elif (len(rates) > 1 or reference) and figure.busbw_gbs < median / factor:
+            of = "the cluster's pairs at its last run" if reference else f"{len(clean)} pair(s)"
             bad[(a, b)] = (f"all-reduce {a} <-> {b} {figure.busbw_gbs:.2f} GB/s, {median / figure.busbw_gbs:.1f}x "
-                           f"below the median {median:.2f} GB/s of {len(clean)} pair(s) (limit {factor:g}x)")
+                           f"below the median {median:.2f} GB/s of {of} (limit {factor:g}x)")
     touched: dict[str, list[tuple[str, str]]] = {}
     for a, b, _ in pairs:
         for n in (a, b):

@@ -30,7 +30,7 @@ from checks.verdict import Verdict, fail, ok
 from kiln.check.bandwidth import measure_pair, ring_phases
 from kiln.check.expectations import node_expectations
 from kiln.check.shared_storage import SharedStorage
-from kiln.check.workload import workload_verdicts
+from kiln.check.workload import baseline_path, workload_verdicts
 from kiln.inventory.model import Cluster, Host
 from kiln.shell import quote
 from kiln.ssh import KEX_FIRST, ssh_command, ssh_options  # noqa: F401 (this module's callers)
@@ -238,7 +238,8 @@ class RemoteCheck(SharedStorage):
         """The workload suite's step on each compute node and all-reduce across node pairs (kiln/check/workload.py)."""
         hosts = [h for h in self.hosts if h.is_compute and h.name in self.outputs]  # answered the first round
         found = workload_verdicts({h.name: self.node(h) for h in hosts}, {h.name: h.address for h in hosts},
-                                  self.cluster.setting("check_workload"))
+                                  self.cluster.setting("check_workload"), baseline_path(self.cluster.path,
+                                                                                        self.cluster.name))
         for name, verdicts in found.items():
             self.results[name] += [Verdict(v.id, v.severity, v.message, "workload") for v in verdicts]
 

@@ -11,12 +11,15 @@ need be installed on the node.
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import time
 from importlib.resources import files
+from pathlib import Path
 
 from checks.node import Node
 from checks.parsers.workload import parse_workload
 from checks.verdict import CheckError, Verdict
-from checks.workload import Figure, judge, ring
+from checks.workload import Figure, judge, medians, ring
 from kiln.check.bandwidth import ring_phases
 from kiln.inventory.workload_schema import WorkloadCheck
 from kiln.shell import command
@@ -72,7 +75,35 @@ def measure(nodes: dict[str, Node], addresses: dict[str, str], settings: Workloa
     return steps, [(a, b, measured[i]) for i, (a, b) in enumerate(pairs)]
 
 
-def workload_verdicts(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck
-                      ) -> dict[str, list[Verdict]]:
+RECORD_NODES = 3  # a run over this many nodes or more records the cluster's medians
+
+
+def baseline_path(inventory: Path, cluster: str) -> Path:
+    """Where the cluster's last medians are kept: beside the inventory, in .kiln/ (never in git)."""
+    return Path(inventory).resolve().parent / ".kiln" / "workload" / f"{cluster}.json"
+
+
+def read_baseline(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) and float(data.get("step_seconds", 0)) > 0 else {}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def workload_verdicts(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck,
+                      baseline: Path | None = None) -> dict[str, list[Verdict]]:
+    """Every node's verdicts: judged against these nodes' medians when there are RECORD_NODES or more (and
+    those medians kept at ``baseline``), else against the medians kept there by an earlier run."""
     steps, pairs = measure(nodes, addresses, settings)
-    return judge(steps, pairs, settings.slow_factor)
+    if len(nodes) >= RECORD_NODES or baseline is None:
+        found = judge(steps, pairs, settings.slow_factor)
+        if baseline is not None and len(nodes) >= RECORD_NODES:
+            passed = {n: f for n, f in steps.items() if not any(v.failed for v in found[n])}
+            kept = medians(passed, [(a, b, f) for a, b, f in pairs if a in passed and b in passed])
+            if kept:
+                baseline.parent.mkdir(parents=True, exist_ok=True)
+                baseline.write_text(json.dumps({**kept, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                               indent=1) + "\n")
+        return found
+    return judge(steps, pairs, settings.slow_factor, read_baseline(baseline) or None)

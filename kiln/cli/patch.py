@@ -39,6 +39,8 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK,
               help="a maintenance reservation on each batch's nodes begins this long before its drain: until "
               "then only jobs that end before it start there")
 @click.option("--window", default="2h", show_default=True, help="the length of each batch's maintenance reservation")
+@click.option("--workload-check", is_flag=True, help="after each batch's checks, the workload suite on its nodes "
+              "(kiln check --suite workload), judged against the medians of the last run over the cluster")
 @click.option("--resume", is_flag=True, help="continue the rollout whose process stopped (from its journal)")
 @click.option("--dry-run", is_flag=True, help="print the batches; change nothing. Exit 3: nodes would be patched, "
               "0: none")
@@ -47,8 +49,8 @@ from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_CHANGES, EXIT_FAILED, EXIT_OK,
 @json_option
 def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_unavailable: str, canary: int,
           failure_budget: int, reboot: str, drain_timeout: str, notify: str | None, grace: str, requeue: bool,
-          reserve_ahead: str, window: str, resume: bool, dry_run: bool, forks: int, verbose: int,
-          as_json: bool) -> None:
+          reserve_ahead: str, window: str, workload_check: bool, resume: bool, dry_run: bool, forks: int,
+          verbose: int, as_json: bool) -> None:
     """Patch a live cluster: exit 0 every node patched, 1 a node failed or the rollout stopped, 2 bad input,
     3 (--dry-run) nodes would be patched."""
     import roles
@@ -91,11 +93,17 @@ def patch(inventory: Path | None, role_list: str | None, limit: str | None, max_
             options = Options(names, max_unavailable, canary, failure_budget, reboot,
                               _seconds(drain_timeout, "--drain-timeout"), notify=signal,
                               grace=_seconds(grace, "--grace"), requeue=requeue,
-                              lead=_seconds(reserve_ahead, "--reserve-ahead"), window=_seconds(window, "--window"))
+                              lead=_seconds(reserve_ahead, "--reserve-ahead"), window=_seconds(window, "--window"),
+                              workload_check=workload_check)
         except ValueError as e:
             bad(str(e))
     if options.failure_budget < 1 or options.canary < 0:
         bad("--failure-budget must be 1 or more and --canary 0 or more")
+    if options.workload_check and not resume:
+        from kiln.check.workload import baseline_path, read_baseline
+        if not read_baseline(baseline_path(inventory, cluster.name)):
+            bad(f"--workload-check: no medians of the cluster in {baseline_path(inventory, cluster.name)}: run kiln "
+                "check --suite workload over the cluster first (a batch is judged against them)")
     try:
         hosts = resolve_limit(cluster, limit) if not resume else []
         if not secrets_path(cluster).exists():

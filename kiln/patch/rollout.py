@@ -50,6 +50,7 @@ class Options:
     requeue: bool = False           # requeue the requeueable jobs still running after the grace
     lead: float = 0.0               # the maintenance reservation begins this long before the drain
     window: float = 7200.0          # the reservation's length
+    workload_check: bool = False    # the workload suite on each batch too, against the cluster's medians
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -84,9 +85,12 @@ def configure_roles(cluster: Cluster, secrets: Secrets, names: list[str], role_n
     return Deploy(cluster, secrets, names, role_names, stages=("configure",)).run().hosts
 
 
-def check_nodes(cluster: Cluster, names: list[str], forks: int = 64) -> dict[str, list[Verdict]]:
-    """Node -> its verdicts, from kiln check's suites over SSH, ``forks`` nodes at once."""
-    with RemoteCheck(cluster, [cluster.hosts[n] for n in names], SUITES, forks=forks) as checker:
+def check_nodes(cluster: Cluster, names: list[str], forks: int = 64, workload: bool = False
+                ) -> dict[str, list[Verdict]]:
+    """Node -> its verdicts, from kiln check's suites over SSH, ``forks`` nodes at once; with ``workload``
+    the workload suite too (a batch judged against the medians of the last run over the cluster)."""
+    suites = SUITES + (["workload"] if workload else [])
+    with RemoteCheck(cluster, [cluster.hosts[n] for n in names], suites, forks=forks) as checker:
         checker.collect()
     return checker.results
 
@@ -111,6 +115,8 @@ class Rollout(ServiceNodes):
         self.checker = checker or RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
         self.slurm = slurm or SlurmControl(self.checker.node(cluster.controllers[0]))
         self.apply, self.check, self.configure = apply, check, configure
+        if options.workload_check:
+            self.check = lambda cluster, names: check(cluster, names, workload=True)
         self.compute = [h.name for h in cluster.compute]
         self.started = time.monotonic()
         self.rollout_id = ""

@@ -361,3 +361,23 @@ def test_an_alertmanager_that_does_not_answer_stops_no_rollout(cluster, tmp_path
     assert outcome.stopped is None and set(outcome.results) == set(names)
     assert any("no silence made" in line and "will fire" in line for line in said)
     assert [r["phase"] for r in journal.records if r["event"] == "silence"] == ["failed"] * len(names)
+
+
+def test_with_the_workload_check_a_batch_node_slower_than_the_cluster_stays_drained(cluster, tmp_path):
+    """kiln patch --workload-check: each batch's checks include the workload suite (judged against the
+    cluster's medians); a node that fails it is kept drained with its reason, as for any failed check."""
+    names = compute_of(cluster)
+    asked = []
+
+    class WorkloadRecorder(Recorder):
+        def check(self, cluster, names, workload=False):
+            asked.append((tuple(names), workload))
+            slow = [Verdict("WORKLOAD_STEP", "fail", "step 95.0 ms, 4.4x the median")]
+            return {n: slow if n == names[0] and n == compute_of(cluster)[1] else
+                    [Verdict("WORKLOAD_STEP", "ok", "step 21.0 ms")] for n in names}
+    slurm, recorder = FakeSlurm(names), WorkloadRecorder()
+    rollout, _ = make(cluster, tmp_path, recorder, slurm, workload_check=True, failure_budget=5)
+    outcome = rollout.run(rollout.start(names))
+    assert asked and all(workload for _, workload in asked)
+    assert outcome.failed == [names[1]]
+    assert slurm.state[names[1]] == ["IDLE+DRAIN", "kiln: WORKLOAD_STEP step 95.0 ms, 4.4x the median"]

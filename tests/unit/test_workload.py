@@ -135,3 +135,26 @@ def test_the_runner_measures_two_local_nodes_with_the_real_probe(torch_dir):
     missing = WorkloadCheck(python=__import__("sys").executable, steps=3, timeout_seconds=30)
     steps, _ = measure({"n1": nodes["n1"]}, {"n1": "127.0.0.1"}, missing)
     assert "PyTorch does not import" in steps["n1"], steps
+
+
+def test_a_run_over_the_cluster_records_its_medians_and_a_batch_is_judged_against_them(tmp_path, monkeypatch):
+    """Three nodes or more: judged among themselves, their medians kept (the passing nodes'); a rollout's
+    batch of one is judged against those, so a slow node alone is still named."""
+    import kiln.check.workload as runner
+    figures = {}
+    monkeypatch.setattr(runner, "measure", lambda nodes, addresses, settings: (
+        {n: figures[n] for n in nodes}, [(a, b, _bw(1.5)) for a, b in ring(list(nodes))]))
+    figures.update({"c1": _step(0.020), "c2": _step(0.022), "c3": _step(0.021), "c4": _step(0.09)})
+    baseline = runner.baseline_path(tmp_path / "inventory", "kiln")
+    found = runner.workload_verdicts(dict.fromkeys(NODES), {}, WorkloadCheck(), baseline)
+    assert set(_failed(found)) == {"c4"}
+    kept = runner.read_baseline(baseline)
+    assert kept["step_seconds"] == 0.021 and kept["nodes"] == 3 and kept["busbw_gbs"] == 1.5  # c4 left out
+    figures["c4"] = _step(0.020)  # patched, and fast again
+    figures["c5"] = _step(0.080)
+    assert _failed(runner.workload_verdicts({"c4": None}, {}, WorkloadCheck(), baseline)) == {}
+    alone = runner.workload_verdicts({"c5": None}, {}, WorkloadCheck(), baseline)
+    assert _failed(alone) == {"c5": ["WORKLOAD_STEP"]}
+    assert "the cluster's 3 nodes at its last run" in alone["c5"][0].message
+    batch = judge({"c1": _step(0.02), "c2": _step(0.02)}, [("c1", "c2", _bw(0.3))], 1.5, kept)
+    assert _failed(batch) == {"c1": ["WORKLOAD_ALLREDUCE"], "c2": ["WORKLOAD_ALLREDUCE"]}  # the link, against 1.5
