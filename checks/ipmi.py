@@ -20,6 +20,8 @@ import os
 import re
 import subprocess
 
+from checks.redfish import bmc_password
+
 STATUS = re.compile(r"^Chassis Power is (on|off)\s*$", re.M)
 DONE = {"on": re.compile(r"^Chassis Power Control: Up/On\s*$", re.M),
         "cycle": re.compile(r"^Chassis Power Control: Cycle\s*$", re.M)}
@@ -64,12 +66,7 @@ def _run(bmc: dict, password: str, *words: str, run=subprocess.run) -> str:
 def power_cycle_node(bmc: dict, password_file: str, run=subprocess.run) -> str:
     """Power the node on if it is off, else power-cycle it; the Redfish reset type that names what was
     sent (On or PowerCycle), as kiln-remediate's journal records it for either protocol."""
-    try:
-        with open(password_file) as f:
-            password = f.readline().strip()
-    except OSError as e:
-        raise IpmiError(f"BMC {bmc.get('host')}: cannot read its password ({e.strerror}): kiln deploy places it from "
-                        "kiln's secrets (bmc.password)") from None
+    password = bmc_password(password_file, bmc.get("host"), IpmiError)
     state = parse_power_status(_run(bmc, password, "chassis", "power", "status", run=run))
     action, sent = ("on", "On") if state == "off" else ("cycle", "PowerCycle")
     out = _run(bmc, password, "chassis", "power", action, run=run)

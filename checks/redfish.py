@@ -153,15 +153,20 @@ class Redfish:
         return offered[0]
 
 
+def bmc_password(password_file: str, bmc: object, error: type[Exception]) -> str:
+    """The BMCs' password (the first line of ``password_file``), or ``error`` saying where it comes from."""
+    try:
+        with open(password_file) as f:
+            return f.readline().strip()
+    except OSError as e:
+        raise error(f"BMC {bmc}: cannot read its password ({e.strerror}): kiln deploy places it from kiln's "
+                    "secrets (bmc.password)") from None
+
+
 def power_cycle_node(bmc: dict, password_file: str) -> str:
     """Power-cycle a node by its BMC as kiln-remediate's configuration names it (``address``, ``user``,
     ``fingerprint`` or ``ca_file``, ``system``; the password in ``password_file``): the reset type sent."""
-    try:
-        with open(password_file) as f:
-            password = f.readline().strip()
-    except OSError as e:
-        raise RedfishError(f"BMC {bmc.get('address')}: cannot read its password ({e.strerror}): kiln deploy "
-                           "places it from kiln's secrets (bmc.password)") from None
+    password = bmc_password(password_file, bmc.get("address"), RedfishError)
     return Redfish(bmc["address"], bmc["user"], password, ca_file=bmc.get("ca_file"),
                    fingerprint=bmc.get("fingerprint"), system=bmc.get("system")).power_cycle()
 
