@@ -10,8 +10,10 @@ PyTorch). It needs the standard library and PyTorch only.
     allreduce  one rank of a two-node all-reduce of ``--mib`` MiB through torch.distributed (NCCL on GPUs,
                Gloo on CPUs); rank 0 serves the rendezvous at ``--address:--port``
 
-It prints one line, ``kiln-workload {JSON}`` (checks/parsers/workload.py reads it): the median seconds of
-the timed steps or all-reduces, the device, and on the all-reduce its bus bandwidth in GB/s (as
+It prints one line, ``kiln-workload {JSON}`` (checks/parsers/workload.py reads it): the mean seconds of the
+timed steps or all-reduces (their wall time over their count, so a CPU or GPU held back in bursts, as a
+cgroup's quota or a power cap does, counts whole where a median of short steps would step over it; the
+median beside it), the device, and on the all-reduce its bus bandwidth in GB/s (as
 nccl-tests counts it: for two ranks the bytes over the time), or ``{"error": ...}`` saying why it could not.
 """
 
@@ -85,7 +87,8 @@ def step(torch, args: argparse.Namespace) -> dict:
         loss_fn(model(x), y).backward()
         optimizer.step()
     seconds = timed(torch, device, once, args.warmup, args.steps)
-    return {"mode": "step", "device": name, "steps": len(seconds), "seconds": statistics.median(seconds)}
+    return {"mode": "step", "device": name, "steps": len(seconds), "seconds": statistics.fmean(seconds),
+            "median": statistics.median(seconds)}
 
 
 def allreduce(torch, args: argparse.Namespace) -> dict:
@@ -100,11 +103,11 @@ def allreduce(torch, args: argparse.Namespace) -> dict:
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    median = statistics.median(seconds)
+    mean = statistics.fmean(seconds)
     size = args.mib * 2**20
     # nccl-tests' bus bandwidth: algorithm bandwidth (bytes / time) x 2(n-1)/n, which is 1 for two ranks
     return {"mode": "allreduce", "device": name, "backend": backend, "mib": args.mib, "steps": len(seconds),
-            "seconds": median, "busbw_gbs": size / median / 1e9}
+            "seconds": mean, "median": statistics.median(seconds), "busbw_gbs": size / mean / 1e9}
 
 
 def main(argv: list[str] | None = None) -> int:

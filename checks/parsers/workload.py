@@ -15,7 +15,7 @@ MARK = "kiln-workload "
 class WorkloadResult:
     mode: str               # step | allreduce
     device: str             # the GPU's name, or "cpu (N threads)"
-    seconds: float          # median of the timed steps or all-reduces
+    seconds: float          # mean of the timed steps or all-reduces (wall time over count)
     busbw_gbs: float | None  # all-reduce only: bus bandwidth in GB/s
 
 

@@ -20,7 +20,7 @@ class WorkloadCheck(Strict):
     pythonpath: AbsolutePath | None = Field(None, description="a directory put on PYTHONPATH for it (PyTorch "
                                             "installed with pip --target on shared storage); none: its own")
     steps: int = Field(20, ge=3, le=10_000, description="timed training steps (and all-reduces) per probe; "
-                       "the median counts")
+                       "their mean counts")
     hidden: int = Field(1024, ge=16, le=65_536, description="the probe model's width (a 3-layer perceptron, as "
                         "the training example's): larger for GPUs, e.g. 8192")
     batch: int = Field(256, ge=1, le=1_048_576, description="the probe's batch size")

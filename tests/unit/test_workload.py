@@ -16,9 +16,11 @@ from kiln.check.workload import measure, probe_command
 from kiln.inventory.workload_schema import WorkloadCheck
 
 # what the probe printed on this machine (PyTorch 2.13.0+cpu, one thread)
-STEP = 'kiln-workload {"device": "cpu (1 threads)", "mode": "step", "seconds": 0.02070993449888192, "steps": 20}\n'
-ALLREDUCE = ('kiln-workload {"backend": "gloo", "busbw_gbs": 1.5392584701534546, "device": "cpu (1 threads)", '
-             '"mib": 64, "mode": "allreduce", "seconds": 0.043598177499916346, "steps": 20}\n')
+STEP = ('kiln-workload {"device": "cpu (1 threads)", "median": 0.01697860399963247, "mode": "step", '
+        '"seconds": 0.01762205409968374, "steps": 20}\n')
+ALLREDUCE = ('kiln-workload {"backend": "gloo", "busbw_gbs": 1.921483705784324, "device": "cpu (1 threads)", '
+             '"median": 0.0335644204997152, "mib": 64, "mode": "allreduce", "seconds": 0.034925544150064526, '
+             '"steps": 20}\n')
 NO_TORCH = ("kiln-workload {\"error\": \"PyTorch does not import with /usr/bin/python3 (No module named 'torch'): "
             "set kiln_check_workload's python and pythonpath to an interpreter that has it\"}\n")
 
@@ -26,8 +28,8 @@ NO_TORCH = ("kiln-workload {\"error\": \"PyTorch does not import with /usr/bin/p
 def test_the_reader_takes_the_probes_line_among_others_and_refuses_what_is_not_a_result():
     warned = "/usr/lib/python3/dist-packages/torch/__init__.py:1: UserWarning: NUMA\n" + STEP
     step = parse_workload(warned)
-    assert (step.mode, step.device, round(step.seconds, 4), step.busbw_gbs) == ("step", "cpu (1 threads)", 0.0207, None)
-    assert round(parse_workload(ALLREDUCE).busbw_gbs, 2) == 1.54
+    assert (step.mode, step.device, round(step.seconds, 4), step.busbw_gbs) == ("step", "cpu (1 threads)", 0.0176, None)
+    assert round(parse_workload(ALLREDUCE).busbw_gbs, 2) == 1.92
     with pytest.raises(CheckError, match="No module named 'torch'") as no_torch:
         parse_workload(NO_TORCH)
     assert not isinstance(no_torch.value, UnknownFormat)
