@@ -376,8 +376,8 @@ def test_with_the_workload_check_a_batch_node_slower_than_the_cluster_stays_drai
             return {n: slow if n == names[0] and n == compute_of(cluster)[1] else
                     [Verdict("WORKLOAD_STEP", "ok", "step 21.0 ms")] for n in names}
     slurm, recorder = FakeSlurm(names), WorkloadRecorder()
-    rollout, _ = make(cluster, tmp_path, recorder, slurm, workload_check=True, failure_budget=5)
+    rollout, _ = make(cluster, tmp_path, recorder, slurm, workload_check=True, failure_budget=1)
     outcome = rollout.run(rollout.start(names))
     assert asked and all(workload for _, workload in asked)
-    assert outcome.failed == [names[1]]
+    assert outcome.failed == [names[1]] and "failure budget spent" in outcome.stopped
     assert slurm.state[names[1]] == ["IDLE+DRAIN", "kiln: WORKLOAD_STEP step 95.0 ms, 4.4x the median"]
