@@ -25,6 +25,7 @@ from checks.redfish import bmc_password
 STATUS = re.compile(r"^Chassis Power is (on|off)\s*$", re.M)
 DONE = {"on": re.compile(r"^Chassis Power Control: Up/On\s*$", re.M),
         "cycle": re.compile(r"^Chassis Power Control: Cycle\s*$", re.M)}
+PASSWORD_MAX = 20  # bytes: IPMI v2.0's password field; ipmitool refuses longer ones
 TIMEOUT = 60  # seconds one ipmitool run may take (it retries a lost datagram itself: -R, -N)
 
 
@@ -67,6 +68,9 @@ def power_cycle_node(bmc: dict, password_file: str, run=subprocess.run) -> str:
     """Power the node on if it is off, else power-cycle it; the Redfish reset type that names what was
     sent (On or PowerCycle), as kiln-remediate's journal records it for either protocol."""
     password = bmc_password(password_file, bmc.get("host"), IpmiError)
+    if len(password.encode()) > PASSWORD_MAX:
+        raise IpmiError(f"BMC {bmc.get('host')} (IPMI): its password is longer than {PASSWORD_MAX} bytes, the most "
+                        "IPMI v2.0 takes: give the BMC account a shorter one (kiln's secret bmc.password)")
     state = parse_power_status(_run(bmc, password, "chassis", "power", "status", run=run))
     action, sent = ("on", "On") if state == "off" else ("cycle", "PowerCycle")
     out = _run(bmc, password, "chassis", "power", action, run=run)

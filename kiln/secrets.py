@@ -26,6 +26,7 @@ MONITORING_PASSWORD = "monitoring.password"
 REMEDIATION_KEY = "remediation_ed25519"  # kiln-remediate's SSH key (the controller to the compute nodes)
 BEEGFS_CONNAUTH = "beegfs-connauth"
 BMC_PASSWORD = "bmc.password"  # the compute nodes' BMC account's (kiln_bmc), for kiln-remediate's power cycle
+IPMI_PASSWORD_MAX = 20  # bytes: IPMI v2.0's password field (RMCP+), ipmitool refuses longer ones
 
 
 class SecretsError(Exception):
@@ -69,6 +70,11 @@ def _site_files(cluster: Cluster, path: Path, create: bool) -> dict[str, bytes]:
             raise SecretsError(f"cannot read {f}: {e.strerror}") from None
         if not files[name].strip():
             raise SecretsError(f"{f} is empty: {what}")
+        if name == BMC_PASSWORD and len(files[name].splitlines()[0]) > IPMI_PASSWORD_MAX and \
+                any(h.settings.get("kiln_bmc") and h.settings["kiln_bmc"].protocol == "ipmi" for h in cluster.compute):
+            raise SecretsError(f"{f}: its first line is longer than {IPMI_PASSWORD_MAX} bytes, the most IPMI v2.0 takes "
+                               "(a kiln_bmc has protocol: ipmi); give that BMC account a shorter password. Nothing was "
+                               "changed on any node")
     return files
 
 

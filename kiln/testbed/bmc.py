@@ -27,6 +27,7 @@ from kiln.testbed.host import TestbedError, pid_alive, read_pid, stop_recorded
 
 PORT = 8623
 USER = "kiln"
+PASSWORD_LENGTH = 20
 MARKER = "kiln.testbed.bmc_service"  # the process: python -m MARKER TESTBED
 
 
@@ -73,8 +74,10 @@ class TestbedBmc:
             write_new_private(self.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                        serialization.NoEncryption()))
             self.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        if not self.password_file.exists():
-            write_new_private(self.password_file, random.token_urlsafe(24).encode())
+        if not self.password_file.exists() or len(self.password_file.read_text().strip()) > PASSWORD_LENGTH:
+            # 20 characters (120 bits): the most IPMI v2.0 takes, as the testbed's IPMI endpoint shares it
+            self.password_file.unlink(missing_ok=True)
+            write_new_private(self.password_file, random.token_urlsafe(15).encode())
         der = x509.load_pem_x509_certificate(self.cert.read_bytes()).public_bytes(serialization.Encoding.DER)
         return fingerprint_of(der), self.password_file.read_text().strip()
 
@@ -99,7 +102,7 @@ class TestbedBmc:
 
     def start(self, nodes: list[str]) -> None:
         """Serve ``nodes``: started, or started again when it serves others."""
-        if self.running() and sorted(self.serves()) == sorted(nodes):
+        if self.running() and sorted(self.serves()) == sorted(nodes) and not self._password_changed():
             return
         self.stop()  # a stale pid file from a crashed run, or another set of nodes
         self.credentials()
@@ -116,6 +119,13 @@ class TestbedBmc:
                 return
             time.sleep(0.1)
         raise TestbedError(f"the testbed's BMC did not start on {self.address}:{PORT}; see {self.dir / 'bmc.log'}")
+
+    def _password_changed(self) -> bool:
+        """The password was made anew after the running BMC read it (a testbed from an older kiln)."""
+        try:
+            return self.password_file.stat().st_mtime > (self.dir / "listening").stat().st_mtime
+        except OSError:
+            return True
 
     def stop(self) -> None:
         stop_recorded(self.pidfile, MARKER)

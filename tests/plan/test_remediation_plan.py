@@ -75,3 +75,19 @@ def test_a_missing_bmc_password_stops_the_run_naming_the_file(tmp_path):
     with pytest.raises(SecretsError, match=r"bmc.password is missing: the password of the BMC account"):
         load_or_create(cluster)
     assert not (secrets_path(cluster) / "bmc.password").exists()
+
+
+def test_a_bmc_password_too_long_for_ipmi_stops_the_run_naming_the_file(tmp_path):
+    """IPMI v2.0 takes at most 20 bytes of password: with an IPMI BMC in the inventory a longer one is refused
+    before any node is touched (a Redfish-only cluster takes any length)."""
+    for ipmi_node, refused in ((None, False), ("gpu02", True)):
+        cluster = cluster_with_bmcs(tmp_path / str(ipmi_node), ipmi_node=ipmi_node)
+        path = secrets_path(cluster)
+        path.mkdir(parents=True, mode=0o700, exist_ok=True)
+        (path / "bmc.password").write_text("a-password-of-32-characters-long\n")
+        (path / "bmc.password").chmod(0o600)
+        if refused:
+            with pytest.raises(SecretsError, match=r"bmc.password: its first line is longer than 20 bytes"):
+                load_or_create(cluster)
+        else:
+            assert load_or_create(cluster).site["bmc.password"].startswith(b"a-password-of-32")

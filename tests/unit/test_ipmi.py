@@ -75,6 +75,10 @@ def test_a_wrong_password_or_cipher_suite_is_refused_by_the_bmc_and_said_with_ip
     password.write_text("s3cret-pw\n")
     with pytest.raises(ipmi.IpmiError, match=r"RMCP\+ session"):  # a cipher suite the BMC does not offer
         ipmi.power_cycle_node({**_config(PORT), "cipher_suite": 17}, str(password))
+    longer = tmp_path / "long"
+    longer.write_text("x" * 21 + "\n")
+    with pytest.raises(ipmi.IpmiError, match="longer than 20 bytes, the most IPMI v2.0 takes"):
+        ipmi.power_cycle_node(_config(PORT), str(longer))
     with pytest.raises(ipmi.IpmiError, match="cannot read its password"):
         ipmi.power_cycle_node(_config(PORT), str(tmp_path / "missing"))
     assert power.calls == before

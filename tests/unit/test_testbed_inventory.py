@@ -199,6 +199,7 @@ def test_container_compute_nodes_name_the_testbeds_bmc_pinned_by_its_certificate
     write_inventory(path, tb, tb.node_list(3))
     tb.bmc.place_password(tmp_path / "inventory" / "secrets" / "unit")
     assert tb.bmc.password_file.read_text() == first  # made once
+    assert len(first.strip()) == 20  # the most IPMI v2.0 takes: the testbed's IPMI endpoint shares it
     placed = tmp_path / "inventory" / "secrets" / "unit" / "bmc.password"
     assert placed.stat().st_mode & 0o777 == 0o600
     assert load_or_create(cluster).site["bmc.password"].decode().strip() == first.strip()
