@@ -10,6 +10,7 @@ command. pyghmi's server offers cipher suite 3 only (HMAC-SHA1, AES-128): an inv
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Callable
 
@@ -20,8 +21,8 @@ from kiln.testbed.redfish_service import Power
 PORT_BASE = 6230  # node i of the testbed (1, 2, ...) on PORT_BASE + i
 
 
-def port_of(index: int) -> int:
-    return PORT_BASE + index
+def port_of(index: int, base: int = PORT_BASE) -> int:
+    return base + index
 
 
 class NodeBmc(Bmc):
@@ -65,11 +66,16 @@ class NodeBmc(Bmc):
 
 
 def serve(nodes: list[str], power: Power, user: str, password: str, address: str,
-          log: Callable[[str], None]) -> dict[str, int]:
+          log: Callable[[str], None], base: int = PORT_BASE) -> dict[str, int]:
     """A BMC for each of ``nodes`` (port_of its place, 1-based), served by one thread; node -> port."""
     ports = {}
     for i, node in enumerate(nodes, start=1):
-        NodeBmc(node, power, user, password, address, port_of(i), log)
-        ports[node] = port_of(i)
+        NodeBmc(node, power, user, password, address, port_of(i, base), log)
+        ports[node] = port_of(i, base)
+    # pyghmi's I/O thread starts with the first socket and selects on the sockets there were then, for up to
+    # 300 s: a datagram too short to be IPMI (it skips those) makes it look again, at every node's socket
+    if ports:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_DGRAM) as wake:
+            wake.sendto(b"\x01", (address, port_of(1, base)))
     threading.Thread(target=Bmc.listen, daemon=True).start()
     return ports

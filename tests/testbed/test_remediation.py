@@ -381,6 +381,9 @@ def _power_cycled(tb, node: str, before: int, resets, logged: str, lost_at: floa
         [e for e in _journal(tb, node)[before:] if e["event"] != "held"]), timeout=420, interval=2,
         what=f"kiln-remediate power-cycling {node} and returning it")
     back_at = time.monotonic()
+    for e in episode:
+        print(f"  +{e['t'] - episode[0]['t']:5.1f} s  {e['event']:13} {e.get('step', '')} {e.get('result', '')} "
+              f"{e.get('reset_type', '')} {str(e.get('detail', e.get('why', '')))[:300]}")
     assert episode[0]["check"] == "SLURM_NOT_RESPONDING", episode
     assert [e["step"] for e in episode if e["event"] == "step"] == ["restart:slurmd", "power_cycle"], episode
     assert [e["result"] for e in episode if e["event"] == "result"] == ["unreachable", "ok"], episode
@@ -400,9 +403,6 @@ def _power_cycled(tb, node: str, before: int, resets, logged: str, lost_at: floa
     wait_for(lambda: job_state(tb, tb.controller, job) == "COMPLETED", timeout=120, interval=2,
              what=f"job {job} completed")
     ran_on = on(tb, tb.controller, f"sacct -n -X -P -j {job} -o NodeList").stdout.strip()
-    for e in episode:
-        print(f"  +{e['t'] - episode[0]['t']:5.1f} s  {e['event']:13} {e.get('step', '')} {e.get('result', '')} "
-              f"{e.get('reset_type', '')} {str(e.get('detail', e.get('why', '')))[:90]}")
     print(f"{node} lost power: down in Slurm after {down_at - lost_at:.0f} s, power-cycled by its BMC and back in "
           f"service after {back_at - lost_at:.0f} s; the job needing all {len(tb.computes)} compute nodes ran "
           f"{running_at - lost_at:.0f} s after the loss, on {ran_on}")
