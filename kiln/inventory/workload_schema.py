@@ -33,6 +33,8 @@ class WorkloadCheck(Strict):
                                                                  "fails")
     port: int = Field(29517, ge=1024, le=65_535, description="TCP port of the all-reduce's rendezvous on the "
                       "pair's first node")
+    rounds: int = Field(1, ge=1, le=10, description="probes of each node and pair, taken in turn; each one's "
+                        "best counts, so load from elsewhere (another tenant's burst) is not taken for a slow node")
     at_once: int = Field(64, ge=1, le=4096, description="nodes probed (and pairs measured) at once; 1 where "
                          "nodes share CPUs (the testbed's containers)")
     timeout_seconds: int = Field(300, ge=10, le=3600, description="a probe still running after this fails")

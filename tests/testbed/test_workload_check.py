@@ -19,7 +19,9 @@ from tests.torch_env import copy_torch
 SHARED = "/srv/kiln-shared"
 # one thread, one node at a time; the probe's default size (a step of about 20 ms here, 20 steps: several of
 # the cgroup's 100 ms periods, so a quota shows in the mean as a slower clock would)
-SETTINGS = {"pythonpath": f"{SHARED}/pytorch", "threads": 1, "at_once": 1, "allreduce_mib": 32}
+# Two rounds, each node's and pair's best counting: in CI the other lane's testbed shares these cores, and a
+# burst of its work once slowed a sound node's only probe past the limit.
+SETTINGS = {"pythonpath": f"{SHARED}/pytorch", "threads": 1, "at_once": 1, "allreduce_mib": 32, "rounds": 2}
 
 
 def _workload(inventory, computes: list[str]) -> tuple[int, dict, str]:
