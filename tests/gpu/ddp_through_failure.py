@@ -15,20 +15,17 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "ddp-training"
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from tests.ports import free_port  # noqa: E402  (below the ephemeral range: no rank connects to itself)
+
+EXAMPLE = REPO / "docs" / "examples" / "ddp-training"
 STEPS, EVERY = 200, 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(gpus: int, checkpoint_dir: Path, log: Path) -> list[subprocess.Popen]:

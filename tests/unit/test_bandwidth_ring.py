@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import shutil
-import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -17,14 +16,10 @@ import pytest
 from checks.node import local_node
 from kiln.check.bandwidth import measure_pair, server_command
 from kiln.testbed.simulate import SIMULATORS
+from tests.ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to see the server listen")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.torch_env import EXAMPLE, torch_path
 
 
@@ -75,27 +75,28 @@ def test_a_write_cut_short_leaves_the_last_whole_checkpoint_and_its_leftovers_go
     assert ck.newest_good(tmp_path / "none") is None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def _start(directory: Path, steps: int, log: Path) -> list[subprocess.Popen]:
-    env = {**os.environ, "PYTHONPATH": str(torch_path()), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+def _start(directory: Path, steps: int, log: Path, step_seconds: float = 0.02) -> list[subprocess.Popen]:
+    env = {**os.environ, "PYTHONPATH": str(torch_path()), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "SLURM_NTASKS": "2"}
     env.pop("SLURM_JOB_ID", None)
     out = open(log, "a")
-    return [subprocess.Popen([sys.executable, str(EXAMPLE / "train.py"), "--checkpoint-dir", str(directory),
-                              "--steps", str(steps), "--checkpoint-every", "10", "--log-every", "1",
-                              "--step-seconds", "0.02"],
-                             env={**env, "SLURM_PROCID": str(rank)}, stdout=out, stderr=subprocess.STDOUT)
-            for rank in (0, 1)]
+    ranks = [subprocess.Popen([sys.executable, str(EXAMPLE / "train.py"), "--checkpoint-dir", str(directory),
+                               "--steps", str(steps), "--checkpoint-every", "10", "--log-every", "1",
+                               "--step-seconds", str(step_seconds)],
+                              env={**env, "SLURM_PROCID": str(rank)}, stdout=out, stderr=subprocess.STDOUT)
+             for rank in (0, 1)]
+    for r in ranks:
+        r.log = log
+    return ranks
 
 
 def _wait(ranks: list[subprocess.Popen], timeout: float = 120) -> list[int]:
     try:
         return [r.wait(timeout=timeout) for r in ranks]
+    except subprocess.TimeoutExpired:
+        log = ranks[0].log
+        raise AssertionError(f"the ranks did not end within {timeout} s; {log}:\n{log.read_text()[-3000:]}") from None
     finally:
         for r in ranks:
             r.kill()  # none outlives its test
@@ -115,8 +116,10 @@ def _until(log: Path, pattern: str, timeout: float = 120) -> None:
 
 
 def _interrupt(directory: Path, log: Path, pattern: str, sig: int, told: tuple[int, ...] = (0, 1)) -> list[int]:
-    """A run stopped by ``sig`` to the ranks ``told`` once ``pattern`` is in its output; the ranks' exit codes."""
-    ranks = _start(directory, 40, log)
+    """A run stopped by ``sig`` to the ranks ``told`` once ``pattern`` is in its output; the ranks' exit codes.
+    Its steps are slower (a sleep: the weights are the same), so a loaded machine that sees the pattern late
+    still signals the run before it gets past the next checkpoint."""
+    ranks = _start(directory, 40, log, step_seconds=0.1)
     _until(log, pattern)
     for rank in told:
         ranks[rank].send_signal(sig)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from kiln.monitoring.alert_rules import ALERTS, Alert
 from kiln.monitoring.metrics_contract import (BY_NAME, CONTRACT, DCGM_STOCK_DEFAULT, absent_rules, rules_reading,
                                               series_in, uncontracted)
 from tests.conftest import REPO
+from tests.ports import free_port
 
 PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
 KILN_COUNTERS = REPO / "templates" / "monitoring" / "dcgm-counters.csv"
@@ -128,11 +128,6 @@ def test_the_rendered_rules_carry_one_absent_series_alert_per_contract_series():
 
 # --- MONITORING_SERIES against a real Prometheus and a stand-in dcgm-exporter ----------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _exporter(fields: list[str]):
     """A dcgm-exporter stand-in serving ``fields`` for one GPU, in dcgm-exporter's exposition."""
@@ -161,7 +156,7 @@ def prometheus(tmp_path):
     procs = []
 
     def start(exporter_port: int) -> str:
-        port = _free_port()
+        port = free_port()
         config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [
             {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"],
                                                       "labels": {"node": "n1"}}]}]}

@@ -16,6 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from checks.redfish import Redfish, RedfishError, fingerprint_of, host_and_port
 from kiln.testbed.redfish_service import RedfishService
+from tests.ports import free_port
 
 
 def certificate(tmp_path, name: str) -> tuple[str, str, str]:
@@ -156,10 +157,7 @@ def test_a_bmc_with_several_systems_needs_the_nodes_named(tmp_path):
 
 
 def test_a_bmc_that_does_not_answer_says_so(tmp_path):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cert = certificate(tmp_path, "gone")[0]
     with pytest.raises(RedfishError, match="did not answer"):
         Redfish(f"127.0.0.1:{port}", "admin", "pw", ca_file=cert, timeout=2).power_state()

@@ -9,12 +9,8 @@ import threading
 import time
 
 from roles.operations import answers, logs_of, settled, tcp_answers
+from tests.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listen_after(port: int, seconds: float) -> threading.Event:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,14 +16,10 @@ import pytest
 from kiln.monitoring.alerts import MonitoringError, folded
 from checks.alertmanager import matchers
 from kiln.monitoring.silences import Silences, silence_list, silenced
+from tests.ports import free_port
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +28,7 @@ def alertmanager(tmp_path_factory):
         pytest.skip("prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager)")
     d = tmp_path_factory.mktemp("alertmanager")
     (d / "am.yml").write_text("route:\n  receiver: none\nreceivers:\n  - name: none\n")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([BINARY, f"--config.file={d / 'am.yml'}", f"--storage.path={d}",
                              f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -141,7 +136,7 @@ def test_kiln_remediate_silences_a_node_for_its_reboot_and_ends_it_when_the_node
 def test_kiln_remediate_repairs_on_when_alertmanager_does_not_answer(tmp_path):
     from checks.remediation import Remediator, read_journal
     (tmp_path / "pw").write_text("pw\n")
-    config = {"alertmanager": {"url": f"http://127.0.0.1:{_free_port()}", "password_file": str(tmp_path / "pw")},
+    config = {"alertmanager": {"url": f"http://127.0.0.1:{free_port()}", "password_file": str(tmp_path / "pw")},
               "journal": str(tmp_path / "journal.jsonl"), "nodes": {}}
     r = Remediator(config, out=lambda line: None)
     r.silence("gpu07", "reboot for GPU_XID_79")
