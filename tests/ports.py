@@ -22,15 +22,22 @@ def ephemeral_low() -> int:
         return 32768
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing on ``host`` listens on or holds now, below the ephemeral range."""
-    high = ephemeral_low()
+def _free(host: str, port: int, kind: int) -> bool:
+    with socket.socket(socket.AF_INET, kind) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1", udp: bool = False, count: int = 1) -> int:
+    """A port (the first of ``count`` in a row) nothing on ``host`` listens on or holds now, below the
+    ephemeral range: TCP, or UDP with ``udp``. Random, so concurrent test runs on one machine do not meet."""
+    high = ephemeral_low() - count
+    kind = socket.SOCK_DGRAM if udp else socket.SOCK_STREAM
     for _ in range(500):
         port = random.randrange(LOWEST, high)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
+        if all(_free(host, p, kind) for p in range(port, port + count)):
             return port
-    raise RuntimeError(f"no free port on {host} between {LOWEST} and {high}")
+    raise RuntimeError(f"no {count} free port(s) on {host} between {LOWEST} and {high}")

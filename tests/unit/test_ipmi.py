@@ -12,8 +12,9 @@ from pydantic import ValidationError
 
 from checks import ipmi
 from kiln.inventory.remediation_schema import Bmc
+from tests.ports import free_port
 
-PORT = 16231
+PORT = free_port("127.0.0.2", udp=True, count=2)  # the two nodes' IPMI endpoints (UDP)
 
 
 class Power:
@@ -67,7 +68,7 @@ def test_a_wrong_password_or_cipher_suite_is_refused_by_the_bmc_and_said_with_ip
     before = list(power.calls)
     wrong = tmp_path / "wrong"
     wrong.write_text("not-it\n")
-    with pytest.raises(ipmi.IpmiError, match=r"BMC 127.0.0.2:16231 \(IPMI\): ipmitool chassis power status exited 1: .+"
+    with pytest.raises(ipmi.IpmiError, match=rf"BMC 127.0.0.2:{PORT} \(IPMI\): ipmitool chassis power status exited 1: .+"
                                              r": check the BMC's address, user, password"):
         ipmi.power_cycle_node(_config(PORT), str(wrong))
     password = tmp_path / "bmc.password"
