@@ -175,25 +175,33 @@ def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None
               f"director(ies) and none of the other {len(targets) - sum(1 for k, _ in targets if k == 'own')}")
 
 
-# Each URL's HTTP status for a client with no credentials, or "unreachable": "STATUS URL", a line each
-_HTTP = ("import sys, urllib.request, urllib.error\n"
-         "for u in sys.argv[1:]:\n"
+# Each URL's HTTP status for a client with no credentials, "untrusted" (an https listener whose certificate
+# the cluster CA, argument 1, did not sign for its address) or "unreachable": "STATUS URL", a line each
+_HTTP = ("import ssl, sys, urllib.request, urllib.error\n"
+         "c = ssl.create_default_context(cafile=sys.argv[1]) if sys.argv[1] else None\n"
+         "for u in sys.argv[2:]:\n"
          "    try:\n"
-         "        with urllib.request.urlopen(u, timeout=5) as r: c = r.status\n"
-         "    except urllib.error.HTTPError as e: c = e.code\n"
-         "    except Exception: c = 'unreachable'\n"
-         "    print(c, u)\n")
+         "        with urllib.request.urlopen(u, timeout=5, context=c if u.startswith('https:') else None) as r: s = r.status\n"
+         "    except urllib.error.HTTPError as e: s = e.code\n"
+         "    except urllib.error.URLError as e: s = 'untrusted' if isinstance(e.reason, ssl.SSLError) else 'unreachable'\n"
+         "    except Exception: s = 'unreachable'\n"
+         "    print(s, u)\n")
 
 
-def _monitoring(node: Node, probe: str, urls: list[str]) -> Verdict | None:
+def _monitoring(node: Node, probe: str, urls: list[str], ca_file: str = "") -> Verdict | None:
     if not urls:
         return None
-    out = node.run(as_user(probe, "python3", "-c", _HTTP, *urls))
+    out = node.run(as_user(probe, "python3", "-c", _HTTP, ca_file, *urls))
     answers = dict(reversed(line.split(" ", 1)) for line in out.stdout.split("\n") if " " in line)
     missing = [u for u in urls if u not in answers]
     if missing:
         return fail("ISOLATION_MONITORING", f"{probe} could not ask {', '.join(missing[:3])} ({(out.stderr or out.stdout).strip()[-200:]}): "
                     "is python3 on this host?")
+    untrusted = [u for u in urls if answers[u] == "untrusted"]
+    if untrusted:
+        return fail("ISOLATION_MONITORING", f"{', '.join(untrusted[:3])} showed {probe} a certificate the cluster CA "
+                    "did not sign for its address, so this probe could not ask it: kiln deploy writes the listeners' "
+                    "certificates (kiln_monitoring_tls)")
     open_ = [f"{u} ({answers[u]})" for u in urls if answers[u] not in ("401", "unreachable")]
     if open_:
         return fail("ISOLATION_MONITORING", f"answered {probe} without credentials: {', '.join(open_[:3])}: kiln deploy "
@@ -254,7 +262,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
         for verdict in (_files(node, probe, teams.get(probe, ""), isolation),
-                        _monitoring(node, probe, isolation.get("monitoring_endpoints") or [])):
+                        _monitoring(node, probe, isolation.get("monitoring_endpoints") or [],
+                                    isolation.get("monitoring_ca_file") or "")):
             if verdict:
                 verdicts.append(verdict)
     return verdicts

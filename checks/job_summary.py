@@ -20,7 +20,6 @@ counted when a job ends.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os
@@ -29,9 +28,9 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 from datetime import datetime
 
+from checks.alertmanager import AlertmanagerError, request
 from checks.parsers.hostlist import expand_hostlist
 from checks.parsers.scontrol import SlurmRecordError, show_job, show_job_command
 from checks.parsers.slurm_values import BILLING_UNITS, SLURM_ENV, count as tres_count_of, epoch, tres
@@ -157,12 +156,14 @@ def count(config: dict, info: dict, seconds: int, util: float | None) -> None:
 
 
 def _ask(config: dict, promql: str, at: float) -> float | None:
+    """Prometheus' one value of ``promql`` at ``at`` (None: no series), over HTTPS trusting the cluster CA where
+    the config names it (``prometheus_url``, ``ca_file``)."""
     password = open(config["password_file"]).read().strip()
-    url = f"http://{config['prometheus']}/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": f"{at:.0f}"})
-    token = base64.b64encode(f"kiln:{password}".encode()).decode()
-    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Basic {token}"}),
-                                timeout=10) as r:
-        answer = json.loads(r.read(1 << 20))
+    url = f"{config['prometheus_url']}/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": f"{at:.0f}"})
+    try:
+        answer = request(url, password, ca_file=config.get("ca_file"))
+    except AlertmanagerError as e:
+        raise ValueError(str(e)) from None
     result = answer.get("data", {}).get("result") if isinstance(answer, dict) else None
     if not isinstance(result, list) or (result and not (
             isinstance(result[0], dict) and isinstance(result[0].get("value"), list) and len(result[0]["value"]) == 2)):

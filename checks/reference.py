@@ -132,6 +132,10 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                           "serve it as the message says (for dcgm-exporter: kiln's counters file, "
                           "templates/monitoring/dcgm-counters.csv); KilnMetricMissing names the nodes",
                           "kiln_monitoring_dcgm_exporter_external"),
+    "MONITORING_TLS": ("monitoring", "fail", "a monitoring listener of this host answers plain HTTP, or shows no "
+                       "certificate of the cluster CA for the host's address", "kiln deploy writes each listener's "
+                       "certificate and web config and restarts it; the message names the listener and the TLS error",
+                       "kiln_monitoring_tls"),
     # --- slurm ---
     "SLURM_MUNGE": ("slurm", "fail", "munge is not active", "start munge; check /etc/munge/munge.key", ""),
     "SLURM_SLURMD": ("slurm", "fail", "slurmd is not active on a compute node", "start slurmd; read its log", ""),

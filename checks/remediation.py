@@ -297,7 +297,7 @@ class Remediator:
 
     # --- silences: a reboot or GPU reset is planned work, and pages nobody while it lasts ---
     def silence(self, name: str, work: str) -> None:
-        """Silence the node's alerts in Alertmanager (the config's ``alertmanager``: url, password_file)
+        """Silence the node's alerts in Alertmanager (the config's ``alertmanager``: url, password_file, ca_file)
         from now until the reboot's bound and a margin; expired when the node returns or is escalated.
         Where Alertmanager does not answer the repair goes on: its alerts fire."""
         am = self.config.get("alertmanager")
@@ -308,7 +308,7 @@ class Remediator:
             with open(am["password_file"]) as f:
                 password = f.read().strip()
             ids = make_silences(am["url"], password, [name], now, now + self.settings.reboot_timeout_seconds + 300,
-                                f"kiln-remediate {name}: {work}", "kiln-remediate")
+                                f"kiln-remediate {name}: {work}", "kiln-remediate", ca_file=am.get("ca_file"))
         except (OSError, KeyError, AlertmanagerError) as e:
             self.log("silence_failed", name, why=str(e)[:300])
             return
@@ -326,7 +326,8 @@ class Remediator:
             return
         try:
             with open(am["password_file"]) as f:
-                expire_silences(am["url"], f.read().strip(), ids, after=am.get("grace_seconds", 0) if after else 0)
+                expire_silences(am["url"], f.read().strip(), ids, after=am.get("grace_seconds", 0) if after else 0,
+                                ca_file=am.get("ca_file"))
         except (OSError, KeyError, AlertmanagerError) as e:
             self.log("silence_failed", name, why=f"not ended, it ends with its window: {e}"[:300])
             return

@@ -18,6 +18,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+from kiln import tls
 from kiln.inventory.model import Cluster, Secrets
 
 MUNGE_KEY = "munge.key"
@@ -155,7 +156,8 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
             return Secrets(munge_key=random.token_bytes(1024), dbd_password=random.token_urlsafe(32),
                            site=_site_files(cluster, path, create=False),
                            monitoring_password=random.token_urlsafe(32),
-                           remediation_key=new_ssh_key() if cluster.setting("remediation").enabled else b"")
+                           remediation_key=new_ssh_key() if cluster.setting("remediation").enabled else b"",
+                           tls=_cluster_tls(cluster, path, create=False))
         path.mkdir(parents=True, mode=0o700)
     os.chmod(path, 0o700)
     key_file, password_file, monitoring_file = path / MUNGE_KEY, path / DBD_PASSWORD, path / MONITORING_PASSWORD
@@ -188,7 +190,29 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
         if f.exists() and f.stat().st_mode & 0o077:
             os.chmod(f, 0o600)
     return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create),
-                   monitoring_password=monitoring, remediation_key=_remediation_key(cluster, path, create))
+                   monitoring_password=monitoring, remediation_key=_remediation_key(cluster, path, create),
+                   tls=_cluster_tls(cluster, path, create))
+
+
+def serves_tls(cluster: Cluster) -> bool:
+    """Whether kiln's monitoring listeners serve HTTPS with the cluster CA's certificates."""
+    return cluster.monitored and bool(cluster.setting("monitoring_tls"))
+
+
+def _cluster_tls(cluster: Cluster, path: Path, create: bool) -> tls.ClusterTls | None:
+    """The CA and every host's certificate (kiln/tls.py) where the monitoring listeners serve TLS."""
+    if not serves_tls(cluster):
+        return None
+    try:
+        return tls.cluster_tls(cluster.name, path, {h.name: [h.address] for h in cluster.hosts.values()},
+                               cluster.setting("tls_certificate_days"), cluster.setting("tls_renew_days"), create)
+    except tls.TlsError as e:
+        raise SecretsError(f"{e}; nothing was changed on any node") from None
+
+
+def ca_file(cluster: Cluster) -> Path | None:
+    """The CA certificate the operator's side trusts for the cluster's listeners (None: they speak plain HTTP)."""
+    return tls.ca_file(secrets_path(cluster)) if serves_tls(cluster) else None
 
 
 def new_ssh_key() -> bytes:

@@ -11,6 +11,10 @@ It runs only when the inventory has a ``monitoring`` group (``Host.monitored``).
   monitoring hosts, otherwise off), dcgm-exporter :9400. Each asks for HTTP basic auth (user ``kiln``,
   the password generated into the secrets directory as ``monitoring.password``); the web config holds
   its bcrypt hash, /etc/prometheus/kiln-password (0640 root:prometheus) the password Prometheus sends.
++ ``kiln_monitoring_tls`` (on): each listener serves HTTPS only (TLS 1.2 or later) with its host's certificate
+  of the cluster CA (kiln/tls.py: /etc/prometheus/kiln-tls.crt, its key 0640 root:prometheus, the CA in
+  kiln-ca.crt), and Prometheus' scrapes and alerts, kiln-job-summary, kiln-remediate and kiln's readers trust
+  that CA alone. kiln-tls.prom tells Prometheus when the certificate expires (KilnCertificateExpiresSoon).
 + node_exporter: the textfile collector reads ``kiln_check_textfile_dir`` (kiln.prom of the node checks,
   kiln-node.prom with the GPUs the node must have, kiln-slurm.prom of the Slurm collector), and the
   systemd collector reports the daemons kiln's alerts watch (slurmd, munge, ...).
@@ -43,7 +47,9 @@ from pathlib import Path
 from pyinfra.operations import server
 
 from kiln.inventory.model import CONTROLLER, MONITORING
+from kiln.monitoring.alerts import base_url
 from kiln.shell import quote
+from kiln.tls import expires
 from roles import health
 from roles import monitoring_config as conf
 from roles.secret_files import JOB_SUMMARY_PASSWORD
@@ -115,24 +121,44 @@ def configure(ctx: NodeContext) -> None:
     for directory in (textfiles, conf.CONF):
         ctx.watch_path(directory)
         managed_directory(name=f"monitoring: {directory}", ctx=ctx, path=directory, user="root", group="root", mode="755")
-    ctx.put(conf.WEB_CONFIG, conf.web_config(ctx.secrets.monitoring_password), mode="640", group="prometheus",
-                  name="monitoring: web config (basic auth of every listener)")
+    tls = cluster.setting("monitoring_tls")
+    if tls:
+        _certificate(ctx, textfiles)
+    web = ctx.put(conf.WEB_CONFIG, conf.web_config(ctx.secrets.monitoring_password, tls), mode="640",
+                  group="prometheus", name="monitoring: web config (basic auth and TLS of every listener)")
     ctx.put(f"{textfiles}/{conf.NODE_TEXTFILE}", conf.node_textfile(cluster, node), mode="644",
             name="monitoring: kiln-node.prom (what the node must have)")
     args = ctx.put(NODE_EXPORTER_DEFAULTS, conf.node_exporter_defaults(cluster, node), mode="644",
                    name="monitoring: node_exporter's command line")
-    _daemon(ctx, "prometheus-node-exporter", conf.NODE_EXPORTER_PORT, restart_on=[args], reload_on=[])
+    # a listener reads its web config's users and certificate anew on each request, but whether it speaks
+    # TLS only at its start: a changed web config (TLS turned on or off, a new password) restarts it
+    _daemon(ctx, "prometheus-node-exporter", conf.NODE_EXPORTER_PORT, restart_on=[args, web], reload_on=[])
     if node.in_group(CONTROLLER):
         _collector(ctx, textfiles)
         if job_summary(cluster):
             _job_summary(ctx)
     if node.gpu_count and cluster.versions.get("dcgm_exporter"):
-        _dcgm_exporter(ctx)
+        _dcgm_exporter(ctx, web)
     if _serves_monitoring(ctx):
-        _prometheus(ctx)
+        _prometheus(ctx, web)
 
 
-def _dcgm_exporter(ctx: NodeContext) -> None:
+def _certificate(ctx: NodeContext, textfiles: str) -> None:
+    """The cluster CA (what clients trust), this host's certificate and key for its listeners (the key the
+    prometheus group's, as the web config), and when the certificate expires (kiln-tls.prom). Written before
+    the web config that names them."""
+    if ctx.secrets.tls is None:
+        raise ValueError("kiln_monitoring_tls is on but the cluster's CA was not loaded (kiln/secrets.py)")
+    mine = ctx.secrets.tls.host(ctx.node.name)
+    ctx.put(conf.CA_FILE, ctx.secrets.tls.ca, mode="644", name="monitoring: the cluster CA's certificate")
+    ctx.put(conf.TLS_CERT, mine.cert, mode="644", name="monitoring: this host's certificate for its listeners")
+    ctx.put(conf.TLS_KEY, mine.key, mode="640", group="prometheus", secret=True,
+            name="monitoring: this host's key for its listeners")
+    ctx.put(f"{textfiles}/{conf.TLS_TEXTFILE}", conf.certificate_expiry_textfile(expires(mine.cert).timestamp()),
+            mode="644", name="monitoring: kiln-tls.prom (when the certificate expires)")
+
+
+def _dcgm_exporter(ctx: NodeContext, web) -> None:
     """NVIDIA's dcgm-exporter (the dcgm role installs and starts it) with kiln's counters, address and auth;
     restarted when either changed and it runs (it runs where the driver is loaded)."""
     ctx.watch_path("/etc/dcgm-exporter")
@@ -148,11 +174,11 @@ def _dcgm_exporter(ctx: NodeContext) -> None:
     server.shell(name="monitoring: reload systemd (if dcgm-exporter's drop-in changed)", commands=[DAEMON_RELOAD],
                  _if=when_changed(dropin))
     unit = ctx.watch_unit("nvidia-dcgm-exporter")
-    server.shell(name="monitoring: restart dcgm-exporter (if its counters or command line changed)",
-                 commands=[f"systemctl try-restart {quote(unit)}"], _if=when_changed(counters, dropin))
+    server.shell(name="monitoring: restart dcgm-exporter (if its counters, command line or web config changed)",
+                 commands=[f"systemctl try-restart {quote(unit)}"], _if=when_changed(counters, dropin, web))
 
 
-def _prometheus(ctx: NodeContext) -> None:
+def _prometheus(ctx: NodeContext, web) -> None:
     cluster, node = ctx.cluster, ctx.node
     ctx.put(conf.PASSWORD_FILE, ctx.secrets.monitoring_password + "\n", mode="640", group="prometheus", secret=True,
             name="monitoring: the password Prometheus sends")
@@ -168,12 +194,12 @@ def _prometheus(ctx: NodeContext) -> None:
                      check="promtool check config {}", name="monitoring: prometheus.yml (promtool check config)")
     args = ctx.put(PROMETHEUS_DEFAULTS, conf.prometheus_defaults(cluster, node), mode="644",
                    name="monitoring: Prometheus' command line")
-    _daemon(ctx, "prometheus", conf.PROMETHEUS_PORT, restart_on=[args], reload_on=[rules, config])
+    _daemon(ctx, "prometheus", conf.PROMETHEUS_PORT, restart_on=[args, web], reload_on=[rules, config])
     am_config = ctx.put(conf.ALERTMANAGER_YML, conf.alertmanager_yml(cluster), mode="640", group="prometheus",
                         check="amtool check-config {}", name="monitoring: alertmanager.yml (amtool check-config)")
     am_args = ctx.put(ALERTMANAGER_DEFAULTS, conf.alertmanager_defaults(cluster, node), mode="644",
                       name="monitoring: Alertmanager's command line")
-    _daemon(ctx, "prometheus-alertmanager", conf.ALERTMANAGER_PORT, restart_on=[am_args], reload_on=[am_config])
+    _daemon(ctx, "prometheus-alertmanager", conf.ALERTMANAGER_PORT, restart_on=[am_args, web], reload_on=[am_config])
 
 
 def _daemon(ctx: NodeContext, service: str, port: int, restart_on: list, reload_on: list) -> None:
@@ -198,9 +224,9 @@ def _job_summary(ctx: NodeContext) -> None:
     for directory, owner, mode in (("/var/lib/kiln", "root", "755"), ("/var/lib/kiln/jobs", "slurm", "750")):
         ctx.watch_path(directory)
         managed_directory(name=f"monitoring: {directory}", ctx=ctx, path=directory, user=owner, group=owner, mode=mode)
-    prometheus = conf.address(ctx.cluster.group(MONITORING)[0])
+    tls = {"ca_file": conf.CA_FILE} if ctx.cluster.setting("monitoring_tls") else {}
     ctx.put("/etc/slurm/kiln-job-summary.json", json.dumps(
-        {"prometheus": f"{'[' + prometheus + ']' if ':' in prometheus else prometheus}:{conf.PROMETHEUS_PORT}",
+        {"prometheus_url": base_url(ctx.cluster, conf.PROMETHEUS_PORT), **tls,
          "password_file": JOB_SUMMARY_PASSWORD, **conf.usage_settings(ctx.cluster)},
         sort_keys=True) + "\n", mode="644", name="monitoring: kiln-job-summary's Prometheus and prices")
     ctx.put(JOB_SUMMARY_PASSWORD, ctx.secrets.monitoring_password + "\n", mode="600", user="slurm",

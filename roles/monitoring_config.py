@@ -21,7 +21,7 @@ from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_
                              PROMETHEUS_PORT, alert_rules)
 from kiln.monitoring.metrics_contract import health_checked, scraped_gpus
 from kiln.usage import billing
-from roles.secret_files import PROMETHEUS_PASSWORD
+from roles.secret_files import MONITORING_TLS_KEY, PROMETHEUS_PASSWORD
 
 USER = "kiln"  # the HTTP basic-auth user of every monitoring listener
 CONF = "/etc/prometheus"
@@ -32,6 +32,10 @@ TARGETS = f"{CONF}/kiln-targets"
 PROMETHEUS_YML = f"{CONF}/prometheus.yml"
 ALERTMANAGER_YML = f"{CONF}/alertmanager.yml"
 NODE_TEXTFILE = "kiln-node.prom"
+TLS_TEXTFILE = "kiln-tls.prom"
+CA_FILE = f"{CONF}/kiln-ca.crt"  # the cluster CA's certificate: what every client of the listeners trusts
+TLS_CERT = f"{CONF}/kiln-tls.crt"  # this host's certificate for its listeners
+TLS_KEY = MONITORING_TLS_KEY
 # The units node_exporter's systemd collector reports: the daemons kiln's alerts watch.
 WATCHED_UNITS = ("slurmd|slurmctld|slurmdbd|munge|mariadb|nvidia-dcgm|nvidia-dcgm-exporter|nvidia-fabricmanager|"
                  "nvidia-persistenced|nfs-server|glusterd|chrony|prometheus|prometheus-alertmanager")
@@ -51,14 +55,34 @@ def address(host: Host) -> str:
     return host.address
 
 
-def web_config(password: str) -> str:
+def web_config(password: str, tls: bool) -> str:
     """The web config every kiln-run listener reads (node_exporter, Prometheus, Alertmanager,
-    dcgm-exporter): basic auth for user kiln. The bcrypt salt is derived from the password, so the
-    same password gives the same file and a second deploy changes nothing."""
+    dcgm-exporter): basic auth for user kiln and, with ``tls``, HTTPS only (TLS 1.2 or later) with the host's
+    certificate of the cluster CA. The bcrypt salt is derived from the password, so the same password gives
+    the same file and a second deploy changes nothing. The listeners read the certificate anew on each
+    connection (a renewed one needs no restart), but whether they speak TLS at all only at their start."""
     digest = hashlib.sha256(b"kiln-monitoring-salt:" + password.encode()).digest()[:16]  # bcrypt's 16 salt bytes
     salt_chars = base64.b64encode(digest).decode()[:22].translate(_BCRYPT_ALPHABET)
     hashed = bcrypt.hashpw(password.encode(), b"$2b$10$" + salt_chars.encode()).decode()
-    return _dump({"basic_auth_users": {USER: hashed}})
+    data: dict = {"basic_auth_users": {USER: hashed}}
+    if tls:
+        data = {"tls_server_config": {"cert_file": TLS_CERT, "key_file": TLS_KEY, "min_version": "TLS12"}, **data}
+    return _dump(data)
+
+
+def scheme(cluster: Cluster) -> str:
+    """How every client reaches the listeners: https where they serve TLS (kiln_monitoring_tls)."""
+    return "https" if cluster.setting("monitoring_tls") else "http"
+
+
+def certificate_expiry_textfile(expires: float) -> str:
+    """kiln-tls.prom: when this host's listeners' certificate expires (KilnCertificateExpiresSoon); written
+    with the certificate, so it is always that file's."""
+    out = Exposition()
+    out.add("kiln_tls_certificate_expiry_timestamp_seconds", "gauge", "When the TLS certificate of this host's "
+            "monitoring listeners (of the cluster's CA) expires, in seconds since the epoch.", int(expires),
+            {"file": TLS_CERT})
+    return out.text()
 
 
 def targets(cluster: Cluster) -> dict[str, list[dict]]:
@@ -114,24 +138,29 @@ def dcgm_exporter_dropin(host: Host) -> str:
             f"--web-config-file {WEB_CONFIG} --xid-count-window-size 300000\n")
 
 
-def _auth() -> dict:
-    return {"username": USER, "password_file": PASSWORD_FILE}
+def _auth(cluster: Cluster) -> dict:
+    """How Prometheus reaches a listener: basic auth and, where they serve TLS, HTTPS trusting the cluster CA
+    alone (the target's address is checked against its certificate)."""
+    auth: dict = {"basic_auth": {"username": USER, "password_file": PASSWORD_FILE}}
+    if cluster.setting("monitoring_tls"):
+        auth |= {"scheme": "https", "tls_config": {"ca_file": CA_FILE, "min_version": "TLS12"}}
+    return auth
 
 
 def prometheus_yml(cluster: Cluster) -> str:
     interval = f"{cluster.setting('monitoring_scrape_seconds')}s"
     monitors = cluster.group(MONITORING)
-    jobs = [{"job_name": job, "basic_auth": _auth(), "file_sd_configs": [{"files": [f"{TARGETS}/{job}.json"]}]}
+    jobs = [{"job_name": job, **_auth(cluster), "file_sd_configs": [{"files": [f"{TARGETS}/{job}.json"]}]}
             for job in ("node", "dcgm")]
     for job, port in (("prometheus", PROMETHEUS_PORT), ("alertmanager", ALERTMANAGER_PORT)):
-        jobs.append({"job_name": job, "basic_auth": _auth(), "static_configs": [
+        jobs.append({"job_name": job, **_auth(cluster), "static_configs": [
             {"targets": [f"{_bracket(address(h))}:{port}"], "labels": {"node": h.name}} for h in monitors]})
     return _dump({
         "global": {"scrape_interval": interval, "evaluation_interval": interval,
                    "scrape_timeout": f"{min(10, cluster.setting('monitoring_scrape_seconds'))}s",
                    "external_labels": {"cluster": cluster.name}},
         "rule_files": [RULES],
-        "alerting": {"alertmanagers": [{"basic_auth": _auth(), "static_configs": [
+        "alerting": {"alertmanagers": [{**_auth(cluster), "static_configs": [
             {"targets": [f"{_bracket(address(h))}:{ALERTMANAGER_PORT}" for h in monitors]}]}]},
         "scrape_configs": jobs,
     })

@@ -32,6 +32,7 @@ from pyinfra.operations import server
 from kiln.known_hosts import known_hosts_lines
 from kiln.monitoring import ALERTMANAGER_PORT
 from kiln.monitoring.alerts import base_url
+from roles.monitoring_config import CA_FILE
 from kiln.monitoring.silences import Silences
 from kiln.secrets import BMC_PASSWORD as BMC_PASSWORD_SECRET
 from kiln.secrets import public_ssh_key
@@ -99,7 +100,8 @@ def config(ctx: NodeContext) -> dict:
                       for h in ctx.cluster.compute},
             **({"bmc_password_file": BMC_PASSWORD} if _bmc_hosts(ctx) else {}),
             **({"alertmanager": {"url": base_url(ctx.cluster, ALERTMANAGER_PORT), "password_file": ALERTMANAGER_PASSWORD,
-                                 "grace_seconds": Silences.grace(ctx.cluster)}}
+                                 "grace_seconds": Silences.grace(ctx.cluster),
+                                 **({"ca_file": CA_FILE} if ctx.cluster.setting("monitoring_tls") else {})}}
                if ctx.cluster.monitored else {})}
 
 

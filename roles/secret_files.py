@@ -10,6 +10,7 @@ from kiln.secrets import ceph_keyring
 MUNGE_KEY = "/etc/munge/munge.key"
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"  # the database password
 PROMETHEUS_PASSWORD = "/etc/prometheus/kiln-password"  # what Prometheus sends to the listeners it scrapes
+MONITORING_TLS_KEY = "/etc/prometheus/kiln-tls.key"  # the key of the host's certificate for its listeners
 JOB_SUMMARY_PASSWORD = "/etc/slurm/kiln-prometheus.password"  # what kiln-job-summary sends to Prometheus
 REMEDIATION_KEY = "/etc/kiln/remediation/id_ed25519"  # kiln-remediate's SSH key to compute nodes
 REMEDIATION_ALERTMANAGER_PASSWORD = "/etc/kiln/remediation/alertmanager.password"
@@ -19,7 +20,7 @@ BEEGFS_CONNAUTH_FILE = "/etc/beegfs/connauthfile"
 
 def secret_files(cluster: Cluster) -> list[str]:
     """The paths, whichever hosts hold them (the suite reads those a host has)."""
-    paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
+    paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, MONITORING_TLS_KEY, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
              REMEDIATION_ALERTMANAGER_PASSWORD, REMEDIATION_BMC_PASSWORD, BEEGFS_CONNAUTH_FILE]
     ceph = cluster.setting("ceph")
     if ceph:

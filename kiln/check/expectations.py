@@ -14,13 +14,14 @@ from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
 from kiln.inventory.model import MONITORING, Cluster, Host
-from kiln.monitoring import ALERTMANAGER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT
+from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS, rules
-from kiln.monitoring.metrics_contract import needed
+from kiln.monitoring.metrics_contract import needed, scraped_gpus
 from kiln.shell import command
 from kiln.versions import upstream
 from roles.firewall_rules import probes
 from roles.login_access import admitted_teams
+from roles.monitoring_config import CA_FILE, scheme
 from roles.secret_files import secret_files
 
 
@@ -41,8 +42,21 @@ def _monitoring(cluster: Cluster, host: Host) -> dict:
         return {}
     address = _url_host(host)
     rendered = rules(cluster.setting("alert_thresholds"), cluster.setting("monitoring_scrape_seconds"))
-    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "rules": len(rendered["groups"][0]["rules"]),
+    return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "url": f"{scheme(cluster)}://{address}:{PROMETHEUS_PORT}",
+            "ca_file": CA_FILE if cluster.setting("monitoring_tls") else "", "rules": len(rendered["groups"][0]["rules"]),
             "scrape_seconds": cluster.setting("monitoring_scrape_seconds"), "series": needed(cluster, ALERTS)}
+
+
+def _monitoring_tls(cluster: Cluster, host: Host) -> dict:
+    """The listeners kiln runs on ``host`` and the CA they must show, where they serve TLS; {} elsewhere."""
+    if not host.monitored or not cluster.setting("monitoring_tls"):
+        return {}
+    listeners = [["node_exporter", host.address, NODE_EXPORTER_PORT]]
+    if scraped_gpus(cluster, host):
+        listeners.append(["dcgm-exporter", host.address, DCGM_EXPORTER_PORT])
+    if host.in_group(MONITORING):
+        listeners += [["prometheus", host.address, PROMETHEUS_PORT], ["alertmanager", host.address, ALERTMANAGER_PORT]]
+    return {"ca_file": CA_FILE, "listeners": listeners}
 
 
 def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
@@ -50,7 +64,7 @@ def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
     node_exporter, each monitoring host's Prometheus and Alertmanager (each behind basic auth)."""
     if not host.monitored:
         return []
-    url = lambda h, port, path: f"http://{_url_host(h)}:{port}{path}"  # noqa: E731
+    url = lambda h, port, path: f"{scheme(cluster)}://{_url_host(h)}:{port}{path}"  # noqa: E731
     return [url(host, NODE_EXPORTER_PORT, "/metrics")] + [
         u for m in cluster.group(MONITORING) for u in (url(m, PROMETHEUS_PORT, "/api/v1/query?query=up"),
                                                        url(m, ALERTMANAGER_PORT, "/api/v2/alerts"))]
@@ -63,7 +77,9 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
     if not probes or host.name not in {h.name for h in cluster.user_logins}:
         return {}
     mounts = [m for m in host.storage_mounts if m.team_directories]
-    return {"monitoring_endpoints": _monitoring_endpoints(cluster, host),"probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
+    return {"monitoring_endpoints": _monitoring_endpoints(cluster, host),
+            "monitoring_ca_file": CA_FILE if host.monitored and cluster.setting("monitoring_tls") else "",
+            "probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
             "secrets": secret_files(cluster), "address": host.address,
             "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
             "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."]}
@@ -107,6 +123,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute,
                   "job_tmp": job_tmp.base_path if (job_tmp := cluster.setting("slurm_job_tmp")) else ""},
         "monitoring": _monitoring(cluster, host),
+        "monitoring_tls": _monitoring_tls(cluster, host),
         "isolation": _isolation(cluster, host),
         "zones": {"probes": probes(cluster, host)} if cluster.setting("firewall").enabled else {},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),

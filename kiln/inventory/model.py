@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.inventory.schema import Fabric, Partition, StorageMount, Team
+from kiln.tls import ClusterTls
 
 CONTROLLER = "slurm_controller"
 DBD = "slurm_dbd"
@@ -186,6 +187,8 @@ class Secrets:
     monitoring_password: str = ""
     # kiln-remediate's SSH key (OpenSSH private key), only where remediation is enabled
     remediation_key: bytes = b""
+    # the cluster's CA and each host's certificate (kiln/tls.py), where the monitoring listeners serve TLS
+    tls: ClusterTls | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return "Secrets(<masked>)"

@@ -63,6 +63,9 @@ class AlertThresholds(Strict):
     disk_free_percent: int = Field(10, ge=1, le=99, description="a local filesystem with less free space than "
                                    "this share: KilnDiskAlmostFull")
     disk_free_seconds: int = Field(300, ge=0, le=86400, description="... for this long")
+    certificate_days: int = Field(14, ge=1, le=365, description="a listener's TLS certificate of the cluster's CA "
+                                  "expiring within this many days (kiln deploy renews it earlier): "
+                                  "KilnCertificateExpiresSoon")
 
 
 class Alerting(Strict):

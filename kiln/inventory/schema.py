@@ -329,6 +329,15 @@ SETTINGS: dict[str, Setting] = {
         _s("monitoring_alerting", Alerting, Alerting(), "cluster", "Alertmanager's grouping and repeat times (see Alerting)"),
         _s("alert_thresholds", AlertThresholds, AlertThresholds(), "cluster",
            "the thresholds of kiln's alert rules (see AlertThresholds)"),
+        _s("monitoring_tls", bool, True, "cluster",
+           "every monitoring listener (node_exporter, Prometheus, Alertmanager, dcgm-exporter) serves HTTPS only, "
+           "with a certificate of the cluster's CA (kept with kiln's secrets, kiln/tls.py), and every client kiln "
+           "configures trusts that CA alone; off: plain HTTP (basic auth crosses the network readable)"),
+        _s("tls_certificate_days", Annotated[int, Field(ge=7, le=825)], 365, "cluster",
+           "how long each host's certificate of the cluster's CA is valid"),
+        _s("tls_renew_days", Annotated[int, Field(ge=1, le=365)], 30, "cluster",
+           "kiln deploy makes a host's certificate anew when it expires within this many days (less than "
+           "kiln_tls_certificate_days)"),
         _s("monitoring_dcgm_exporter_external", bool, False, "cluster",
            "GPU nodes run a dcgm-exporter on port 9400 that kiln does not install (a site's container, the "
            "testbed's stand-in): scrape it as if the dcgm_exporter pin were set"),

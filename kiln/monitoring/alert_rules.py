@@ -138,6 +138,12 @@ ALERTS: tuple[Alert, ...] = (
           "disk_free_seconds", "warning", "", "{{ $labels.mountpoint }} on {{ $labels.node }} has "
           "{{ $value | humanize }}% free", "free space there (Slurm's spool and logs, /tmp, container images) "
           "before jobs and daemons fail to write"),
+    Alert("KilnCertificateExpiresSoon",
+          "kiln_tls_certificate_expiry_timestamp_seconds - time() < $certificate_days * 86400", "0s", "warning",
+          "MONITORING_TLS", "the TLS certificate of {{ $labels.node }}'s monitoring listeners expires in "
+          "{{ $value | humanizeDuration }}",
+          "run kiln deploy: it makes certificates anew kiln_tls_renew_days ahead; once one expires, scrapes of that "
+          "node fail"),
     Alert("KilnSlurmctldDown", 'kiln_slurm_up{daemon="slurmctld"} == 0', "slurm_daemon_seconds", "critical", "",
           "slurmctld does not answer (scontrol ping on {{ $labels.node }})",
           "systemctl status slurmctld on the controller; its log in /var/log/slurm"),

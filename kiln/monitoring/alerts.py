@@ -1,7 +1,7 @@
 """What Alertmanager holds: the firing alerts, folded by alert into host lists (``kiln alerts``), and a
 query of Prometheus for tests and the README's demo.
 
-Both are read over HTTP from the operator's machine at the first monitoring host's cluster address, with
+Both are read over HTTPS (trusting the cluster CA alone) from the operator's machine at the first monitoring host's cluster address, with
 the basic auth of user ``kiln`` and the password in the secrets directory (``monitoring.password``): the
 same path a browser takes (``kiln testbed ssh kiln01 -L 9093:ADDRESS:9093`` where the cluster network
 is not reachable directly).
@@ -18,6 +18,7 @@ from kiln.hostlist import HostListError, fold
 from kiln.inventory.model import MONITORING, Cluster
 from kiln.monitoring import ALERTMANAGER_PORT, PROMETHEUS_PORT
 from kiln.monitoring.alert_rules import ALERTS
+from kiln.secrets import ca_file
 
 RUNBOOKS = {a.name: a.runbook for a in ALERTS}
 
@@ -31,12 +32,19 @@ def _base(cluster: Cluster, port: int) -> str:
     if not hosts:
         raise MonitoringError("the inventory has no monitoring group: kiln deploys no Prometheus or Alertmanager here")
     address = hosts[0].address
-    return f"http://{'[' + address + ']' if ':' in address else address}:{port}"
+    scheme = "https" if cluster.setting("monitoring_tls") else "http"
+    return f"{scheme}://{'[' + address + ']' if ':' in address else address}:{port}"
 
 
 def base_url(cluster: Cluster, port: int) -> str:
-    """``http://ADDRESS:PORT`` of the first monitoring host."""
+    """``https://ADDRESS:PORT`` of the first monitoring host (http where kiln_monitoring_tls is off)."""
     return _base(cluster, port)
+
+
+def trusted_ca(cluster: Cluster) -> str | None:
+    """The CA file the operator's side trusts the listeners by (the cluster CA's, in the secrets directory)."""
+    found = ca_file(cluster)
+    return str(found) if found else None
 
 
 def get(cluster: Cluster, password: str, port: int, path: str, timeout: float = 10.0, method: str = "GET",
@@ -44,7 +52,7 @@ def get(cluster: Cluster, password: str, port: int, path: str, timeout: float = 
     """The JSON at ``path`` of the first monitoring host's Prometheus or Alertmanager (``method`` and a
     JSON ``body`` for the API's writes; an empty answer is None)."""
     try:
-        return request(_base(cluster, port) + path, password, method, body, timeout)
+        return request(_base(cluster, port) + path, password, method, body, timeout, ca_file=trusted_ca(cluster))
     except AlertmanagerError as e:
         raise MonitoringError(str(e)) from None
 

@@ -72,6 +72,8 @@ CONTRACT: tuple[Series, ...] = (
     Series("kiln_node_gpus_expected", "node", KILN_NODE),
     Series("kiln_node_health_check_expected", "node", KILN_NODE),
     Series("kiln_node_time_sync_expected", "node", KILN_NODE),
+    Series("kiln_tls_certificate_expiry_timestamp_seconds", "optional",
+           "kiln-tls.prom in node_exporter's textfile directory (where kiln_monitoring_tls is on)"),
     Series("kiln_node_fabric_hca_expected", "optional", KILN_NODE + " (where the inventory lists HCAs)"),
     Series("kiln_node_fabric_rate_gbps_expected", "optional", KILN_NODE + " (where the inventory gives a rate)"),
     Series("kiln_slurm_up", "cluster", "kiln's Slurm collector (kiln-slurm-metrics.timer on the controller)"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from checks.alertmanager import NODE_LABELS, AlertmanagerError, expire_silences, make_silences
 from kiln.inventory.model import MONITORING, Cluster
 from kiln.monitoring import ALERTMANAGER_PORT
-from kiln.monitoring.alerts import MonitoringError, alert_list, base_url, get
+from kiln.monitoring.alerts import MonitoringError, alert_list, base_url, get, trusted_ca
 
 CREATED_BY = "kiln"
 
@@ -54,7 +54,7 @@ class Silences:
             return []
         try:
             return make_silences(base_url(self.cluster, self.port), self.password or "", nodes, starts, ends,
-                                 comment, self.program, self.timeout)
+                                 comment, self.program, self.timeout, ca_file=trusted_ca(self.cluster))
         except AlertmanagerError as e:
             raise MonitoringError(str(e)) from None
 
@@ -63,7 +63,8 @@ class Silences:
         if not self.enabled:
             return []
         try:
-            return expire_silences(base_url(self.cluster, self.port), self.password or "", ids, self.timeout, after)
+            return expire_silences(base_url(self.cluster, self.port), self.password or "", ids, self.timeout, after,
+                                   ca_file=trusted_ca(self.cluster))
         except AlertmanagerError as e:
             raise MonitoringError(str(e)) from None
 

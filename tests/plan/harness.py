@@ -13,13 +13,23 @@ from pyinfra.api.host import Host as PyinfraHost
 
 from kiln.deploy import plan
 from kiln.inventory.model import Cluster, Secrets
+from kiln.tls import ClusterTls, HostCertificate, new_ca, new_host_certificate
 from roles.context import NodeContext
 from roles.platform import PLATFORMS
 from roles.snapshot import FileState, NodeSnapshot
 
+class _EveryHost(dict):
+    """One certificate for whichever host a plan asks about (plans show paths, not contents)."""
+
+    def __missing__(self, name: str) -> HostCertificate:
+        return self["*"]
+
+
+_CA = new_ca("plan")
 SECRETS = Secrets(munge_key=b"k" * 1024, dbd_password="plan-test-password",
                   site={"beegfs-connauth": b"plan-test-connauth\n",
-                        "ceph.client.hpc.keyring": b"[client.hpc]\n\tkey = plan-test-key\n"})
+                        "ceph.client.hpc.keyring": b"[client.hpc]\n\tkey = plan-test-key\n"},
+                  tls=ClusterTls(_CA[0], _EveryHost({"*": new_host_certificate(*_CA, "plan", ["10.0.0.1"], 365)})))
 
 
 def _no_connection_facts(self, cls, *args, **kwargs):

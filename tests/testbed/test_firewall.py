@@ -33,11 +33,12 @@ def _opens(tb, node: str, address: str, port: int) -> bool:
 
 
 PROMETHEUS_TARGETS = """python3 -c '
-import base64, json, urllib.request
+import base64, json, ssl, urllib.request
 password = open("/etc/prometheus/kiln-password").read().strip()
-request = urllib.request.Request("http://{address}:9090/api/v1/targets")
+request = urllib.request.Request("https://{address}:9090/api/v1/targets")
 request.add_header("Authorization", "Basic " + base64.b64encode(("kiln:" + password).encode()).decode())
-targets = json.load(urllib.request.urlopen(request, timeout=10))["data"]["activeTargets"]
+context = ssl.create_default_context(cafile="/etc/prometheus/kiln-ca.crt")
+targets = json.load(urllib.request.urlopen(request, timeout=10, context=context))["data"]["activeTargets"]
 print(sum(t["health"] == "up" for t in targets), len(targets))'"""
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import pytest
 
+import base64
 import json
+import shutil
+import subprocess
 import time
 
 from kiln.inventory import load_cluster
@@ -60,8 +63,9 @@ def test_prometheus_scrapes_every_node_after_deploy(slurm):
     listening = ok(tb, tb.controller, "ss -Hltn | awk '{print $4}'").split()
     for port in ("9090", "9093", "9100"):
         assert [a for a in listening if a.endswith(":" + port)] == [f"{cluster.hosts[tb.controller].address}:{port}"], listening
-    assert ok(tb, tb.controller, "python3 -c \"import urllib.request,sys\ntry:\n urllib.request.urlopen("
-              f"'http://{cluster.hosts[tb.controller].address}:9090/api/v1/targets')\nexcept Exception as e: print(e)\"").strip() \
+    assert ok(tb, tb.controller, "python3 -c \"import ssl,urllib.request,sys\ntry:\n urllib.request.urlopen("
+              f"'https://{cluster.hosts[tb.controller].address}:9090/api/v1/targets', context=ssl.create_default_context("
+              "cafile='/etc/prometheus/kiln-ca.crt'))\nexcept Exception as e: print(e)\"").strip() \
         == "HTTP Error 401: Unauthorized"
     out = kiln("check", "-i", str(tb.inventory), "--suite", "monitoring", "--json", "-")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -111,6 +115,57 @@ def test_each_fault_fires_its_alert_and_resolves_when_cleared(slurm):
     wait_for(lambda: not {a for a in _alerts_on(tb) if a[1] in (xid_node, ecc_node, slurmd_node, power_node)
                           and a[0] != "KilnNodeChecksStale"}, timeout=120, interval=2,
              what="no alert left firing on those nodes")
+
+
+# Metric names every scrape of a compute node carries (node_exporter's, the dcgm-exporter stand-in's, kiln's)
+METRIC_NAMES = (b"node_cpu_seconds_total", b"node_filesystem_avail_bytes", b"DCGM_FI_DEV_GPU_TEMP", b"kiln_check_ok",
+                b"kiln_node_gpus_expected")
+
+
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="needs tcpdump for the capture on the testbed's bridge "
+                    "(apt-get install tcpdump; .ci/run installs it)")
+@pytest.mark.proves("monitoring", "kiln check", tier="nspawn")
+def test_every_listener_serves_only_tls_of_the_cluster_ca_and_a_capture_of_the_scrapes_holds_no_metric_or_password(
+        slurm, tmp_path):
+    tb = slurm
+    cluster, password = _reader(tb)
+    # every host's listeners: plain HTTP refused, TLS with a certificate the cluster CA signed for its address
+    out = kiln("check", "-i", str(tb.inventory), "--suite", "monitoring", "--json", "-")
+    nodes = json.loads(out.stdout)["nodes"]
+    tls = {n: [c for c in v["checks"] if c["id"] == "MONITORING_TLS"] for n, v in nodes.items()}
+    assert set(tls) == {tb.controller, *tb.computes} and all(len(v) == 1 and v[0]["severity"] == "ok" for v in tls.values()), tls
+    print("MONITORING_TLS: " + "; ".join(f"{n}: {v[0]['message']}" for n, v in sorted(tls.items())))
+    ctl_address = cluster.hosts[tb.controller].address
+    node = tb.computes[0]
+    address = cluster.hosts[node].address
+    # what a plain client gets from a compute node's node_exporter, asked across the bridge
+    plain = ok(tb, tb.controller, f"python3 -c \"import socket; s=socket.create_connection(('{address}', 9100), 5); "
+               "s.sendall(b'GET /metrics?kiln-plain-marker HTTP/1.0\\r\\n\\r\\n'); print(s.recv(200).decode())\"")
+    assert plain.startswith("HTTP/1.0 400 Bad Request") and "HTTPS server" in plain, plain
+    capture = tmp_path / "scrapes.pcap"
+    dump = subprocess.Popen(["tcpdump", "-i", tb.bridge, "-U", "-s", "0", "-w", str(capture),
+                             f"tcp and host {ctl_address} and (port 9100 or port 9400)"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)  # tcpdump listening
+        # the control: a plain request across the bridge is in the capture, as any clear text would be
+        on(tb, tb.controller, f"python3 -c \"import socket; s=socket.create_connection(('{address}', 9100), 5); "
+           "s.sendall(b'GET /metrics?kiln-plain-marker HTTP/1.0\\r\\n\\r\\n'); s.recv(200)\"")
+        time.sleep(3 * int(cluster.setting("monitoring_scrape_seconds")))  # three scrapes of every compute node
+    finally:
+        dump.terminate()
+        dump.wait(timeout=30)
+    data = capture.read_bytes()
+    scraped = {r["metric"]["node"] for r in query(cluster, password, 'up{job=~"node|dcgm"} == 1')}
+    assert set(tb.computes) <= scraped, scraped
+    assert b"kiln-plain-marker" in data, "the capture saw no clear text at all: it proves nothing"
+    assert len(data) > 20000, f"only {len(data)} bytes captured: the scrapes did not cross the bridge"
+    assert data.count(b"\x16\x03\x01") + data.count(b"\x16\x03\x03") > 0, "no TLS handshake in the capture"
+    secrets = [password.encode(), base64.b64encode(f"kiln:{password}".encode())]
+    found = [name.decode() for name in METRIC_NAMES if name in data] + ["the password" for s in secrets if s in data]
+    assert not found, f"the capture of the scrapes holds {found}"
+    print(f"capture on {tb.bridge}: {len(data)} bytes over {3 * int(cluster.setting('monitoring_scrape_seconds'))} s, "
+          f"{len(tb.computes)} compute nodes scraped; no metric name, no password; the plain control request seen")
 
 
 def test_the_monitoring_suite_fails_on_a_target_down(slurm):

@@ -66,7 +66,7 @@ class Cluster:
             return Result(0, "".join(f"{p}\n" for p in self.readable))
         if "urllib.request" in command and as_probe:
             urls = EXPECT["isolation"]["monitoring_endpoints"]
-            assert command.endswith(" " + " ".join(shlex.quote(u) for u in urls)), command
+            assert command.endswith(" '' " + " ".join(shlex.quote(u) for u in urls)), command
             return Result(0, "".join(f"{c} {u}\n" for c, u in zip(self.http, urls) if c))
         if "sudo -n true" in command and as_probe:
             return Result(self.sudo[0], self.sudo[1])
@@ -313,7 +313,13 @@ def test_the_http_probe_script_reads_real_answers():
     closed.server_close()
     try:
         urls = [f"http://127.0.0.1:{port}/locked", f"http://127.0.0.1:{port}/open", f"http://127.0.0.1:{closed_port}/x"]
-        out = subprocess.run(["python3", "-c", _HTTP, *urls], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(["python3", "-c", _HTTP, "", *urls], capture_output=True, text=True, timeout=60)
     finally:
         server.shutdown()
     assert out.stdout.splitlines() == [f"401 {urls[0]}", f"200 {urls[1]}", f"unreachable {urls[2]}"], out
+
+
+def test_a_listener_showing_a_certificate_the_cluster_ca_did_not_sign_fails_the_monitoring_probe():
+    found = verdicts(Cluster(http=("untrusted", "401")))
+    status, message = found["ISOLATION_MONITORING"]
+    assert status == "fail" and "the cluster CA did not sign" in message, found

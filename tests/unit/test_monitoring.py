@@ -159,11 +159,21 @@ def test_every_listener_is_on_the_cluster_address_with_basic_auth(tmp_path):
     assert '--cluster.listen-address="' in conf.alertmanager_defaults(cluster, ctl)  # no gossip port for one alone
     prom = yaml.safe_load(conf.prometheus_yml(cluster))
     assert all(j["basic_auth"] == {"username": "kiln", "password_file": conf.PASSWORD_FILE} for j in prom["scrape_configs"])
-    web = yaml.safe_load(conf.web_config("s3cret-pass"))
-    import bcrypt
-    assert bcrypt.checkpw(b"s3cret-pass", web["basic_auth_users"]["kiln"].encode())
-    assert conf.web_config("s3cret-pass") == conf.web_config("s3cret-pass")  # a second deploy changes nothing
-    assert "s3cret-pass" not in conf.web_config("s3cret-pass")
+    # HTTPS by default, trusting the cluster CA alone, for every scrape and for the alerts Prometheus sends
+    assert all(j["scheme"] == "https" and j["tls_config"] == {"ca_file": conf.CA_FILE, "min_version": "TLS12"}
+               for j in prom["scrape_configs"] + prom["alerting"]["alertmanagers"])
+    for tls in (True, False):
+        web = yaml.safe_load(conf.web_config("s3cret-pass", tls))
+        import bcrypt
+        assert bcrypt.checkpw(b"s3cret-pass", web["basic_auth_users"]["kiln"].encode())
+        assert conf.web_config("s3cret-pass", tls) == conf.web_config("s3cret-pass", tls)  # a second deploy changes nothing
+        assert "s3cret-pass" not in conf.web_config("s3cret-pass", tls)
+        assert ("tls_server_config" in web) is tls
+    assert yaml.safe_load(conf.web_config("p", True))["tls_server_config"] == {
+        "cert_file": conf.TLS_CERT, "key_file": conf.TLS_KEY, "min_version": "TLS12"}
+    plain = _cluster(tmp_path / "plain", extra="kiln_monitoring_tls: false\n")
+    prom = yaml.safe_load(conf.prometheus_yml(plain))
+    assert not any("scheme" in j or "tls_config" in j for j in prom["scrape_configs"] + prom["alerting"]["alertmanagers"])
 
 
 def test_the_monitoring_password_is_generated_and_masked(tmp_path):
@@ -337,8 +347,9 @@ def served_metrics() -> set[str]:
     assert all(name in (REPO / "checks" / "node_local.py").read_text() for name in kiln_prom), node_local
     from checks.remediation_metrics import metrics as remediation_metrics  # kiln-remediation.prom
     remediation = set(re.findall(r"^(kiln_[a-z_]+)", remediation_metrics([], 0), re.M))
+    tls = set(re.findall(r"^(kiln_[a-z_]+)", conf.certificate_expiry_textfile(1e9), re.M))  # kiln-tls.prom
     return (node_exporter | NODE_EXPORTER_INFINIBAND | dcgm | PROMETHEUS_OWN | kiln_prom
-            | set(re.findall(r"^(kiln_[a-z_]+)", collector, re.M)) | node_files | remediation)
+            | set(re.findall(r"^(kiln_[a-z_]+)", collector, re.M)) | node_files | remediation | tls)
 
 
 def test_metric_names_are_read_from_promql():
@@ -498,14 +509,15 @@ def test_a_target_not_scraped_yet_is_waited_for_not_called_down(tmp_path):
     password = tmp_path / "pw"
     password.write_text("s3cret\n")
     try:
-        command = monitoring.ask_targets(f"127.0.0.1:{server.server_port}", 10).replace(monitoring.PASSWORD, str(password))
+        mon = {"prometheus": f"127.0.0.1:{server.server_port}", "url": f"http://127.0.0.1:{server.server_port}"}
+        command = monitoring.ask_targets(mon, 10).replace(monitoring.PASSWORD, str(password))
         out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         assert len(asked) == 3 and asked[0] == "Basic " + __import__("base64").b64encode(b"kiln:s3cret").decode()
         assert monitoring.targets_down(json.loads(out.stdout)) == []
         # never scraped within the bound: it is reported, with what Prometheus says of it
         answers[:] = [json.dumps(fresh)]
-        command = monitoring.ask_targets(f"127.0.0.1:{server.server_port}", 3).replace(monitoring.PASSWORD, str(password))
+        command = monitoring.ask_targets(mon, 3).replace(monitoring.PASSWORD, str(password))
         out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
         expect = {"monitoring": {"prometheus": "x", "rules": 0}}
         found = {v.id: v for v in monitoring.run(

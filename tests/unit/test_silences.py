@@ -50,7 +50,7 @@ def alertmanager(tmp_path_factory):
 
 def _cluster():
     host = SimpleNamespace(address="127.0.0.1", name="mon01")
-    return SimpleNamespace(group=lambda name: [host])
+    return SimpleNamespace(group=lambda name: [host], monitored=True, setting=lambda name: False)  # plain HTTP
 
 
 def _post_alerts(am, labels: list[dict]) -> None:
