@@ -174,9 +174,15 @@ def test_the_monitoring_suite_fails_on_a_target_down(slurm):
     try:
         def failing():
             out = kiln("check", "-i", str(tb.inventory), "--suite", "monitoring", "--json", "-")
-            return out if out.returncode != 0 and "MONITORING_TARGETS" in out.stdout and node in out.stdout else None
-        out = wait_for(failing, timeout=60, interval=3, what="MONITORING_TARGETS to fail")
-        assert "connection refused" in out.stdout
+            verdicts = {(n, c["id"]): c for n, v in json.loads(out.stdout)["nodes"].items() for c in v["checks"]}
+            targets = verdicts.get((tb.controller, "MONITORING_TARGETS"), {})
+            return verdicts if out.returncode != 0 and targets.get("severity") == "fail" and node in targets["message"] \
+                else None
+        verdicts = wait_for(failing, timeout=60, interval=3, what="MONITORING_TARGETS to fail")
+        assert "connection refused" in verdicts[(tb.controller, "MONITORING_TARGETS")]["message"]
+        # the node's own listener check says the same of it, and of no other node
+        failed = {n for (n, check), v in verdicts.items() if check == "MONITORING_TLS" and v["severity"] == "fail"}
+        assert failed == {node} and "does not answer" in verdicts[(node, "MONITORING_TLS")]["message"], verdicts
     finally:
         ok(tb, node, "systemctl start prometheus-node-exporter")
 
