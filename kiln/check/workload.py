@@ -32,7 +32,10 @@ def probe_command(settings: WorkloadCheck, mode: str, *extra: object) -> str:
     """The probe in ``mode`` ("step", or "allreduce" with its rank's arguments) as one shell command, its
     source on standard input, ended after the setting's timeout."""
     source = PROBE.read_text()
-    assert f"\n{HEREDOC}\n" not in source
+    if not source.endswith("\n"):
+        source += "\n"  # the here-document's end must stand on a line of its own
+    if f"\n{HEREDOC}\n" in f"\n{source}":
+        raise RuntimeError(f"{PROBE} holds a line {HEREDOC}, which would end its here-document early: rename one")
     env = ("env", f"PYTHONPATH={settings.pythonpath}") if settings.pythonpath else ()
     words = command(*env, "timeout", settings.timeout_seconds, settings.python, "-", mode,
                     "--steps", settings.steps, "--hidden", settings.hidden, "--batch", settings.batch,

@@ -18,18 +18,18 @@ from roles.context import NodeContext
 from roles.platform import PLATFORMS
 from roles.snapshot import FileState, NodeSnapshot
 
-class _EveryHost(dict):
+class EveryHost(dict):
     """One certificate for whichever host a plan asks about (plans show paths, not contents)."""
 
     def __missing__(self, name: str) -> HostCertificate:
         return self["*"]
 
 
-_CA = new_ca("plan")
+PLAN_CA = new_ca("plan")
 SECRETS = Secrets(munge_key=b"k" * 1024, dbd_password="plan-test-password",
                   site={"beegfs-connauth": b"plan-test-connauth\n",
                         "ceph.client.hpc.keyring": b"[client.hpc]\n\tkey = plan-test-key\n"},
-                  tls=ClusterTls(_CA[0], _EveryHost({"*": new_host_certificate(*_CA, "plan", ["10.0.0.1"], 365)})))
+                  tls=ClusterTls(PLAN_CA[0], EveryHost({"*": new_host_certificate(*PLAN_CA, "plan", ["10.0.0.1"], 365)})))
 
 
 def _no_connection_facts(self, cls, *args, **kwargs):
@@ -39,11 +39,11 @@ def _no_connection_facts(self, cls, *args, **kwargs):
 
 
 def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monkeypatch,
-              in_container: bool = False, with_context: bool = False):
+              in_container: bool = False, with_context: bool = False, secrets: Secrets = SECRETS):
     monkeypatch.setattr(PyinfraHost, "get_fact", _no_connection_facts)
     node = replace(cluster.hosts[name], os=os)
     cluster = replace(cluster, hosts={**cluster.hosts, name: node})
-    result, ctx = plan.plan_host(cluster, name, PLATFORMS[os], snapshot, SECRETS, in_container=in_container)
+    result, ctx = plan.plan_host(cluster, name, PLATFORMS[os], snapshot, secrets, in_container=in_container)
     return (result, ctx) if with_context else result
 
 
