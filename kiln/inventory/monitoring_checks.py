@@ -29,11 +29,6 @@ def check_monitoring(raw: RawInventory, hosts: dict[str, model.Host], values: di
     if any(r.email_to for r in receivers) and values.get("kiln_monitoring_smtp") is None:
         add(file, "kiln_monitoring_receivers", "an e-mail receiver needs kiln_monitoring_smtp (the relay and the "
             "From: address) in group_vars/all/", line)
-    days, renew = values.get("kiln_tls_certificate_days", 365), values.get("kiln_tls_renew_days", 30)
-    if renew >= days:
-        file, line = raw.origin("kiln_tls_renew_days", default="group_vars/all/")
-        add(file, "kiln_tls_renew_days", f"{renew} is not less than kiln_tls_certificate_days ({days}): every deploy "
-            "would make every certificate anew; renew fewer days ahead than a certificate lives", line)
     if not any(h.monitored for h in hosts.values()):
         return
     for host in hosts.values():

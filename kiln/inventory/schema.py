@@ -333,6 +333,10 @@ SETTINGS: dict[str, Setting] = {
            "every monitoring listener (node_exporter, Prometheus, Alertmanager, dcgm-exporter) serves HTTPS only, "
            "with a certificate of the cluster's CA (kept with kiln's secrets, kiln/tls.py), and every client kiln "
            "configures trusts that CA alone; off: plain HTTP (basic auth crosses the network readable)"),
+        _s("slurm_tls", bool, False, "cluster",
+           "Slurm's own TLS between its daemons and clients (TLSType=tls/s2n, Slurm 25.05 and later); refused at "
+           "validation before 25.05, and not yet configured by kiln after: munge signs every Slurm message, and "
+           "their content crosses the cluster network readable"),
         _s("tls_certificate_days", Annotated[int, Field(ge=7, le=825)], 365, "cluster",
            "how long each host's certificate of the cluster's CA is valid"),
         _s("tls_renew_days", Annotated[int, Field(ge=1, le=365)], 30, "cluster",

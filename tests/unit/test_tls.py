@@ -252,3 +252,27 @@ def test_the_testbeds_dcgm_exporter_stand_in_switches_to_tls_with_the_web_config
             assert b"DCGM_FI_DEV_GPU_TEMP" in r.read()
     finally:
         server.shutdown()
+
+
+# --- validation of the settings of encryption in transit ---------------------------------------------------
+
+@pytest.mark.parametrize("settings, slurm, expected", [
+    ("kiln_tls_renew_days: 90\nkiln_tls_certificate_days: 60\n", None,
+     "kiln_tls_renew_days: 90 is not less than kiln_tls_certificate_days (60)"),
+    ("kiln_slurm_tls: true\n", None, "kiln_slurm_tls: Slurm's own TLS (TLSType=tls/s2n) needs Slurm 25.05 or later, "
+                                     "and this cluster runs 22.05.8-4+deb12u3 (Slurm 22.05)"),
+    ("kiln_slurm_tls: true\n", "25.05.2-1", "kiln_slurm_tls: Slurm 25.05 has TLS (tls/s2n), but kiln does not "
+                                            "configure it yet"),
+])
+def test_tls_settings_kiln_cannot_keep_are_refused_naming_file_and_key(tmp_path, settings, slurm, expected):
+    import re as re_
+
+    from kiln.inventory import validate
+    from tests.unit.test_monitoring import _inventory
+    root = _inventory(tmp_path, settings)
+    if slurm:
+        versions = root / "group_vars" / "all" / "versions.yml"
+        versions.write_text(re_.sub(r'(?m)^  slurm: ".*"$', f'  slurm: "{slurm}"', versions.read_text()))
+    cluster, errors = validate(root)
+    assert cluster is None and any(expected in str(e) and "group_vars/all/monitoring.yml" in str(e) for e in errors), \
+        [str(e) for e in errors]
