@@ -163,15 +163,16 @@ def test_only_operators_get_sudo_and_the_isolation_suite_fails_on_a_rule_for_a_t
 
 @pytest.mark.proves("monitoring", "isolation", tier="nspawn")
 def test_monitoring_listeners_refuse_a_team_user_without_credentials_and_the_suite_fails_when_one_does_not(slurm, tmp_path):
-    """node_exporter, Prometheus and Alertmanager on the controller answer the probe account 401; with
-    their basic auth taken out of the web config (read again on each request) they answer it, and
-    ISOLATION_MONITORING fails until kiln deploy writes the web config back."""
+    """node_exporter, Prometheus and Alertmanager on the controller answer the probe account 401 (over TLS
+    it trusts through the cluster CA); with their basic auth taken out of the web config (read again on each
+    request; its TLS kept) they answer it, and ISOLATION_MONITORING fails until kiln deploy writes the web
+    config back."""
     tb, ctl = slurm, slurm.controller
     found = isolation(tb, tmp_path)
     assert found["ISOLATION_MONITORING"] == ("ok", "3 monitoring listener(s) refused kiln-probe-vision without "
                                                    "credentials"), found
     web = "/etc/prometheus/kiln-web.yml"
-    ok(tb, ctl, f"cp -p {web} {web}.kept && echo '{{}}' > {web}")
+    ok(tb, ctl, f"cp -p {web} {web}.kept && sed -i '/^basic_auth_users:/,$d' {web} && grep -q '^tls_server_config:' {web}")
     try:
         found = isolation(tb, tmp_path)
     finally:

@@ -215,8 +215,12 @@ def test_secrets_have_right_modes_and_never_leak(slurm):
     # -e: a generated password may start with "-"
     tracked = subprocess.run(["git", "grep", "-l", "-F", "-e", password], capture_output=True, text=True, cwd=REPO)
     assert tracked.returncode == 1 and tracked.stdout == ""
+    # the cluster CA's key and each host's TLS key: in no output either
+    tls_keys = [(secrets / "tls" / "ca.key").read_text(), (secrets / "tls" / "hosts" / f"{slurm.controller}.key").read_text()]
+    for text in slurm.outputs:
+        assert not any(k.splitlines()[1] in text for k in tls_keys)
     assert (secrets.stat().st_mode & 0o777) == 0o700
-    assert all((f.stat().st_mode & 0o777) == 0o600 for f in secrets.iterdir())
+    assert all((f.stat().st_mode & 0o777) == (0o700 if f.is_dir() else 0o600) for f in secrets.rglob("*"))
 
 
 def test_a_failing_operation_is_reported_for_its_host_only(slurm):
