@@ -39,11 +39,12 @@ def _no_connection_facts(self, cls, *args, **kwargs):
 
 
 def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monkeypatch,
-              in_container: bool = False, with_context: bool = False, secrets: Secrets = SECRETS):
+              in_container: bool = False, with_context: bool = False, secrets: Secrets | None = None):
     monkeypatch.setattr(PyinfraHost, "get_fact", _no_connection_facts)
     node = replace(cluster.hosts[name], os=os)
     cluster = replace(cluster, hosts={**cluster.hosts, name: node})
-    result, ctx = plan.plan_host(cluster, name, PLATFORMS[os], snapshot, secrets, in_container=in_container)
+    # SECRETS read at the call: a test may put other secrets in its place (monkeypatch)
+    result, ctx = plan.plan_host(cluster, name, PLATFORMS[os], snapshot, secrets or SECRETS, in_container=in_container)
     return (result, ctx) if with_context else result
 
 
