@@ -70,11 +70,6 @@ def web_config(password: str, tls: bool) -> str:
     return _dump(data)
 
 
-def scheme(cluster: Cluster) -> str:
-    """How every client reaches the listeners: https where they serve TLS (kiln_monitoring_tls)."""
-    return "https" if cluster.setting("monitoring_tls") else "http"
-
-
 def certificate_expiry_textfile(expires: float) -> str:
     """kiln-tls.prom: when this host's listeners' certificate expires (KilnCertificateExpiresSoon); written
     with the certificate, so it is always that file's."""

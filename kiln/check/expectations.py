@@ -14,14 +14,14 @@ from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
 from kiln.inventory.model import MONITORING, Cluster, Host
-from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT
+from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT, scheme
 from kiln.monitoring.alert_rules import ALERTS, rules
 from kiln.monitoring.metrics_contract import needed, scraped_gpus
 from kiln.shell import command
 from kiln.versions import upstream
 from roles.firewall_rules import probes
 from roles.login_access import admitted_teams
-from roles.monitoring_config import CA_FILE, scheme
+from roles.monitoring_config import CA_FILE
 from roles.secret_files import secret_files
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from checks.alertmanager import AlertmanagerError, request
 from kiln.hostlist import HostListError, fold
 from kiln.inventory.model import MONITORING, Cluster
-from kiln.monitoring import ALERTMANAGER_PORT, PROMETHEUS_PORT
+from kiln.monitoring import ALERTMANAGER_PORT, PROMETHEUS_PORT, scheme
 from kiln.monitoring.alert_rules import ALERTS
 from kiln.secrets import ca_file
 
@@ -32,8 +32,7 @@ def _base(cluster: Cluster, port: int) -> str:
     if not hosts:
         raise MonitoringError("the inventory has no monitoring group: kiln deploys no Prometheus or Alertmanager here")
     address = hosts[0].address
-    scheme = "https" if cluster.setting("monitoring_tls") else "http"
-    return f"{scheme}://{'[' + address + ']' if ':' in address else address}:{port}"
+    return f"{scheme(cluster)}://{'[' + address + ']' if ':' in address else address}:{port}"
 
 
 def base_url(cluster: Cluster, port: int) -> str:
