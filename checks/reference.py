@@ -136,6 +136,14 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                        "certificate of the cluster CA for the host's address", "kiln deploy writes each listener's "
                        "certificate and web config and restarts it; the message names the listener and the TLS error",
                        "kiln_monitoring_tls"),
+    # --- logs (every host's journal on the log host) ---
+    "LOG_SHIPPING": ("logs", "fail", "this host's journal is not reaching the log host: the uploader stopped, or "
+                     "entries older than the allowed lag are still unsent (the log host down, its port shut, its "
+                     "certificate refused)", "journalctl -u systemd-journal-upload says why; on the log host, "
+                     "systemctl status systemd-journal-remote; then kiln deploy", "kiln_log_shipping"),
+    "AUDIT_RULES": ("logs", "fail", "auditd does not run, or the kernel holds no rule under one of kiln's audit "
+                    "keys (rules deleted, auditd stopped)", "augenrules --load (kiln's rules: /etc/audit/rules.d/"
+                    "kiln.rules), systemctl start auditd, or kiln deploy", "kiln_audit"),
     # --- slurm ---
     "SLURM_MUNGE": ("slurm", "fail", "munge is not active", "start munge; check /etc/munge/munge.key", ""),
     "SLURM_SLURMD": ("slurm", "fail", "slurmd is not active on a compute node", "start slurmd; read its log", ""),

@@ -5,15 +5,15 @@ from __future__ import annotations
 import concurrent.futures
 import traceback
 
-from checks import drift, fabric, gpu, isolation, monitoring, slurm, storage, system, workload, zones
+from checks import drift, fabric, gpu, isolation, logs, monitoring, slurm, storage, system, workload, zones
 from checks.node import Node
 from checks.verdict import Verdict, fail
 
 SUITES = {"gpu": gpu.run, "fabric": fabric.run, "storage": storage.run, "slurm": slurm.run, "system": system.run,
-          "drift": drift.run, "monitoring": monitoring.run, "isolation": isolation.run, "zones": zones.run,
+          "drift": drift.run, "monitoring": monitoring.run, "logs": logs.run, "isolation": isolation.run, "zones": zones.run,
           "workload": workload.run}
 COMMANDS = {"gpu": gpu.commands, "fabric": fabric.commands, "storage": storage.commands, "slurm": slurm.commands,
-            "system": system.commands, "drift": drift.commands, "monitoring": monitoring.commands,
+            "system": system.commands, "drift": drift.commands, "monitoring": monitoring.commands, "logs": logs.commands,
             "isolation": isolation.commands, "zones": zones.commands,
             "workload": workload.commands}
 # Run only when named (kiln check --suite): they load the nodes (the workload suite trains on each one)

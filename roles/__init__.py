@@ -9,12 +9,13 @@ from types import ModuleType
 # The fabric comes up before the filesystems that may run over it (Lustre on o2ib, NFS over IPoIB); a
 # storage server exports before it (or any node) mounts. The driver comes before slurm (slurmd is ordered after nvidia-persistenced); containers after slurm
 # (pyxis builds against the Slurm headers, and its plugstack files restart slurmd). Monitoring comes last: its
-# Slurm collector reads a running slurmctld, and a node is scraped once it serves. Remediation after
+# Slurm collector reads a running slurmctld, and a node is scraped once it serves. Logs after it: its services
+# take the host's certificate the monitoring role writes. Remediation after
 # everything it repairs (it restarts slurmd and checks nodes with the health role's checks). The firewall
 # last: its change is confirmed over a new SSH connection right after the run (kiln/deploy/firewall_confirm.py),
 # within its rollback time, and every service it lets in is configured by then.
 ORDER = ("base", "rdma", "storage_server", "storage", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
-         "containers", "monitoring", "remediation", "firewall")
+         "containers", "monitoring", "audit", "logs", "remediation", "firewall")
 
 
 def module(name: str) -> ModuleType:

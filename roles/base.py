@@ -5,8 +5,9 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
 + /etc/hosts: every inventory host with its address (``ansible_host``), so names resolve the same
   on every node without DNS; written from the inventory, never from facts of other hosts.
 + package manager: no recommended/weak packages, retries, ``kiln_package_proxy`` when set.
-+ service accounts ``slurm`` and ``munge`` with fixed UID = GID from ``kiln_service_uids``
-  (default 980, 981), created before any package would create them with a random one.
++ service accounts ``slurm``, ``munge`` and ``systemd-journal-upload`` (the journal's uploader to the log host,
+  roles/logs.py) with fixed UID = GID from ``kiln_service_uids`` (default 980, 981, 982), created before any
+  package would create them with a random one.
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
   group, /bin/bash where users log in or run jobs and no shell elsewhere, home created unless a storage
   mount provides /home).
@@ -37,6 +38,7 @@ import posixpath
 
 from pyinfra.operations import server
 
+from kiln.inventory.schema import service_uids
 from kiln.shell import quote
 from roles import login_access
 from roles.context import NodeContext, render, when_changed
@@ -64,7 +66,7 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
     homes = "/home" in {m.path for m in node.storage_mounts}
     groups: list[tuple[str, int, bool]] = []
     users: list[dict] = []
-    for account, uid in sorted(cluster.setting("service_uids").items()):
+    for account, uid in sorted(service_uids(cluster.setting("service_uids")).items()):
         groups.append((account, uid, True))
         users.append({"name": account, "uid": uid, "group": account, "groups": [], "shell": platform.nologin,
                       "home": f"/var/lib/{account}", "create_home": False, "system": True})

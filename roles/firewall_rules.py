@@ -18,6 +18,9 @@ Zones: ``access`` (login), ``management`` (slurm_controller, slurm_dbd, monitori
 + node_exporter (9100) from the monitoring hosts, dcgm-exporter (9400) on GPU hosts from them,
   Prometheus (9090) and Alertmanager (9093) from ``admin_networks`` and the management zone, and
   Alertmanager's cluster port (9094) between monitoring hosts;
++ on the log host (kiln/log_host.py), systemd-journal-remote (19532) from every kiln host; and on every host, an
+  output rule: only the journal's uploader (the ``systemd-journal-upload`` account's UID) may connect to that
+  port, so no user of a node can add entries to the log host;
 + on storage servers, NFS (2049, NFSv4: NFSv3's rpcbind and mountd are not opened) and GlusterFS (24007-24008
   and its bricks' 49152-49251) from every kiln host and the other storage servers.
 """
@@ -28,9 +31,11 @@ import ipaddress
 from dataclasses import dataclass
 
 from kiln.inventory.firewall_schema import SRUN_PORTS
+from kiln import log_host
 from kiln.inventory.model import COMPUTE, CONTROLLER, DBD, LOGIN, MONITORING, STORAGE, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT)
+from kiln.inventory.schema import service_uids
 from roles import slurm_config
 from roles.context import render
 
@@ -103,8 +108,11 @@ def allows(cluster: Cluster, host: Host) -> list[Allow]:
             out.append(Allow("Alertmanager", f"{ALERTMANAGER_PORT}", admins + management))
             out.append(Allow("Alertmanager's cluster", f"{ALERTMANAGER_CLUSTER_PORT}",
                              _addresses(cluster, MONITORING, but=host)))
+    clients = tuple(dict.fromkeys(h.address for h in cluster.hosts.values()))  # every kiln host, once
+    logs = log_host.log_host(cluster)
+    if logs is not None and logs.name == host.name:
+        out.append(Allow("the journals of every kiln host (systemd-journal-upload)", f"{log_host.PORT}", clients))
     if host.in_group(STORAGE):
-        clients = tuple(dict.fromkeys(h.address for h in cluster.hosts.values()))  # every kiln host, once
         out.append(Allow("NFS (v4)", f"{NFS}", clients))
         out.append(Allow("GlusterFS management", f"{GLUSTERD[0]}-{GLUSTERD[1]}", clients))
         out.append(Allow("GlusterFS bricks", f"{GLUSTER_BRICKS[0]}-{GLUSTER_BRICKS[1]}", clients))
@@ -128,13 +136,23 @@ def rule_lines(allow: Allow) -> list[str]:
     return lines
 
 
+def output_rules(cluster: Cluster, host: Host) -> list[str]:
+    """What ``host`` may not send: to the log host's port, anything but the journal's uploader."""
+    logs = log_host.log_host(cluster)
+    if logs is None:
+        return []
+    uid = service_uids(cluster.setting("service_uids"))[log_host.UPLOADER]
+    return [f"{_family(logs.address)} daddr {logs.address} tcp dport {log_host.PORT} meta skuid != {uid} "
+            f"reject with tcp reset comment \"only the journal's uploader sends to the log host\""]
+
+
 def ruleset(cluster: Cluster, host: Host) -> str:
     """The whole nftables file for ``host``: table inet kiln made anew in one transaction (nft -f applies
     a file atomically: the table is never half loaded)."""
     fw = cluster.setting("firewall")
     rules = [line for allow in allows(cluster, host) for line in rule_lines(allow)]
     return render("base/kiln-firewall.nft.j2", host=host.name, zones=", ".join(zones(host)) or "none",
-                  table=TABLE, rules=rules, log_dropped=fw.log_dropped)
+                  table=TABLE, rules=rules, log_dropped=fw.log_dropped, output_rules=output_rules(cluster, host))
 
 
 # The ports kiln check's zones suite tries on other hosts: every port a rule above names, and MariaDB's.

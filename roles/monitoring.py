@@ -151,9 +151,10 @@ def _certificate(ctx: NodeContext, textfiles: str) -> None:
         raise ValueError("kiln_monitoring_tls is on but the cluster's CA was not loaded (kiln/secrets.py)")
     mine = ctx.secrets.tls.host(ctx.node.name)
     ctx.put(conf.CA_FILE, ctx.secrets.tls.ca, mode="644", name="monitoring: the cluster CA's certificate")
-    ctx.put(conf.TLS_CERT, mine.cert, mode="644", name="monitoring: this host's certificate for its listeners")
-    ctx.put(conf.TLS_KEY, mine.key, mode="640", group="prometheus", secret=True,
-            name="monitoring: this host's key for its listeners")
+    for op in (ctx.put(conf.TLS_CERT, mine.cert, mode="644", name="monitoring: this host's certificate for its listeners"),
+               ctx.put(conf.TLS_KEY, mine.key, mode="640", group="prometheus", secret=True,
+                       name="monitoring: this host's key for its listeners")):
+        ctx.mark("host_certificate", op)  # the logs role restarts its services when they change
     ctx.put(f"{textfiles}/{conf.TLS_TEXTFILE}", conf.certificate_expiry_textfile(expires(mine.cert).timestamp()),
             mode="644", name="monitoring: kiln-tls.prom (when the certificate expires)")
 

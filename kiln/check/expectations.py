@@ -14,15 +14,19 @@ from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
 from kiln.inventory.model import MONITORING, Cluster, Host
+from kiln.log_host import PORT as LOG_PORT, UPLOAD_STATE, UPLOAD_UNIT, log_host
 from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT, scheme
 from kiln.monitoring.alert_rules import ALERTS, rules
 from kiln.monitoring.metrics_contract import needed, scraped_gpus
 from kiln.shell import command
 from kiln.versions import upstream
+from roles.audit import KEYS as AUDIT_KEYS
 from roles.firewall_rules import probes
 from roles.login_access import admitted_teams
 from roles.monitoring_config import CA_FILE
 from roles.secret_files import secret_files
+
+LOG_LAG_SECONDS = 120  # the logs suite fails a host whose oldest entry not on the log host is older
 
 
 @cache
@@ -57,6 +61,15 @@ def _monitoring_tls(cluster: Cluster, host: Host) -> dict:
     if host.in_group(MONITORING):
         listeners += [["prometheus", host.address, PROMETHEUS_PORT], ["alertmanager", host.address, ALERTMANAGER_PORT]]
     return {"ca_file": CA_FILE, "listeners": listeners}
+
+
+def _logs(cluster: Cluster, host: Host) -> dict:
+    """Where ``host`` sends its journal and how far behind it may be: the logs suite's; {} where it sends none."""
+    logs = log_host(cluster)
+    if logs is None or not host.monitored:
+        return {}
+    return {"log_host": f"{_url_host(logs)}:{LOG_PORT}", "lag_seconds": LOG_LAG_SECONDS, "state": UPLOAD_STATE,
+            "unit": UPLOAD_UNIT}
 
 
 def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
@@ -124,6 +137,8 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
                   "job_tmp": job_tmp.base_path if (job_tmp := cluster.setting("slurm_job_tmp")) else ""},
         "monitoring": _monitoring(cluster, host),
         "monitoring_tls": _monitoring_tls(cluster, host),
+        "logs": _logs(cluster, host),
+        "audit": {"keys": list(AUDIT_KEYS)} if cluster.setting("audit") else {},
         "isolation": _isolation(cluster, host),
         "zones": {"probes": probes(cluster, host)} if cluster.setting("firewall").enabled else {},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),

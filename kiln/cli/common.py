@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -130,3 +131,15 @@ def complete_suites(ctx: click.Context, param: click.Parameter, incomplete: str)
 
     head, word = _last_word(incomplete)
     return [head + s for s in SUITES if s.startswith(word)]
+
+
+def utc_time(text: str | None, default: datetime) -> datetime:
+    """A command line's date or time, read as UTC; ``default`` when none was given."""
+    if not text:
+        return default
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    raise click.BadParameter(f"{text!r} is not a date: give YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)")

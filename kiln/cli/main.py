@@ -13,6 +13,7 @@ from kiln.cli import deploy as deploy_cli
 from kiln.cli import drift as drift_cli
 from kiln.cli import image as image_cli
 from kiln.cli import inventory as inventory_cli
+from kiln.cli import logs as logs_cli
 from kiln.cli import patch as patch_cli
 from kiln.cli import testbed as testbed_cli
 from kiln.cli import remediate as remediate_cli
@@ -39,6 +40,6 @@ def main() -> None:
     """kiln provisions, validates and patches GPU clusters."""
 
 
-for command in (alerts_cli.alerts, check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, patch_cli.patch, remediate_cli.remediate, testbed_cli.testbed,
+for command in (alerts_cli.alerts, check_cli.check, deploy_cli.deploy, drift_cli.drift, image_cli.image, inventory_cli.inventory, logs_cli.logs, patch_cli.patch, remediate_cli.remediate, testbed_cli.testbed,
                 usage_cli.usage, vagrant_cli.vagrant):
     main.add_command(command)

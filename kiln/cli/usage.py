@@ -12,18 +12,8 @@ from pathlib import Path
 import click
 
 from checks.parsers.slurm_values import env_words
-from kiln.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option, load_or_exit
-
-
-def _when(text: str | None, default: datetime) -> datetime:
-    if not text:
-        return default
-    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):
-        try:
-            return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
-        except ValueError:
-            continue
-    raise click.BadParameter(f"{text!r} is not a date: give YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)")
+from kiln.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, default_inventory, echo, inventory_option, load_or_exit,
+                             utc_time)
 
 
 @click.command()
@@ -51,8 +41,8 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
     cluster = load_or_exit(inventory or default_inventory())
     now = datetime.now(timezone.utc).replace(microsecond=0)
     try:
-        start = _when(since, now.replace(day=1, hour=0, minute=0, second=0))
-        end = _when(until, now)
+        start = utc_time(since, now.replace(day=1, hour=0, minute=0, second=0))
+        end = utc_time(until, now)
     except click.BadParameter as e:
         echo(str(e), err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -10,6 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from kiln.inventory.loader import RawInventory
+from kiln.inventory.schema import service_uids
 
 # Groups every supported OS has already: a team or user of the same name would take it over
 SYSTEM_GROUPS = frozenset({"root", "daemon", "bin", "sys", "adm", "tty", "disk", "wheel", "sudo", "staff", "users",
@@ -106,7 +107,7 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     uids: dict[int, str] = {}
     gids: dict[int, str] = {}
     group_names: dict[str, str] = {}
-    for account, uid in values.get("kiln_service_uids", {}).items():
+    for account, uid in service_uids(values.get("kiln_service_uids", {})).items():
         uids[uid] = gids[uid] = group_names[account] = f"service account {account}"
     for i, team in enumerate(values.get("kiln_teams", [])):
         where = f"kiln_teams[{i}]"

@@ -65,7 +65,7 @@ class Host:
     @property
     def roles(self) -> set[str]:
         """The roles ``kiln deploy`` runs on this host, chosen from its groups and facts."""
-        roles = {"base", "firewall"}  # the firewall role also removes kiln's rules where kiln_firewall is off
+        roles = {"base", "audit", "firewall"}  # audit and firewall also remove kiln's rules where they are off
         if set(self.groups) & {CONTROLLER, DBD, LOGIN, COMPUTE}:
             roles.add("slurm")
         if COMPUTE in self.groups:
@@ -84,6 +84,7 @@ class Host:
             roles.add("fabricmanager")
         if self.monitored:
             roles.add("monitoring")  # node_exporter everywhere; Prometheus, Alertmanager in the monitoring group
+            roles.add("logs")  # the journal to the log host (or, with kiln_log_shipping off, its removal)
         if set(self.groups) & {CONTROLLER, COMPUTE}:
             roles.add("remediation")  # kiln-remediate's service, key and node program (or their removal)
         return roles

@@ -36,7 +36,16 @@ PREFIX = "kiln_"
 PROBE_PREFIX = "kiln-probe-"  # a team's probe account: kiln-probe-<team> (the isolation suite's)
 
 SUPPORTED_OS = ("debian12", "debian13", "ubuntu2204", "ubuntu2404", "rocky9")
-SERVICE_ACCOUNTS = ("slurm", "munge")
+SERVICE_ACCOUNTS = ("slurm", "munge", "systemd-journal-upload")
+# the uploader of the journal to the log host (roles/logs.py) is systemd's DynamicUser, which takes a static
+# account of its name when one exists: a fixed UID the firewall lets alone reach the log host
+DEFAULT_SERVICE_UIDS = {"slurm": 980, "munge": 981, "systemd-journal-upload": 982}
+
+
+def service_uids(given: dict[str, int]) -> dict[str, int]:
+    """Every service account kiln manages with its UID: ``kiln_service_uids`` over the defaults (an inventory
+    that names some keeps the others' defaults)."""
+    return {**DEFAULT_SERVICE_UIDS, **given}
 FABRIC_TYPES = ("infiniband", "roce", "rxe", "ethernet", "none")
 
 
@@ -220,8 +229,9 @@ SETTINGS: dict[str, Setting] = {
            "seconds between node-local health checks (1 to 86400)"),
         _s("topology", dict[Token, list[Token]], {}, "cluster",
            "switch name -> hosts under it; renders topology.conf when set"),
-        _s("service_uids", dict[Token, Annotated[int, Field(ge=0, le=2**31 - 2)]], {"slurm": 980, "munge": 981}, "cluster",
-           "fixed UID (and GID of the same number) of service accounts on every node; 100-999"),
+        _s("service_uids", dict[Token, Annotated[int, Field(ge=0, le=2**31 - 2)]], DEFAULT_SERVICE_UIDS, "cluster",
+           "fixed UID (and GID of the same number) of service accounts on every node; 100-999 (an account not "
+           "named keeps its default)"),
         _s("ntp_servers", list[Address], [], "cluster",
            "time servers for chrony; empty keeps the distribution's pool"),
         _s("package_proxy", Url | Literal[""], "", "cluster", "HTTP proxy for apt/dnf, e.g. http://10.0.0.1:3142"),
@@ -342,6 +352,21 @@ SETTINGS: dict[str, Setting] = {
         _s("tls_renew_days", Annotated[int, Field(ge=1, le=365)], 30, "cluster",
            "kiln deploy makes a host's certificate anew when it expires within this many days (less than "
            "kiln_tls_certificate_days)"),
+        # --- the audit trail and the log host (roles/audit.py, roles/logs.py) ---
+        _s("audit", bool, True, "cluster",
+           "auditd with kiln's rules on every host: privilege use (sudo, su, a logged-in user's programs as root) and "
+           "changes to Slurm's, munge's, kiln's, sudo's and the account files, each under a key ausearch -k finds "
+           "(roles/audit.py); not run in containers, whose host audits; off: auditd stopped and kiln's rules removed"),
+        _s("log_shipping", bool, True, "cluster",
+           "every host's journal (logins, sudo, Slurm's daemons, the audit log where auditd runs) is sent as it is "
+           "written to the log host, the first host of the monitoring group (systemd-journal-remote over HTTPS with "
+           "its certificate of the cluster CA, port 19532), and only kiln's uploader may connect there (the "
+           "firewall's output rule); `kiln logs` reads it. Needs kiln_monitoring_tls; off or no monitoring group: "
+           "journals stay on their nodes"),
+        _s("log_retention_days", Annotated[int, Field(ge=1, le=3650)], 180, "cluster",
+           "the log host deletes the journal files it received once they are older than this many days (daily)"),
+        _s("log_retention_gb", Annotated[int, Field(ge=1, le=1_000_000)], 50, "cluster",
+           "the most disk the received journals may take on the log host, in GB: the oldest files go first (daily)"),
         _s("monitoring_dcgm_exporter_external", bool, False, "cluster",
            "GPU nodes run a dcgm-exporter on port 9400 that kiln does not install (a site's container, the "
            "testbed's stand-in): scrape it as if the dcgm_exporter pin were set"),

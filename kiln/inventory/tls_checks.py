@@ -17,6 +17,11 @@ def check_tls(raw: RawInventory, values: dict[str, Any], versions: dict[str, str
         file, line = raw.origin("kiln_tls_renew_days", default="group_vars/all/")
         add(file, "kiln_tls_renew_days", f"{renew} is not less than kiln_tls_certificate_days ({days}): every deploy "
             "would make every certificate anew; renew fewer days ahead than a certificate lives", line)
+    if values.get("kiln_log_shipping", True) and not values.get("kiln_monitoring_tls", True) and raw.groups.get("monitoring"):
+        file, line = raw.origin("kiln_monitoring_tls", default="group_vars/all/")
+        add(file, "kiln_monitoring_tls", "is off, but kiln_log_shipping (on by default) sends every journal to the log "
+            "host over HTTPS with the hosts' certificates of the cluster CA, which kiln_monitoring_tls places: turn "
+            "kiln_log_shipping off too, or kiln_monitoring_tls on", line)
     if not values.get("kiln_slurm_tls"):
         return
     file, line = raw.origin("kiln_slurm_tls", default="group_vars/all/")

@@ -34,6 +34,11 @@ def command(since: str, until: str, sep: str) -> list[str]:
             "-o", ",".join(FIELDS)]
 
 
+def job_command(job_id: str, sep: str) -> list[str]:
+    """Every run of one job (``read`` reads it as ``command``'s): where and when it ran, whenever that was."""
+    return ["sacct", "-j", job_id, "-X", "-D", "-n", "-P", f"--delimiter={sep}", "--noconvert", "-o", ",".join(FIELDS)]
+
+
 @dataclass(frozen=True)
 class Job:
     job_id: str

@@ -23,7 +23,7 @@ def test_fresh_daemons_are_masked_before_their_install_and_unmasked_when_kiln_st
 def test_a_masked_daemon_is_unmasked_before_it_is_enabled_and_one_installed_is_left_alone(monkeypatch):
     snap = fresh("debian12")
     versions = dict(zip(("prometheus", "prometheus-alertmanager", "prometheus-node-exporter"), MONITORING["debian12"]))
-    snap.packages.update(versions)
+    snap.packages.update(versions, auditd="1:3.0.9-1")  # the audit role's daemon, installed too
     for unit in UNITS:
         snap.units[unit] = UnitState("masked", "inactive", "masked")
     text = commands(plan_host(cluster_for("debian12"), "ctl1", "debian12", snap, monkeypatch))

@@ -1,6 +1,7 @@
 """kiln's host firewall live on the shared testbed (kiln_firewall, #47): turned on, a compute node reaches
 neither MariaDB, slurmdbd nor the controller's SSH while jobs across nodes, a batch job's own srun and
-every scrape still work; SYSTEM_FIREWALL fails on the node whose rules were taken away; a change that
+every scrape still work, every journal reaches the log host and no one but its uploader may connect
+there; SYSTEM_FIREWALL fails on the node whose rules were taken away; a change that
 would shut this machine's SSH out is put back by the node itself; turned off, kiln's table is gone."""
 
 from __future__ import annotations
@@ -98,6 +99,15 @@ def test_a_compute_node_reaches_no_database_or_controller_ssh_while_jobs_and_scr
         up, total = wait_for(lambda: _up_targets(tb, ctl_address), timeout=60, interval=3,
                              what="every Prometheus target up")
         print(f"Prometheus targets up behind the firewall: {up}/{total}")
+
+        # the log host: every journal still arrives behind the firewall, and only the uploader may connect there
+        # (a user of a node cannot write entries into its host's files on the log host)
+        nodes = _check(on_inventory, "logs", 0)
+        assert all(c["severity"] == "ok" for v in nodes.values() for c in v["checks"]), nodes
+        for user in ("bob", "root"):
+            refused = on(tb, c1, f"runuser -u {user} -- bash -c ': </dev/tcp/{ctl_address}/19532'")
+            assert refused.returncode != 0 and "refused" in refused.stderr, (user, refused.stderr)
+        assert on(tb, c1, f"runuser -u systemd-journal-upload -- bash -c ': </dev/tcp/{ctl_address}/19532'").returncode == 0
 
         # kiln check: SYSTEM_FIREWALL and every node's probes (ZONES_FIREWALL) pass; each fails on its fault
         nodes = _check(on_inventory, "system,zones", 0)

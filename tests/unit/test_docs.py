@@ -46,7 +46,7 @@ def _ids_in_code() -> set[str]:
             # ids and Slurm's own reasons
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
-                    r"(GPU|FABRIC|STORAGE|SLURM|SYSTEM|NODE|NCCL|DRIFT|MONITORING|ISOLATION|ZONES|WORKLOAD)_[A-Z0-9_]*[A-Z0-9]", node.value):
+                    r"(GPU|FABRIC|STORAGE|SLURM|SYSTEM|NODE|NCCL|DRIFT|MONITORING|LOG|AUDIT|ISOLATION|ZONES|WORKLOAD)_[A-Z0-9_]*[A-Z0-9]", node.value):
                 found.add(node.value)
             if isinstance(node, ast.JoinedStr):
                 text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)

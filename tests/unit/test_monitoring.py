@@ -171,7 +171,7 @@ def test_every_listener_is_on_the_cluster_address_with_basic_auth(tmp_path):
         assert ("tls_server_config" in web) is tls
     assert yaml.safe_load(conf.web_config("p", True))["tls_server_config"] == {
         "cert_file": conf.TLS_CERT, "key_file": conf.TLS_KEY, "min_version": "TLS12"}
-    plain = _cluster(tmp_path / "plain", extra="kiln_monitoring_tls: false\n")
+    plain = _cluster(tmp_path / "plain", extra="kiln_monitoring_tls: false\nkiln_log_shipping: false\n")
     prom = yaml.safe_load(conf.prometheus_yml(plain))
     assert not any("scheme" in j or "tls_config" in j for j in prom["scrape_configs"] + prom["alerting"]["alertmanagers"])
 

@@ -199,3 +199,52 @@ def test_each_job_has_its_own_tmp_and_shm_that_another_users_job_never_sees_and_
     checks = {c["id"]: (c["severity"], c["message"]) for c in json.loads(out.stdout)["nodes"][node]["checks"]}
     assert checks["SLURM_JOB_TMP"][0] == "ok", checks["SLURM_JOB_TMP"]
     print(f"{node}: bob's job saw {seen!r}; {checks['SLURM_JOB_TMP'][1]}")
+
+
+def _logs_suite(vms) -> dict[str, dict[str, tuple[str, str]]]:
+    out = kiln("check", "-i", str(vms.inventory), "--suite", "logs", "--json", "-", timeout=300)
+    return {n: {c["id"]: (c["severity"], c["message"]) for c in v["checks"]}
+            for n, v in json.loads(out.stdout)["nodes"].items()}
+
+
+@pytest.mark.proves("base", "monitoring", "kiln check", tier="vm")
+def test_auditd_records_a_change_to_slurms_files_and_a_refused_sudo_and_the_log_host_receives_them(vms):
+    """On VMs the kernel audits (a container's cannot): auditd runs with kiln's rules on every node; a write
+    to /etc/slurm on a compute node and bob's refused sudo on the controller are in the audit log under
+    their key and type, and the node's audit record reaches the log host; AUDIT_RULES fails when the rules
+    are deleted from the kernel and passes once augenrules loads them again."""
+    node, ctl = vms.computes[0], vms.controller
+    found = _logs_suite(vms)
+    assert all(v["AUDIT_RULES"][0] == "ok" and v["LOG_SHIPPING"][0] == "ok" for v in found.values()), found
+    print(f"{node}: {found[node]['AUDIT_RULES'][1]}")
+    token = f"kiln-audit-{int(time.time())}"
+    ok(vms, node, f"touch /etc/slurm/{token} && rm /etc/slurm/{token}")
+    # --input-logs: ausearch reads standard input when it is not a terminal, as under ssh
+    assert token in ok(vms, node, "ausearch --input-logs -k kiln-slurm -i 2>/dev/null | tail -n 40")
+    on(vms, ctl, "echo not-my-password | runuser -u bob -- sudo -S -p '' true")
+    refused = ok(vms, ctl, "ausearch --input-logs -m USER_AUTH -i 2>/dev/null | tail -n 20")
+    assert "bob" in refused and "res=failed" in refused, refused
+
+    written, said = time.monotonic(), []
+
+    def shipped():
+        out = kiln("logs", "-i", str(vms.inventory), node, "--grep", token, "--json", timeout=120)
+        said[:] = [out.stderr.strip()[-300:]] if out.returncode else []
+        return json.loads(out.stdout)["entries"] if out.returncode == 0 else []
+    try:  # the VMs emulate their CPUs: each kiln logs takes seconds there
+        entries = wait_for(shipped, timeout=120, interval=3, what=f"{node}'s audit record of {token} on the log host")
+        print(f"{node}'s audit record on the log host {time.monotonic() - written:.0f} s after the write")
+    except AssertionError:
+        print(on(vms, node, f"journalctl -q --no-pager -o json _TRANSPORT=audit | grep {token} | tail -n 3").stdout)
+        print(on(vms, ctl, "ls -la /var/log/journal/remote").stdout)
+        print(kiln("logs", "-i", str(vms.inventory), node, "-n", "5").stdout, said)
+        raise
+    print(f"on the log host: {entries[0]['program'] or '?'}: {entries[0]['message'][:120]}")
+
+    ok(vms, node, "auditctl -D")
+    try:
+        found = _logs_suite(vms)
+        assert found[node]["AUDIT_RULES"][0] == "fail" and "no rule loaded under kiln-slurm" in found[node]["AUDIT_RULES"][1]
+    finally:
+        ok(vms, node, "augenrules --load")
+    assert _logs_suite(vms)[node]["AUDIT_RULES"][0] == "ok"

@@ -1,0 +1,139 @@
+"""The log host: where every host's journal goes (roles/logs.py), and how ``kiln logs`` reads it back.
+
+Pure: which host it is, the port, the files each host's journal lands in, the one command that reads them,
+and the reader of its output. systemd-journal-remote (Debian's is built without GnuTLS's client
+certificate checks: ``--trust`` is refused) names each sender's files after the address the connection came
+from (``--split-mode=host``: ``remote-ADDRESS.journal``, archived as ``remote-ADDRESS@...journal``), so kiln
+reads a host's entries from its address's files: what a node writes into its own entries (``_HOSTNAME``, a
+message that claims to be sshd's) never decides which host they are shown as. Only kiln's uploader (a fixed
+UID) may connect to the log host (roles/firewall_rules.py's output rule); a user on a node cannot add
+entries there.
+
+Every entry is read from ``journalctl -o json``: one JSON object per line, so nothing an entry holds (a
+newline in a message, a line that looks like the next host's marker) can split or forge another; messages
+are printed with their control characters escaped, so none reaches the operator's terminal as a control.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from kiln.inventory.model import MONITORING, Cluster, Host
+from kiln.shell import command
+
+PORT = 19532  # systemd-journal-remote's HTTPS port
+REMOTE_DIR = "/var/log/journal/remote"
+UPLOADER = "systemd-journal-upload"  # the uploader's account (kiln_service_uids): alone let through to PORT
+UPLOAD_UNIT, REMOTE_UNIT, REMOTE_SOCKET = ("systemd-journal-upload.service", "systemd-journal-remote.service",
+                                          "systemd-journal-remote.socket")
+# where the uploader keeps the cursor of the last entry the log host accepted (StateDirectory of a DynamicUser)
+UPLOAD_STATE = "/var/lib/private/systemd/journal-upload/state"
+MARKER = "@kiln-log-host "  # starts the line before each host's entries; never JSON, so no entry forges it
+MAX_ENTRIES = 100_000  # per host and call: a window wider than this shows its newest entries
+
+
+def log_host(cluster: Cluster) -> Host | None:
+    """The host that receives every journal: the first of the monitoring group, where log shipping is on."""
+    hosts = cluster.group(MONITORING)
+    if not hosts or not cluster.setting("log_shipping"):
+        return None
+    return hosts[0]
+
+
+def url(host: Host) -> str:
+    """The log host's upload URL (an IPv6 address in brackets)."""
+    address = f"[{host.address}]" if ":" in host.address else host.address
+    return f"https://{address}:{PORT}"
+
+
+def journal_files(host: Host) -> list[str]:
+    """The globs of ``host``'s files on the log host, the one being written and the archived ones (no glob
+    of one address matches another's: 10.0.0.1 never reads 10.0.0.12)."""
+    return [f"{REMOTE_DIR}/remote-{host.address}[.@]*journal"]
+
+
+def read_command(hosts: list[Host], since: float, until: float | None) -> str:
+    """One shell command for the log host: for each host a marker line with its name, then its entries in
+    [since, until] as JSON lines (every value one quoted word; journalctl expands the globs itself)."""
+    window = [f"--since=@{int(since)}"] + ([f"--until=@{int(until) + 1}"] if until is not None else [])
+    parts = []
+    for h in hosts:
+        files = [f"--file={g}" for g in journal_files(h)]
+        parts.append(f"echo {command(MARKER + h.name)}; "
+                     f"{command('journalctl', *files, '-o', 'json', '-q', '--no-pager', *window)} 2>/dev/null"
+                     f" | tail -n {MAX_ENTRIES}")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Entry:
+    host: str       # the inventory host whose files held it (never the entry's own _HOSTNAME)
+    time: float     # epoch seconds (UTC), when the sender's journal received it
+    unit: str       # the systemd unit it came from ("" for none)
+    program: str    # SYSLOG_IDENTIFIER, else _COMM
+    pid: str
+    uid: str        # _UID: set by the sender's journald, not by the program
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"host": self.host, "time": datetime.fromtimestamp(self.time, timezone.utc).isoformat(),
+                "unit": self.unit, "program": self.program, "pid": self.pid, "uid": self.uid, "message": self.message}
+
+
+def _text(value) -> str:
+    """A journal field as text: a string, or the byte array journalctl gives for one that is not UTF-8."""
+    if isinstance(value, list):
+        if all(isinstance(b, int) and 0 <= b < 256 for b in value):
+            return bytes(value).decode("utf-8", errors="replace")
+        return " ".join(_text(v) for v in value)  # a field a sender wrote several times
+    return value if isinstance(value, str) else ""
+
+
+def parse(text: str) -> tuple[list[Entry], int]:
+    """Entries of ``read_command``'s output, each with the host of the marker above it, and how many lines
+    were not entries (cut short, not JSON)."""
+    entries, bad, host = [], 0, None
+    for line in text.splitlines():
+        if line.startswith(MARKER):
+            host = line[len(MARKER):].strip()
+            continue
+        try:
+            data = json.loads(line)
+            when = int(_text(data.get("__REALTIME_TIMESTAMP"))) / 1e6
+        except (ValueError, TypeError, AttributeError):
+            bad += bool(line.strip())
+            continue
+        if host is None or not isinstance(data, dict):
+            bad += 1
+            continue
+        entries.append(Entry(host=host, time=when, unit=_text(data.get("_SYSTEMD_UNIT")),
+                             program=_text(data.get("SYSLOG_IDENTIFIER")) or _text(data.get("_COMM")),
+                             pid=_text(data.get("_PID")), uid=_text(data.get("_UID")),
+                             message=_text(data.get("MESSAGE"))))
+    return sorted(entries, key=lambda e: (e.time, e.host)), bad
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def shown(text: str) -> str:
+    """``text`` with every control character written as an escape (\\n, \\x1b): one line, no terminal control."""
+    return _CONTROL.sub(lambda m: {"\n": "\\n", "\r": "\\r"}.get(m.group(), f"\\x{ord(m.group()):02x}"
+                                                                 if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"),
+                        text)
+
+
+def line(entry: Entry) -> str:
+    """One entry as ``kiln logs`` prints it: UTC time, host, program[pid] (uid), message."""
+    when = datetime.fromtimestamp(entry.time, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    who = f"{shown(entry.program) or '?'}[{entry.pid or '?'}]" + (f" uid={entry.uid}" if entry.uid else "")
+    return f"{when} {entry.host} {who}: {shown(entry.message)}"
+
+
+def job_pattern(job_id: str) -> re.Pattern:
+    """What names job ``job_id`` in Slurm's daemons' messages: JobId=N, StepId=N.x, "job N", [N.batch]."""
+    n = re.escape(job_id)
+    return re.compile(rf"(JobId={n}\b|StepId={n}\.|\b[Jj]ob[ _]?(?:id[ =:])?\s*{n}\b|\[{n}[.\]])")
