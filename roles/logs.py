@@ -60,6 +60,10 @@ def shipping(ctx: NodeContext) -> bool:
 def install(ctx: NodeContext) -> None:
     if shipping(ctx):
         pinned_packages(name=f"logs: {PACKAGE}", ctx=ctx, packages={PACKAGE: None})
+        # enabled in the image too (systemctl enable works in a chroot): a node booted from it has what the
+        # image carries, and kiln drift compares the enabled units; it starts once configure wrote its drop-in
+        service_running(name="logs: systemd-journal-upload enabled at boot", ctx=ctx,
+                        unit=ctx.watch_unit(UPLOAD_UNIT), start=False)
 
 
 def upload_dropin(ctx: NodeContext) -> str:
