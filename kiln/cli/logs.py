@@ -117,9 +117,9 @@ def _job(cluster, remote, job_id: str) -> dict | str:
         return f"Slurm's accounting has no job {job_id}" + (f" ({left_out})" if left_out else "")
     nodes = [n for r in runs if r.nodes and r.nodes != "None assigned" for n in expand(r.nodes)]
     ran = [h for h in dict.fromkeys(nodes) if h in cluster.hosts]
-    since = min(t for r in runs for t in (r.submit, r.start) if t is not None) if any(
-        r.submit or r.start for r in runs) else datetime.now(timezone.utc).timestamp()
-    until = max((r.end for r in runs if r.end), default=datetime.now(timezone.utc).timestamp())
+    now = datetime.now(timezone.utc).timestamp()
+    since = min((t for r in runs for t in (r.submit, r.start) if t is not None), default=now)
+    until = max((r.end for r in runs if r.end), default=now)
     return {"id": job_id, "user": runs[-1].user, "account": runs[-1].account, "hosts":
             [h.name for h in cluster.controllers] + [h for h in ran if h not in {c.name for c in cluster.controllers}],
             "since": since, "until": until}

@@ -25,7 +25,7 @@ from kiln.inventory.validate import validate
 from roles import firewall_rules
 from roles.base import account_specs
 from roles.platform import PLATFORMS
-from tests.conftest import REPO
+from tests.unit.test_firewall import ENABLED, _inventory as firewall_inventory
 from tests.ports import free_port
 
 HOSTS = """all:
@@ -52,15 +52,8 @@ HOSTS = """all:
 
 
 def _inventory(tmp_path: Path, extra: str = "") -> Path:
-    inventory = tmp_path / "inv"
-    shutil.copytree(REPO / "inventory" / "example", inventory)
-    (inventory / "hosts.yml").write_text(HOSTS)
-    (inventory / "group_vars" / "all" / "logs.yml").write_text(
-        "kiln_firewall:\n  enabled: true\n  admin_networks: [192.0.2.0/24]\n" + extra)
-    versions = inventory / "group_vars" / "all" / "versions.yml"  # the monitoring group's pins (Ubuntu's)
-    versions.write_text(versions.read_text() + '  prometheus: "2.31.2+ds1-1ubuntu1.22.04.3"\n'
-                        '  alertmanager: "0.23.0+ds-1ubuntu0.22.04.2"\n  node_exporter: "1.3.1-1ubuntu0.22.04.3"\n')
-    return inventory
+    """test_firewall's inventory (the example's, Ubuntu's monitoring pins, the firewall on) with these hosts."""
+    return firewall_inventory(tmp_path, ENABLED + extra, HOSTS)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +198,7 @@ def test_service_accounts_keep_their_defaults_and_log_shipping_needs_the_listene
     for hostile in ('"yes; reboot"', '"180; rm -rf /"'):
         key = "kiln_log_shipping" if "yes" in hostile else "kiln_log_retention_days"
         errors = validate(_inventory(tmp_path / key / hostile[1:4], f"{key}: {hostile}\n"))[1]
-        assert [(e.file, e.key) for e in errors] == [("group_vars/all/logs.yml", key)], errors
+        assert [(e.file, e.key) for e in errors] == [("group_vars/all/firewall.yml", key)], errors
 
 
 def test_kiln_logs_refuses_bad_input_before_it_connects(tmp_path, no_network):
