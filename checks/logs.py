@@ -15,11 +15,11 @@ container the kernel's audit is the host's: the check passes saying so.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 
 from checks.node import Node
+from checks.parsers import journal
 from checks.verdict import Verdict, fail, ok
 
 _ACTIVE = re.compile(r"^kiln-upload (\S+)$", re.M)
@@ -67,10 +67,8 @@ def oldest_unsent(output: str) -> float | None:
     """When the first entry after the uploader's cursor was written (epoch seconds), None when there is none."""
     for line in output.splitlines():
         if line.startswith("{"):
-            try:
-                return int(json.loads(line)["__REALTIME_TIMESTAMP"]) / 1e6
-            except (ValueError, KeyError, TypeError):
-                return None
+            data = journal.entry(line)
+            return journal.written(data) if data is not None else None
     return None
 
 

@@ -16,11 +16,11 @@ are printed with their control characters escaped, so none reaches the operator'
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from checks.parsers import journal
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.shell import command
 
@@ -83,15 +83,6 @@ class Entry:
                 "unit": self.unit, "program": self.program, "pid": self.pid, "uid": self.uid, "message": self.message}
 
 
-def _text(value) -> str:
-    """A journal field as text: a string, or the byte array journalctl gives for one that is not UTF-8."""
-    if isinstance(value, list):
-        if all(isinstance(b, int) and 0 <= b < 256 for b in value):
-            return bytes(value).decode("utf-8", errors="replace")
-        return " ".join(_text(v) for v in value)  # a field a sender wrote several times
-    return value if isinstance(value, str) else ""
-
-
 def parse(text: str) -> tuple[list[Entry], int]:
     """Entries of ``read_command``'s output, each with the host of the marker above it, and how many lines
     were not entries (cut short, not JSON)."""
@@ -100,19 +91,15 @@ def parse(text: str) -> tuple[list[Entry], int]:
         if line.startswith(MARKER):
             host = line[len(MARKER):].strip()
             continue
-        try:
-            data = json.loads(line)
-            when = int(_text(data.get("__REALTIME_TIMESTAMP"))) / 1e6
-        except (ValueError, TypeError, AttributeError):
+        data = journal.entry(line)
+        when = journal.written(data) if data is not None else None
+        if when is None or host is None:
             bad += bool(line.strip())
             continue
-        if host is None or not isinstance(data, dict):
-            bad += 1
-            continue
-        entries.append(Entry(host=host, time=when, unit=_text(data.get("_SYSTEMD_UNIT")),
-                             program=_text(data.get("SYSLOG_IDENTIFIER")) or _text(data.get("_COMM")),
-                             pid=_text(data.get("_PID")), uid=_text(data.get("_UID")),
-                             message=_text(data.get("MESSAGE"))))
+        entries.append(Entry(host=host, time=when, unit=journal.text(data.get("_SYSTEMD_UNIT")),
+                             program=journal.text(data.get("SYSLOG_IDENTIFIER")) or journal.text(data.get("_COMM")),
+                             pid=journal.text(data.get("_PID")), uid=journal.text(data.get("_UID")),
+                             message=journal.text(data.get("MESSAGE"))))
     return sorted(entries, key=lambda e: (e.time, e.host)), bad
 
 
