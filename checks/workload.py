@@ -12,6 +12,9 @@ with the cluster's median:
   neither end is a slow link and fails both ends, naming it. A pair is slow below the median of the
   pairs that touch no step-slow node, divided by ``slow_factor``.
 
+Before judging, the runner probes again (``confirm`` times) each node and pair whose best figure so far
+would fail (``suspects``): a burst of another tenant's load slows one probe, a slow part every one.
+
 A run over three nodes or more records the cluster's medians (kiln/check/workload.py, beside the
 inventory); a run over fewer (a rollout's batch, ``kiln patch --workload-check``) is judged against them.
 Without them it needs two nodes to compare (one alone passes, saying so). The ring's median names one slow node among
@@ -54,6 +57,43 @@ def medians(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]]) -> d
             **({"busbw_gbs": statistics.median(rates)} if rates else {})}
 
 
+def _step_median(times: dict[str, float], reference: dict | None) -> tuple[float | None, str]:
+    """The median step the nodes are judged against, and what it is the median of."""
+    if reference and reference.get("step_seconds"):
+        return reference["step_seconds"], f"the cluster's {reference.get('nodes', '?')} nodes at its last run"
+    return (statistics.median(times.values()) if times else None), f"{len(times)} nodes"
+
+
+def _pair_median(rates: dict[tuple[str, str], float], slow: set[str], reference: float | None) -> float | None:
+    """The median bandwidth the pairs are judged against: of the pairs touching no slow node (all pairs
+    where every one does), or the cluster's from its last run."""
+    clean = [r for (a, b), r in rates.items() if a not in slow and b not in slow] or list(rates.values())
+    return reference or (statistics.median(clean) if clean else None)
+
+
+def _slow_steps(steps: dict[str, Figure], slow_factor: float, reference: dict | None) -> set[str]:
+    """Nodes whose step is over ``slow_factor`` times the median, or whose probe gave no figure."""
+    times = {n: f.seconds for n, f in steps.items() if isinstance(f, WorkloadResult)}
+    median, _ = _step_median(times, reference)
+    compared = len(times) >= 2 or bool(reference and reference.get("step_seconds"))
+    return {n for n, f in steps.items()
+            if not isinstance(f, WorkloadResult) or (compared and f.seconds > slow_factor * median)}
+
+
+def suspects(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]], slow_factor: float,
+             reference: dict | None = None) -> tuple[set[str], set[int]]:
+    """What ``judge`` would fail on its figures alone: the nodes whose step is slow and the ring pairs (by
+    index) whose all-reduce is, so that they are measured again before any is named (a burst of load from
+    elsewhere slows one probe, not every one). A probe that gave no figure is no suspect: it failed."""
+    slow = _slow_steps(steps, slow_factor, reference)
+    rates = {(a, b): f.busbw_gbs for a, b, f in pairs if isinstance(f, WorkloadResult)}
+    ref_rate = (reference or {}).get("busbw_gbs")
+    median = _pair_median(rates, slow, ref_rate)
+    slow_pairs = {i for i, (a, b, f) in enumerate(pairs) if isinstance(f, WorkloadResult)
+                  and (len(rates) > 1 or ref_rate) and f.busbw_gbs < median / slow_factor}
+    return {n for n in slow if isinstance(steps[n], WorkloadResult)}, slow_pairs
+
+
 def judge(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]], slow_factor: float,
           reference: dict | None = None) -> dict[str, list[Verdict]]:
     """Each node's WORKLOAD_STEP and WORKLOAD_ALLREDUCE verdicts from every node's step (``steps``) and each
@@ -61,20 +101,15 @@ def judge(steps: dict[str, Figure], pairs: list[tuple[str, str, Figure]], slow_f
     against ``reference`` (``medians`` of an earlier run over the cluster) where given."""
     out: dict[str, list[Verdict]] = {n: [] for n in steps}
     times = {n: f.seconds for n, f in steps.items() if isinstance(f, WorkloadResult)}
-    median = statistics.median(times.values()) if times else None
-    of = f"{len(times)} nodes"
-    if reference and reference.get("step_seconds"):
-        median, of = reference["step_seconds"], f"the cluster's {reference.get('nodes', '?')} nodes at its last run"
-    slow: set[str] = set()
+    median, of = _step_median(times, reference)
+    slow = _slow_steps(steps, slow_factor, reference)
     for node, figure in steps.items():
         if not isinstance(figure, WorkloadResult):
-            slow.add(node)
             out[node].append(fail("WORKLOAD_STEP", f"the training step could not run here: {figure}"))
         elif len(times) < 2 and not reference:
             out[node].append(ok("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device}; no other node "
                                                  "to compare with"))
-        elif figure.seconds > slow_factor * median:
-            slow.add(node)
+        elif node in slow:
             out[node].append(fail("WORKLOAD_STEP", f"step {_ms(figure.seconds)} on {figure.device}, "
                                   f"{figure.seconds / median:.1f}x the median {_ms(median)} of {of} "
                                   f"(limit {slow_factor:g}x): this node slows every job it is in; look for "
@@ -91,7 +126,7 @@ def _judge_pairs(pairs: list[tuple[str, str, Figure]], slow: set[str], factor: f
                  reference: float | None = None) -> dict[str, Verdict]:
     rates = {(a, b): f.busbw_gbs for a, b, f in pairs if isinstance(f, WorkloadResult)}
     clean = [r for (a, b), r in rates.items() if a not in slow and b not in slow] or list(rates.values())
-    median = reference or (statistics.median(clean) if clean else None)
+    median = _pair_median(rates, slow, reference)
     bad: dict[tuple[str, str], str] = {}
     for a, b, figure in pairs:
         if not isinstance(figure, WorkloadResult):

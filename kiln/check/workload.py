@@ -19,7 +19,7 @@ from pathlib import Path
 from checks.node import Node
 from checks.parsers.workload import parse_workload
 from checks.verdict import CheckError, Verdict
-from checks.workload import Figure, judge, medians, ring
+from checks.workload import Figure, judge, medians, ring, suspects
 from kiln.check.bandwidth import ring_phases
 from kiln.inventory.workload_schema import WorkloadCheck
 from kiln.shell import command
@@ -59,38 +59,61 @@ def best(figures: list[Figure], key) -> Figure:
     return min(good, key=key) if good else figures[-1]
 
 
-def measure(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck
-            ) -> tuple[dict[str, Figure], list[tuple[str, str, Figure]]]:
-    """Every node's step, then every ring pair's all-reduce, ``settings.rounds`` times each (the nodes and
-    pairs taken in turn, so a burst of load meets different ones in different rounds): (node -> its fastest
-    step, [(first, second, the pair's best bandwidth)])."""
-    names = list(nodes)
-    rounds: dict[str, list[Figure]] = {n: [] for n in names}
+def _steps(nodes: dict[str, Node], names: list[str], settings: WorkloadCheck, found: dict[str, list[Figure]]) -> None:
+    """One probe of each of ``names``' step, ``at_once`` at a time, added to ``found``."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(settings.at_once, max(1, len(names)))) as pool:
-        for _ in range(settings.rounds):
-            for n, f in zip(names, pool.map(lambda n: figure(nodes[n].run(probe_command(settings, "step"))), names)):
-                rounds[n].append(f)
-    steps = {n: best(fs, key=lambda f: f.seconds) for n, fs in rounds.items()}
-    pairs = ring(names)
+        for n, f in zip(names, pool.map(lambda n: figure(nodes[n].run(probe_command(settings, "step"))), names)):
+            found[n].append(f)
 
+
+def _allreduces(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck,
+                pairs: list[tuple[str, str]], chosen: set[int], found: dict[int, list[Figure]]) -> None:
+    """One all-reduce across each pair of ``pairs`` whose index is ``chosen``, added to ``found``: in the
+    ring's phases (no node in two pairs at once), ``at_once`` pairs at a time."""
     def allreduce(pair: tuple[str, str]) -> Figure:
         first, second = pair
         ranks = [(first, ("--rank", 0, "--address", addresses[first])),
                  (second, ("--rank", 1, "--address", addresses[first]))]
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as both:
             outs = list(both.map(lambda r: nodes[r[0]].run(probe_command(settings, "allreduce", *r[1])), ranks))
-        found = [figure(o) for o in outs]
-        return next((f for f in found if not isinstance(f, str)), None) or \
-            "; ".join(f"{n}: {f}" for (n, _), f in zip(ranks, found))
-    measured: dict[int, list[Figure]] = {i: [] for i in range(len(pairs))}
+        got = [figure(o) for o in outs]
+        return next((f for f in got if not isinstance(f, str)), None) or \
+            "; ".join(f"{n}: {f}" for (n, _), f in zip(ranks, got))
+    for phase in ring_phases(len(pairs)):
+        phase = [i for i in phase if i in chosen]
+        for start in range(0, len(phase), settings.at_once):
+            batch = phase[start:start + settings.at_once]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                for i, f in zip(batch, pool.map(lambda i: allreduce(pairs[i]), batch)):
+                    found[i].append(f)
+
+
+def measure(nodes: dict[str, Node], addresses: dict[str, str], settings: WorkloadCheck, reference: dict | None = None
+            ) -> tuple[dict[str, Figure], list[tuple[str, str, Figure]]]:
+    """Every node's step, then every ring pair's all-reduce, ``settings.rounds`` times each (the nodes and
+    pairs taken in turn, so a burst of load meets different ones in different rounds); then, up to
+    ``settings.confirm`` times, once more each node and pair whose best so far would fail (judged against
+    ``reference`` where given: checks/workload.py ``suspects``). Returns (node -> its fastest step,
+    [(first, second, the pair's best bandwidth)])."""
+    names = list(nodes)
+    pairs = ring(names)
+    stepped: dict[str, list[Figure]] = {n: [] for n in names}
+    reduced: dict[int, list[Figure]] = {i: [] for i in range(len(pairs))}
+
+    def bests() -> tuple[dict[str, Figure], list[tuple[str, str, Figure]]]:
+        return ({n: best(fs, key=lambda f: f.seconds) for n, fs in stepped.items()},
+                [(a, b, best(reduced[i], key=lambda f: -f.busbw_gbs)) for i, (a, b) in enumerate(pairs)])
     for _ in range(settings.rounds):
-        for phase in ring_phases(len(pairs)):
-            for start in range(0, len(phase), settings.at_once):
-                chosen = phase[start:start + settings.at_once]
-                with concurrent.futures.ThreadPoolExecutor(max_workers=len(chosen)) as pool:
-                    for i, f in zip(chosen, pool.map(lambda i: allreduce(pairs[i]), chosen)):
-                        measured[i].append(f)
-    return steps, [(a, b, best(measured[i], key=lambda f: -f.busbw_gbs)) for i, (a, b) in enumerate(pairs)]
+        _steps(nodes, names, settings, stepped)
+    for _ in range(settings.rounds):
+        _allreduces(nodes, addresses, settings, pairs, set(range(len(pairs))), reduced)
+    for _ in range(settings.confirm):
+        slow_nodes, slow_pairs = suspects(*bests(), settings.slow_factor, reference)
+        if not slow_nodes and not slow_pairs:
+            break
+        _steps(nodes, [n for n in names if n in slow_nodes], settings, stepped)
+        _allreduces(nodes, addresses, settings, pairs, slow_pairs, reduced)
+    return bests()
 
 
 RECORD_NODES = 3  # a run over this many nodes or more records the cluster's medians
@@ -113,8 +136,9 @@ def workload_verdicts(nodes: dict[str, Node], addresses: dict[str, str], setting
                       baseline: Path | None = None) -> dict[str, list[Verdict]]:
     """Every node's verdicts: judged against these nodes' medians when there are RECORD_NODES or more (and
     those medians kept at ``baseline``), else against the medians kept there by an earlier run."""
-    steps, pairs = measure(nodes, addresses, settings)
-    if len(nodes) >= RECORD_NODES or baseline is None:
+    reference = None if len(nodes) >= RECORD_NODES or baseline is None else read_baseline(baseline) or None
+    steps, pairs = measure(nodes, addresses, settings, reference)
+    if reference is None:
         found = judge(steps, pairs, settings.slow_factor)
         if baseline is not None and len(nodes) >= RECORD_NODES:
             passed = {n: f for n, f in steps.items() if not any(v.failed for v in found[n])}
@@ -124,4 +148,4 @@ def workload_verdicts(nodes: dict[str, Node], addresses: dict[str, str], setting
                 baseline.write_text(json.dumps({**kept, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                                                indent=1) + "\n")
         return found
-    return judge(steps, pairs, settings.slow_factor, read_baseline(baseline) or None)
+    return judge(steps, pairs, settings.slow_factor, reference)

@@ -35,6 +35,10 @@ class WorkloadCheck(Strict):
                       "pair's first node")
     rounds: int = Field(1, ge=1, le=10, description="probes of each node and pair, taken in turn; each one's "
                         "best counts, so load from elsewhere (another tenant's burst) is not taken for a slow node")
+    confirm: int = Field(2, ge=0, le=10, description="probes again, one at a time, of a node or pair whose best "
+                         "figure would fail, before it is named (the best still counts): a sound node caught by "
+                         "a burst of load is then not drained, a slow one is probed a few seconds more; 0: "
+                         "named at once")
     at_once: int = Field(64, ge=1, le=4096, description="nodes probed (and pairs measured) at once; 1 where "
                          "nodes share CPUs (the testbed's containers)")
     timeout_seconds: int = Field(300, ge=10, le=3600, description="a probe still running after this fails")
