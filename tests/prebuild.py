@@ -1,7 +1,6 @@
 """Build, ahead of the tests that boot them, what the live tiers boot from: the debootstrapped bases
-(Debian 12 and 13), then the VM tier's two qcow2 images and the Vagrant cluster's two boxes, then (in CI)
-the VM tier's cluster itself, booted and deployed; first, the older images of the suite's own clusters
-leave the store (``prune_test_images``).
+(Debian 12 and 13), then the VM tier's two qcow2 images and the Vagrant cluster's two boxes; first, the
+older images of the suite's own clusters leave the store (``prune_test_images``).
 
 ``.ci/run`` starts this in the background before the README's test command. The bases come first, at
 normal priority: the shared nspawn testbed comes up minutes into the run and waits on its base. The
@@ -13,19 +12,12 @@ the ones the tests write (``tests/vm/cluster.py``, ``kiln vagrant box``), so the
 digests of their recipes, are the same; a build that fails here is built again by its test, which then
 reports the failure.
 
-In CI (``KILN_TEST_VM_HANDOFF`` set: tests/vm/cluster.py ``HANDOFF``) it then boots the VM tier's three VMs
-from those images and deploys them (``first_deploy``), still at nice 19 and so on idle CPU, and hands
-them over in that file: the tier, which waits for the nspawn tests, finds its cluster up instead of
-spending six minutes of emulated CPU on it then. A cluster it could not bring up it takes down, saying
-why in the file; the tier then boots its own.
-
     python -m tests.prebuild [--bases-only]
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -51,26 +43,6 @@ def vm_images(workdir: Path) -> None:
     Testbed(VM_NAME, progress=_say, node_kind="vm", node_os=VM_OS).write_inventory(VM_NODES, inventory)
     for target in (("--node-type", "testbed_compute"), ("--group", "slurm_controller")):
         _say(f"VM tier image {' '.join(target)}: {build_image(inventory, *target)}")
-
-
-def vm_cluster(workdir: Path) -> None:
-    from kiln.testbed.testbed import Testbed
-    from tests.vm.cluster import HANDOFF, PREBUILT_PREFIX, VM_NAME, VM_OS, build_images, first_deploy, write_handoff
-    if not os.environ.get(HANDOFF):
-        return
-    write_handoff({"state": "booting", "pid": os.getpid()})
-    tb = Testbed(VM_NAME, progress=_say, node_kind="vm", node_os=VM_OS)
-    inventory = Path(tempfile.mkdtemp(prefix=PREBUILT_PREFIX)) / "testbed"  # the tier's teardown removes it
-    try:
-        steps = first_deploy(tb, inventory, build_images(tb, inventory))
-    except (Exception, AssertionError) as exc:
-        write_handoff({"state": "failed", "error": str(exc)[-2000:]})
-        tb.down(inventory_dir=inventory)
-        shutil.rmtree(inventory.parent, ignore_errors=True)
-        raise
-    write_handoff({"state": "ready", "inventory": str(inventory), "images": list(tb.images),
-                   "steps": {k: v for k, v in steps.items() if k != "deploy_json"}})
-    _say(f"VM cluster {VM_NAME} handed over: booted in {steps['boot']:.0f} s, deployed in {steps['deploy']:.0f} s")
 
 
 def vagrant_boxes(workdir: Path) -> None:
@@ -116,7 +88,7 @@ def main(argv: list[str]) -> int:
     os.nice(19)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="kiln-prebuild-") as tmp:
-        for step in (vm_images, vagrant_boxes, vm_cluster):
+        for step in (vm_images, vagrant_boxes):
             try:
                 step(Path(tmp))
             except (Exception, AssertionError) as exc:  # noqa: BLE001 - the test that boots it builds it again

@@ -18,7 +18,7 @@ import pytest
 from kiln.testbed.testbed import VM_TOOLS, Testbed
 from tests import lanes
 from tests.testbed.conftest import quiet, require_testbed, take_down_shared_testbed
-from tests.vm.cluster import VM_NAME, VM_NODES, VM_OS, PREBUILT_PREFIX, build_images, first_deploy, prebuilt
+from tests.vm.cluster import VM_NAME, VM_NODES, VM_OS, build_images, first_deploy
 
 
 def require_vms() -> None:
@@ -46,24 +46,16 @@ LANE_B_WAITED: list[float] = []
 
 @pytest.fixture(scope="session")
 def vms(tmp_path_factory):
-    """Three VMs (controller + 2 compute) from the cluster's own images, Slurm configured, a first job run:
-    in CI the ones tests/prebuild.py booted and deployed beside the nspawn tier (``prebuilt``), else (or
-    where those are not whole) booted and deployed here."""
+    """Three VMs (controller + 2 compute) from the cluster's own images, Slurm configured, a first job run."""
     require_vms()
     tb = Testbed(VM_NAME, progress=quiet, node_kind="vm", node_os=VM_OS)
+    inventory = tmp_path_factory.mktemp("vm-inventory") / "testbed"
     started = time.monotonic()
-    steps = prebuilt(tb, print)
-    if steps is not None:
-        print(f"VM tier: taken over from the prebuild after {time.monotonic() - started:.0f} s (it booted "
-              f"{VM_NODES} VMs in {steps['boot']:.0f} s, deployed in {steps['deploy']:.0f} s)")
-    else:
-        inventory = tmp_path_factory.mktemp("vm-inventory") / "testbed"
-        images = build_images(tb, inventory)
-        built = time.monotonic()
-        steps = first_deploy(tb, inventory, images)
-        print(f"VM tier: images {built - started:.0f} s, {VM_NODES} VMs booted from them {steps['boot']:.0f} s, "
-              f"deploy {steps['deploy']:.0f} s, every compute VM idle and a first job {steps['idle_and_job']:.0f} s")
+    images = build_images(tb, inventory)
+    built = time.monotonic()
+    steps = first_deploy(tb, inventory, images)
+    print(f"VM tier: images {built - started:.0f} s, {VM_NODES} VMs booted from them {steps['boot']:.0f} s, "
+          f"deploy {steps['deploy']:.0f} s, every compute VM idle and a first job {steps['idle_and_job']:.0f} s")
+    tb.first_deploy = steps["deploy_json"]
     yield tb
-    tb.down(inventory_dir=tb.inventory)
-    if tb.inventory.parent.name.startswith(PREBUILT_PREFIX):
-        shutil.rmtree(tb.inventory.parent, ignore_errors=True)  # the prebuild's directory, with the BMC secret
+    tb.down(inventory_dir=inventory)
