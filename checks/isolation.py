@@ -22,12 +22,19 @@ them through ``runuser`` and fails on any probe that gets through:
 - ISOLATION_SUDO: sudo runs a command as root for the probe without a password, or has any rule for it
   (asked of sudo's policy by root: a user without a password learns nothing from sudo); no sudo passes;
 - ISOLATION_SLURM_ADMIN: Slurm takes an operator's request from the probe (a reservation ten years out,
-  deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser.
+  deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser;
+- ISOLATION_AUDIT_TRAIL (where log shipping is on; settled across hosts by kiln/check/audit_trail.py): the
+  sudo refused to the probe (with no rule for it: a refusal sudo logs) does not reach the log host within
+  a minute.
 
-Expectations (``expect["isolation"]``): probes (the probe accounts), probe_teams (each one's team), secrets (the paths of every
+A probe whose protection the inventory itself turns off (``allowed``: PrivateData without jobs,
+``kiln_ssh_password_login``) is still run; what gets through is a warning naming that setting, not a
+failure: the operator chose it, and a deploy or rollout that runs this suite goes on.
+
+Expectations (``expect["isolation"]``): allowed (check id -> the setting that turns its protection off), probes (the probe accounts), probe_teams (each one's team), secrets (the paths of every
 secret kiln may place on a host), address (where the host's sshd listens: its inventory address),
 team_directories (``{path, team}`` of each team directory the host mounts), team_parents (the
-directories that hold them). Never in the node-local runner: these probes are the operator's.
+directories that hold them), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
 """
 
 from __future__ import annotations
@@ -38,9 +45,16 @@ import shlex
 from checks.node import Node
 from checks.parsers import squeue
 from checks.parsers.delimited import separator
-from checks.verdict import Verdict, fail, ok
+from checks.verdict import Verdict, fail, ok, warn
 
 JOB_FIELDS = ("UserName",)
+NO_SUDO = "no sudo on this host"
+
+
+def no_rule(probe: str) -> str:
+    """ISOLATION_SUDO's verdict where sudo refused ``probe`` with no rule for it, and logged that refusal:
+    what ISOLATION_AUDIT_TRAIL (kiln/check/audit_trail.py) then looks for on the log host."""
+    return f"sudo has no rule for {probe}"
 
 
 def as_user(user: str, *argv: str) -> str:
@@ -211,21 +225,25 @@ def _monitoring(node: Node, probe: str, urls: list[str], ca_file: str = "") -> V
               f"credentials" + (f"; {len(far)} not reachable from here" if far else ""))
 
 
-def _sudo(node: Node, probe: str) -> Verdict:
-    """The probe runs ``sudo -n true`` (taken without a password: the worst case); then root asks sudo
+def _sudo(node: Node, probe: str, token: tuple[str, ...] = ()) -> Verdict:
+    """The probe runs ``sudo -S true [TOKEN]`` with no password on its input (taken without one: the worst
+    case). Unlike ``-n``, which sudo refuses without a word to its log, this attempt is logged as refused
+    (``user NOT in sudoers ; ... COMMAND=/usr/bin/true TOKEN``): ISOLATION_AUDIT_TRAIL finds it on the log
+    host by this run's token. Then root asks sudo
     which rules the probe has (``sudo -l -U``): sudo asks a user without a password for one before it
     tells them anything, so only its policy, asked by root, tells a rule that wants a password from none."""
     tried = node.run(as_user(probe, "/bin/sh", "-c", "command -v sudo >/dev/null || { echo kiln-no-sudo; exit 0; }; "
-                                                      "LC_ALL=C sudo -n true 2>&1"))
+                                                      f"LC_ALL=C sudo -S -p '' {shlex.join(['true', *token])} "
+                                                      "</dev/null 2>&1"))
     if tried.stdout.strip() == "kiln-no-sudo":
-        return ok("ISOLATION_SUDO", "no sudo on this host")
+        return ok("ISOLATION_SUDO", NO_SUDO)
     if tried.rc == 0:
         return fail("ISOLATION_SUDO", f"sudo ran a command as root for {probe} without a password: find the rule in "
                     "/etc/sudoers or /etc/sudoers.d (kiln grants sudo to kiln_operators only)")
     rules = node.run(shlex.join(["env", "LC_ALL=C", "sudo", "-l", "-U", probe]))
     said = (rules.stdout + rules.stderr).strip()
     if "is not allowed to run sudo" in said:
-        return ok("ISOLATION_SUDO", f"sudo has no rule for {probe}")
+        return ok("ISOLATION_SUDO", no_rule(probe))
     if "may run the following commands" in said:
         return fail("ISOLATION_SUDO", f"sudo has a rule for {probe} ({said.splitlines()[-1].strip()[:120]}): find it in "
                     "/etc/sudoers or /etc/sudoers.d (kiln grants sudo to kiln_operators only)")
@@ -258,7 +276,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
             continue
         everyone = everyone or _users(node, None)
         verdicts += [_jobs(node, probe, everyone), _secrets(node, probe, isolation.get("secrets", [])),
-                     _slurm_admin(node, probe), _sudo(node, probe)]
+                     _slurm_admin(node, probe), _sudo(node, probe, tuple(filter(None, [isolation.get("token")])))]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
         for verdict in (_files(node, probe, teams.get(probe, ""), isolation),
@@ -266,4 +284,13 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                                     isolation.get("monitoring_ca_file") or "")):
             if verdict:
                 verdicts.append(verdict)
-    return verdicts
+    return [allowed_through(v, isolation.get("allowed") or {}) for v in verdicts]
+
+
+def allowed_through(verdict: Verdict, allowed: dict[str, str]) -> Verdict:
+    """A failed probe whose protection the inventory turns off, as a warning naming the setting."""
+    why = allowed.get(verdict.id)
+    if not (verdict.failed and why):
+        return verdict
+    return warn(verdict.id, f"{verdict.message} (the inventory turns this protection off: {why}; reported, not "
+                "failed)")

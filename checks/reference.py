@@ -216,6 +216,10 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's request (a reservation) from a "
                               "team's user: it is an operator or administrator",
                               "sacctmgr modify user NAME set adminlevel=none", ""),
+    "ISOLATION_AUDIT_TRAIL": ("isolation", "fail", "the sudo refused to a team's user on a login host did not "
+                              "reach the log host within a minute (read back from that host's own files there)",
+                              "kiln check --suite logs on the host (its uploader), then on the log host (its "
+                              "receiver); kiln deploy starts both", "kiln_log_shipping"),
     # --- across nodes, opt-in ---
     "NCCL_CLUSTER_BUSBW": ("nccl-cluster", "fail", "all_reduce_perf over the nodes is below its floor (or failed); the "
                            "message names the slow pair found by halving", "check those nodes' HCAs, cables and NVLink",

@@ -55,10 +55,11 @@ def journal_files(host: Host) -> list[str]:
     return [f"{REMOTE_DIR}/remote-{host.address}[.@]*journal"]
 
 
-def read_command(hosts: list[Host], since: float, until: float | None) -> str:
+def read_command(hosts: list[Host], since: float, until: float | None, matches: tuple[str, ...] = ()) -> str:
     """One shell command for the log host: for each host a marker line with its name, then its entries in
-    [since, until] as JSON lines (every value one quoted word; journalctl expands the globs itself)."""
-    window = [f"--since=@{int(since)}"] + ([f"--until=@{int(until) + 1}"] if until is not None else [])
+    [since, until] (only those with every field of ``matches``, journalctl's FIELD=VALUE) as JSON lines
+    (every value one quoted word; journalctl expands the globs itself)."""
+    window = [f"--since=@{int(since)}"] + ([f"--until=@{int(until) + 1}"] if until is not None else []) + list(matches)
     parts = []
     for h in hosts:
         files = [f"--file={g}" for g in journal_files(h)]

@@ -90,12 +90,24 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
     if not probes or host.name not in {h.name for h in cluster.user_logins}:
         return {}
     mounts = [m for m in host.storage_mounts if m.team_directories]
-    return {"monitoring_endpoints": _monitoring_endpoints(cluster, host),
+    return {"allowed": _allowed_through(cluster), "monitoring_endpoints": _monitoring_endpoints(cluster, host),
             "monitoring_ca_file": CA_FILE if host.monitored and cluster.setting("monitoring_tls") else "",
             "probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
             "secrets": secret_files(cluster), "address": host.address,
             "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
             "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."]}
+
+
+def _allowed_through(cluster: Cluster) -> dict[str, str]:
+    """The isolation probes whose protection the inventory itself turns off, each with the setting that
+    does: the suite still probes, and reports one that gets through as a warning naming the setting, so
+    that an operator's choice does not fail every deploy and rollout."""
+    allowed = {}
+    if "jobs" not in cluster.setting("slurm_private_data"):
+        allowed["ISOLATION_JOBS"] = "kiln_slurm_private_data leaves out jobs"
+    if cluster.setting("ssh_password_login"):
+        allowed["ISOLATION_SSH_PASSWORD"] = "kiln_ssh_password_login is true"
+    return allowed
 
 
 def _logins(cluster: Cluster, host: Host) -> list[dict]:

@@ -24,14 +24,17 @@ from pathlib import Path
 import pytest
 from testinfra.backend.ssh import SshBackend
 
+from checks.isolation import no_rule
 from checks.node import C_LOCALE_SH, Node, Result
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
 from kiln.check.bandwidth import measure_pair, ring_phases
+from kiln.check.audit_trail import audit_trail
 from kiln.check.expectations import node_expectations
 from kiln.check.shared_storage import SharedStorage
 from kiln.check.workload import baseline_path, workload_verdicts
 from kiln.inventory.model import Cluster, Host
+from kiln.log_host import log_host
 from kiln.shell import quote
 from kiln.ssh import KEX_FIRST, ssh_command, ssh_options  # noqa: F401 (this module's callers)
 
@@ -205,7 +208,10 @@ class RemoteCheck(SharedStorage):
             self.events.step(host.name, f"checks: {', '.join(self.suites)}")
         node = self.node(host)
         self.outputs[host.name] = {}
-        verdicts = batched_suites(node, host.name, node_expectations(self.cluster, host), self.suites,
+        expect = node_expectations(self.cluster, host)
+        if expect.get("isolation"):
+            expect["isolation"]["token"] = self.token  # in the probes' sudo: ISOLATION_AUDIT_TRAIL finds it
+        verdicts = batched_suites(node, host.name, expect, self.suites,
                                   cache=self.outputs[host.name], extra=tuple(self._shared_commands(host).values()))
         if any(v.id == "NODE_UNREACHABLE" for v in verdicts):
             del self.outputs[host.name]
@@ -221,6 +227,7 @@ class RemoteCheck(SharedStorage):
         return verdicts
 
     def collect(self) -> None:
+        self.started = time.time()
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(self.hosts)))) as pool:
             for host, verdicts in zip(self.hosts, pool.map(self._check_host, self.hosts)):
                 self.results[host.name] = verdicts
@@ -233,15 +240,25 @@ class RemoteCheck(SharedStorage):
             self._fabric_bandwidth(threshold)
         if "workload" in self.suites:
             self._workload()
+        if "isolation" in self.suites:
+            self._audit_trail()
 
-    def _workload(self) -> None:
-        """The workload suite's step on each compute node and all-reduce across node pairs (kiln/check/workload.py)."""
-        hosts = [h for h in self.hosts if h.is_compute and h.name in self.outputs]  # answered the first round
-        found = workload_verdicts({h.name: self.node(h) for h in hosts}, {h.name: h.address for h in hosts},
-                                  self.cluster.setting("check_workload"), baseline_path(self.cluster.path,
-                                                                                        self.cluster.name))
-        for name, verdicts in found.items():
-            self.results[name] += [Verdict(v.id, v.severity, v.message, "workload") for v in verdicts]
+    def _audit_trail(self) -> None:
+        """ISOLATION_AUDIT_TRAIL on each login host where a probe was refused sudo with no rule for it
+        (kiln/check/audit_trail.py), where the cluster has a log host. sudo logs that refusal; a probe
+        with a rule (ISOLATION_SUDO failed) is refused for want of a password, which sudo does not log."""
+        receiver = log_host(self.cluster)
+        tried: dict[str, tuple[Host, list[str]]] = {}
+        for h in self.hosts if receiver else []:
+            verdicts = self.results.get(h.name, []) if h.name in self.outputs else []
+            probes = [p for p in node_expectations(self.cluster, h).get("isolation", {}).get("probes", [])
+                      if any(v.id == "ISOLATION_SUDO" and v.message == no_rule(p) for v in verdicts)]
+            if probes:
+                tried[h.name] = (h, probes)
+        if tried:
+            found = audit_trail(self.node(receiver), receiver.name, tried, self.token, self.started)
+            for name, v in found.items():
+                self.results[name].append(Verdict(v.id, v.severity, v.message, "isolation"))
 
     def _same_kernel(self) -> None:
         """Every node should run the kernel most nodes run (with or without a pin)."""

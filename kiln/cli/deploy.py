@@ -34,8 +34,8 @@ def gevent_patch() -> None:
 @json_option
 def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry_run: bool, forks: int,
            verbose: int, as_json: bool) -> None:
-    """Converge hosts: exit 0 all good, 1 some host failed, 2 bad input (nothing touched), 3 (--dry-run)
-    changes pending."""
+    """Converge hosts: exit 0 all good, 1 some host failed (or, after a deploy, the isolation suite on its
+    login hosts), 2 bad input (nothing touched), 3 (--dry-run) changes pending."""
     import roles
     from kiln.inventory.limit import LimitError, resolve_limit
     from kiln.secrets import SecretsError, load_or_create
@@ -60,6 +60,7 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
     # After the inventory is loaded: ansible-core probes socket behaviour at import, which a patched
     # socket module reports as an error.
     gevent_patch()
+    from kiln.check.isolation_gate import failures, lines as gate_lines, run_gate
     from kiln.cli.progress import Progress
     from kiln.deploy.runner import Deploy
     from kiln.runlog import RunLog
@@ -76,14 +77,20 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
         for h in result.hosts:
             if h.error:
                 log.event(h.name, f"{h.status} at {h.failed_op!r}: next: {h.next_step}\n{h.error}")
+        gate = {}
+        if not (dry_run or result.failed or result.stopped):
+            gate = run_gate(cluster, [h.name for h in result.hosts], forks=forks, log=log)
     finally:
         log.close()
     if as_json:
-        echo(json.dumps({**result.as_dict(), "log": str(log.path)}, indent=2))
+        echo(json.dumps({**result.as_dict(), "isolation": {h: [v.as_dict() for v in vs] for h, vs in gate.items()},
+                         "log": str(log.path)}, indent=2))
     else:
         print_summary(result, verbose)
+        for line in gate_lines(gate):
+            echo(line)
         echo(f"log: {log.path}")
-    if result.failed or result.stopped:
+    if result.failed or result.stopped or failures(gate):
         sys.exit(EXIT_FAILED)
     sys.exit(EXIT_CHANGES if dry_run and any(h.status == "would change" for h in result.hosts) else EXIT_OK)
 

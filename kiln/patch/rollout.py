@@ -8,6 +8,9 @@ job on it; after ``drain_timeout`` it is put back in service unpatched and repor
 
 The health role is always applied with the rollout's roles: the node-local checks (Slurm's
 HealthCheckProgram) must expect what the new pins install, or they would drain the patched node.
+
+After each batch and each service node, the isolation suite runs on the login hosts
+(kiln/check/isolation_gate.py): a team's probe that gets through stops the rollout there.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Callable
 
 import roles
 from checks.verdict import Verdict
+from kiln.check.isolation_gate import failures, lines, rollout_stop, run_gate
 from kiln.check.remote import RemoteCheck
 from kiln.inventory.model import Cluster, Secrets
 from kiln.monitoring.silences import Silences
@@ -98,8 +102,8 @@ def check_nodes(cluster: Cluster, names: list[str], forks: int = 64, workload: b
 class Rollout(ServiceNodes):
     """The rollout loop. Its collaborators are injected (defaults: the real ones): ``slurm`` (what
     SlurmControl offers), ``checker`` (gives a Node for a host, for service-node reboots), ``apply``
-    (``deploy_roles``) and ``check`` (``check_nodes``), so resume and the failure budget are tested
-    without a cluster."""
+    (``deploy_roles``), ``check`` (``check_nodes``) and ``isolation`` (``run_gate``), so resume and the
+    failure budget are tested without a cluster."""
 
     def poll(self) -> float:
         return POLL  # read at each wait: tests shorten it
@@ -107,14 +111,14 @@ class Rollout(ServiceNodes):
     def __init__(self, cluster: Cluster, secrets: Secrets, journal: Journal, options: Options,
                  progress: Callable[[str], None] = print, *, slurm=None, checker=None,
                  apply: Callable = deploy_roles, check: Callable = check_nodes, configure: Callable = configure_roles,
-                 events=None, silences: Silences | None = None):
+                 events=None, silences: Silences | None = None, isolation: Callable = run_gate):
         """``events``: told each node's steps and result as they happen (kiln.cli.progress.Progress,
         which then also stamps ``progress``'s lines with the time)."""
         self.cluster, self.secrets, self.journal, self.options = cluster, secrets, journal, options
         self.progress, self.events = progress, events
         self.checker = checker or RemoteCheck(cluster, list(cluster.hosts.values()), SUITES)
         self.slurm = slurm or SlurmControl(self.checker.node(cluster.controllers[0]))
-        self.apply, self.check, self.configure = apply, check, configure
+        self.apply, self.check, self.configure, self.isolation = apply, check, configure, isolation
         if options.workload_check:
             self.check = lambda cluster, names: check(cluster, names, workload=True)
         self.compute = [h.name for h in cluster.compute]
@@ -269,6 +273,8 @@ class Rollout(ServiceNodes):
         for name in plan.service:
             if name not in outcome.results:
                 self._service_node(name, outcome, plan)
+                if not self._isolation_holds(name, outcome):
+                    return
             if self._budget_spent(outcome):
                 return
         self._compute_batches(plan, outcome)
@@ -277,6 +283,8 @@ class Rollout(ServiceNodes):
                 return
             if name not in outcome.results:
                 self._service_node(name, outcome, plan)
+                if not self._isolation_holds(name, outcome):
+                    return
 
     def _compute_batches(self, plan: planning.Plan, outcome: Outcome) -> None:
         queue = [n for batch in plan.compute for n in batch if n not in outcome.results]
@@ -303,8 +311,26 @@ class Rollout(ServiceNodes):
                 self.say(f"stopped: {outcome.stopped}")
                 return
             self._batch(index, batch, outcome)
+            if not self._isolation_holds(f"batch {index + 1}", outcome):
+                return
             queue = [n for n in queue if n not in batch]
             index += 1
+
+    def _isolation_holds(self, after: str, outcome: Outcome) -> bool:
+        """The isolation suite on every login host, after ``after`` (a batch, a service node); one that
+        fails stops the rollout. Journalled; nothing to run (no probe account) passes."""
+        t0 = time.monotonic()
+        results = self.isolation(self.cluster, [h.name for h in self.cluster.user_logins])
+        if not results:
+            return True
+        self.record("isolation", after=after, failed={h: [v.id for v in vs] for h, vs in failures(results).items()})
+        outcome.stopped = rollout_stop(after, results)
+        if outcome.stopped:
+            self.say(f"stopped: {outcome.stopped}")
+            return False
+        for line in lines(results):
+            self.say(f"after {after}, {line} ({time.monotonic() - t0:.0f} s)")
+        return True
 
     def _room(self, plan: planning.Plan, queue: list[str]) -> int:
         """Room for new nodes, counting nodes this rollout already holds (they need none)."""

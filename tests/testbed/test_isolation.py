@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.testbed.slurm_helpers import kiln, ok, on, submit, wait_for
+from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, submit, wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -52,7 +52,8 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
 
         found = isolation(tb, tmp_path)
         assert not failing(found), found
-        assert {"ISOLATION_JOBS", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN", "ISOLATION_SSH_PASSWORD"} <= set(found)
+        assert {"ISOLATION_JOBS", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN", "ISOLATION_SSH_PASSWORD",
+                "ISOLATION_AUDIT_TRAIL"} <= set(found)
         assert "none of the 1 job(s) of other users" in found["ISOLATION_JOBS"][1], found  # not vacuous
 
         # Each protection taken away fails its probe, and only it
@@ -180,4 +181,54 @@ def test_monitoring_listeners_refuse_a_team_user_without_credentials_and_the_sui
         on(tb, ctl, f"rm -f {web}.kept")
     assert out.returncode == 0, out.stdout + out.stderr
     assert failing(found) == {"ISOLATION_MONITORING"} and "(200)" in found["ISOLATION_MONITORING"][1], found
+    assert not failing(isolation(tb, tmp_path))
+
+
+@pytest.mark.proves("isolation", "kiln patch", tier="nspawn")
+def test_a_deploy_and_each_rollout_batch_run_the_isolation_suite_and_one_way_through_fails_them(slurm, tmp_path):
+    """The suite as a gate (kiln/check/isolation_gate.py): a deploy of the controller (the testbed's login
+    host) says every probe held; with a team's probe account made a Slurm operator (nothing kiln deploy
+    undoes) the same deploy exits 1 naming it, and a rollout stops after its first batch of one node, the
+    rest untouched. A protection the inventory itself turns off (password login) only warns. The probes'
+    refused sudo reaches the log host, and ISOLATION_AUDIT_TRAIL fails while the controller's uploader is
+    stopped."""
+    tb, ctl = slurm, slurm.controller
+    out = kiln("deploy", "-i", str(tb.inventory), "--roles", "base", "--limit", ctl)
+    assert out.returncode == 0 and f"probe(s) held on {ctl}" in out.stdout, out.stdout + out.stderr
+    ok(tb, ctl, "sacctmgr -i add user kiln-probe-vision account=vision adminlevel=operator")
+    try:
+        out = kiln("deploy", "-i", str(tb.inventory), "--roles", "base", "--limit", ctl)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert f"isolation: FAILED {ctl} ISOLATION_SLURM_ADMIN: Slurm took a reservation from kiln-probe-vision" \
+            in out.stdout, out.stdout
+        out = kiln("patch", "-i", str(tb.inventory), "--roles", "base", "--limit", ",".join(tb.computes),
+                   "--max-unavailable", "1", "--canary", "1", "--reboot", "never", "--json", timeout=900)
+        report = json.loads(out.stdout)
+        assert out.returncode != 0 and "the isolation suite failed after batch 1" in report["stopped"], out.stdout
+        assert "ISOLATION_SLURM_ADMIN" in report["stopped"]
+        patched = [n for n, r in report["nodes"].items() if r["result"] == "patched"]
+        assert patched == [tb.computes[0]], report["nodes"]
+        assert all(ok(tb, ctl, f"sinfo -h -n {n} -o %T").strip() in ("idle", "mixed", "allocated")
+                   for n in tb.computes), "a node was left out of service"
+    finally:
+        ok(tb, ctl, "sacctmgr -i delete user name=kiln-probe-vision")
+    chosen = copy_inventory(tb.inventory, tmp_path / "inventory", {"kiln_ssh_password_login": True})
+    try:
+        out = kiln("deploy", "-i", str(chosen), "--roles", "base", "--limit", ctl)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"isolation: {ctl} ISOLATION_SSH_PASSWORD: sshd at" in out.stdout and \
+            "kiln_ssh_password_login is true; reported, not failed" in out.stdout, out.stdout
+    finally:
+        out = kiln("deploy", "-i", str(tb.inventory), "--roles", "base", "--limit", ctl)
+    assert out.returncode == 0 and f"probe(s) held on {ctl}" in out.stdout, out.stdout + out.stderr
+
+    # the probes' refused sudo must reach the log host (the controller here): with the controller's uploader
+    # stopped it never does, and only ISOLATION_AUDIT_TRAIL fails
+    ok(tb, ctl, "systemctl stop systemd-journal-upload")
+    try:
+        found = isolation(tb, tmp_path)
+    finally:
+        ok(tb, ctl, "systemctl start systemd-journal-upload")
+    assert failing(found) == {"ISOLATION_AUDIT_TRAIL"} and "did not reach the log host" in \
+        found["ISOLATION_AUDIT_TRAIL"][1], found
     assert not failing(isolation(tb, tmp_path))

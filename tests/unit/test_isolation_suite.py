@@ -68,7 +68,7 @@ class Cluster:
             urls = EXPECT["isolation"]["monitoring_endpoints"]
             assert command.endswith(" '' " + " ".join(shlex.quote(u) for u in urls)), command
             return Result(0, "".join(f"{c} {u}\n" for c, u in zip(self.http, urls) if c))
-        if "sudo -n true" in command and as_probe:
+        if "sudo -S -p " in command and as_probe:
             return Result(self.sudo[0], self.sudo[1])
         if command == f"env LC_ALL=C sudo -l -U {PROBE}":
             return Result(0, self.sudo[2])
@@ -323,3 +323,19 @@ def test_a_listener_showing_a_certificate_the_cluster_ca_did_not_sign_fails_the_
     found = verdicts(Cluster(http=("untrusted", "401")))
     status, message = found["ISOLATION_MONITORING"]
     assert status == "fail" and "the cluster CA did not sign" in message, found
+
+
+def test_a_probe_the_inventory_lets_through_warns_naming_the_setting_and_others_still_fail():
+    """allowed (from the inventory: kiln/check/expectations.py): the jobs probe that gets through warns, not
+    fails, and says which setting turned its protection off; a secret read beside it still fails; where the
+    protection holds anyway the probe passes."""
+    allowed = {"ISOLATION_JOBS": "kiln_slurm_private_data leaves out jobs"}
+    expect = {"isolation": {**EXPECT["isolation"], "allowed": allowed}}
+    found = {v.id: (v.severity, v.message)
+             for v in run(Node("login01", Cluster(leaks=True, readable=["/etc/munge/munge.key"]).answer), expect)}
+    assert found["ISOLATION_JOBS"][0] == "warn"
+    assert found["ISOLATION_JOBS"][1].endswith("(the inventory turns this protection off: kiln_slurm_private_data "
+                                               "leaves out jobs; reported, not failed)")
+    assert found["ISOLATION_SECRETS"][0] == "fail"
+    held = {v.id: v.severity for v in run(Node("login01", Cluster().answer), expect)}
+    assert held["ISOLATION_JOBS"] == "ok"

@@ -381,3 +381,31 @@ def test_with_the_workload_check_a_batch_node_slower_than_the_cluster_stays_drai
     assert asked and all(workload for _, workload in asked)
     assert outcome.failed == [names[1]] and "failure budget spent" in outcome.stopped
     assert slurm.state[names[1]] == ["IDLE+DRAIN", "kiln: WORKLOAD_STEP step 95.0 ms, 4.4x the median"]
+
+
+def test_a_probe_that_gets_through_after_a_batch_stops_the_rollout_there_and_says_what_got_through(cluster, tmp_path):
+    """The isolation suite runs on the login hosts after each batch (kiln/check/isolation_gate.py): held, the
+    next batch goes; failed, the rollout stops with the probe's words, journalled, and no further node is
+    drained. A cluster without probe accounts runs nothing (the real gate on the small inventory)."""
+    names = compute_of(cluster)
+    slurm, recorder = FakeSlurm(names), Recorder()
+    rollout, journal = make(cluster, tmp_path, recorder, slurm)
+    asked = []
+
+    def gate(cluster, hosts):
+        asked.append(list(hosts))
+        held = len(asked) < 2
+        return {"login1": [Verdict("ISOLATION_SECRETS", "ok" if held else "fail",
+                                   "kiln-probe-vision reads none of kiln's secrets" if held else
+                                   "kiln-probe-vision can read /etc/munge/munge.key", "isolation")]}
+    rollout.isolation = gate
+    outcome = rollout.run(rollout.start(names))
+    assert asked == [[h.name for h in cluster.user_logins]] * 2
+    assert "the isolation suite failed after batch 2: login1 ISOLATION_SECRETS: kiln-probe-vision can read " \
+           "/etc/munge/munge.key" in outcome.stopped
+    assert recorder.applied == names[:2] and [c[1] for c in slurm.calls if c[0] == "drain"] == [(n,) for n in names[:2]]
+    gates = [r for r in journal.records if r["event"] == "isolation"]
+    assert [(r["after"], r["failed"]) for r in gates] == [("batch 1", {}), ("batch 2", {"login1": ["ISOLATION_SECRETS"]})]
+    assert journal.records[-1]["result"] == "stopped"
+    from kiln.check.isolation_gate import gate_hosts
+    assert gate_hosts(cluster, list(cluster.hosts)) == []  # no probe account in the small inventory: nothing to run

@@ -207,3 +207,20 @@ def test_container_compute_nodes_name_the_testbeds_bmc_pinned_by_its_certificate
     write_inventory(tmp_path / "vm", vm, vm.node_list(3))
     vms = load_cluster(tmp_path / "vm").hosts  # a VM's power is the testbed's too (QEMU stopped and started)
     assert [n for n, h in vms.items() if h.settings["kiln_bmc"]] == ["unit02", "unit03"]
+
+
+def test_the_isolation_suite_is_told_which_protections_the_inventory_turns_off(tmp_path):
+    """PrivateData without jobs and SSH password login are an operator's choices: the suite's expectations
+    name the setting for each (checks/isolation.py then warns where that probe gets through); by default none."""
+    from dataclasses import replace
+
+    from kiln.check.expectations import node_expectations
+    tb = Testbed("unit", progress=lambda m: None)
+    write_inventory(tmp_path / "tb", tb, tb.node_list(3))
+    cluster = load_cluster(tmp_path / "tb")
+    assert node_expectations(cluster, cluster.hosts["unit01"])["isolation"]["allowed"] == {}
+    chosen = replace(cluster, settings=dict(cluster.settings, kiln_slurm_private_data=["usage", "users"],
+                                            kiln_ssh_password_login=True))
+    assert node_expectations(chosen, chosen.hosts["unit01"])["isolation"]["allowed"] == {
+        "ISOLATION_JOBS": "kiln_slurm_private_data leaves out jobs",
+        "ISOLATION_SSH_PASSWORD": "kiln_ssh_password_login is true"}
