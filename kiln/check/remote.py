@@ -28,8 +28,8 @@ from checks.isolation import no_rule
 from checks.node import C_LOCALE_SH, Node, Result
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
-from kiln.check.bandwidth import measure_pair, ring_phases
 from kiln.check.audit_trail import audit_trail
+from kiln.check.bandwidth import measure_pair, ring_phases
 from kiln.check.expectations import node_expectations
 from kiln.check.shared_storage import SharedStorage
 from kiln.check.workload import baseline_path, workload_verdicts
@@ -242,6 +242,15 @@ class RemoteCheck(SharedStorage):
             self._workload()
         if "isolation" in self.suites:
             self._audit_trail()
+
+    def _workload(self) -> None:
+        """The workload suite's step on each compute node and all-reduce across node pairs (kiln/check/workload.py)."""
+        hosts = [h for h in self.hosts if h.is_compute and h.name in self.outputs]  # answered the first round
+        found = workload_verdicts({h.name: self.node(h) for h in hosts}, {h.name: h.address for h in hosts},
+                                  self.cluster.setting("check_workload"), baseline_path(self.cluster.path,
+                                                                                        self.cluster.name))
+        for name, verdicts in found.items():
+            self.results[name] += [Verdict(v.id, v.severity, v.message, "workload") for v in verdicts]
 
     def _audit_trail(self) -> None:
         """ISOLATION_AUDIT_TRAIL on each login host where a probe was refused sudo with no rule for it
