@@ -221,3 +221,17 @@ def test_a_figure_that_would_fail_is_measured_again_before_its_node_or_link_is_n
     found, pairs = runner.measure(nodes, addresses, WorkloadCheck(rounds=1, confirm=0))
     # c2 for its step; c4, both its links now slow (c3 <-> c4 and the burst on c4 <-> c5)
     assert set(_failed(judge(found, pairs, 1.5))) == {"c2", "c3", "c4"}
+
+
+def test_kiln_checks_run_of_the_workload_suite_reaches_its_runner(monkeypatch):
+    """RemoteCheck.collect hands the workload suite to kiln/check/workload.py (a bad edit once dropped that
+    step; only the live tier would have noticed)."""
+    import kiln.check.remote as remote
+    from kiln.inventory import load_cluster
+    from tests.conftest import REPO
+    called = []
+    monkeypatch.setattr(remote, "workload_verdicts", lambda nodes, addresses, settings, baseline: called.append(
+        (nodes, settings)) or {})
+    with remote.RemoteCheck(load_cluster(REPO / "inventory" / "example"), [], ["workload"]) as checker:
+        checker.collect()
+    assert called == [({}, load_cluster(REPO / "inventory" / "example").setting("check_workload"))]
