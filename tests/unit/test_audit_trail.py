@@ -61,3 +61,31 @@ def test_no_entry_of_this_run_fails_after_the_wait_and_nothing_else_stands_in(cl
 def test_each_login_host_is_judged_by_its_own_files(cluster):  # noqa: F811
     found, _ = _trail(cluster, [{"ctl01": [_sudo(PROBE, TOKEN)], "hgx001": []}], hosts=("ctl01", "hgx001"))
     assert {h: v.severity for h, v in found.items()} == {"ctl01": "ok", "hgx001": "fail"}
+
+
+def test_kiln_check_traces_only_the_probes_sudo_refused_for_want_of_a_rule(monkeypatch, cluster):  # noqa: F811
+    """RemoteCheck's step after the isolation suite: a probe with a sudo rule (ISOLATION_SUDO failed: sudo
+    refuses it for want of a password and logs nothing), one whose account is missing, and a host with no
+    sudo are left out; the probes refused with no rule are traced on the log host, by this run's token."""
+    import kiln.check.remote as remote
+    from checks.isolation import NO_SUDO, no_rule
+    from checks.verdict import Verdict
+    asked = []
+    monkeypatch.setattr(remote, "audit_trail", lambda node, name, tried, token, since: asked.append(
+        (name, {h: p for h, (_, p) in tried.items()}, token)) or {h: Verdict("ISOLATION_AUDIT_TRAIL", "ok", "there")
+                                                                    for h in tried})
+    login = next(h for h in cluster.user_logins)
+    probes = [t.probe().name for t in cluster.teams if t.probe_uid is not None]
+    assert len(probes) >= 2
+    with remote.RemoteCheck(cluster, [login], ["isolation"]) as checker:
+        checker.started, checker.outputs = 0.0, {login.name: {}}
+        checker.results = {login.name: [Verdict("ISOLATION_SUDO", "ok", no_rule(probes[0]), "isolation"),
+                                        Verdict("ISOLATION_SUDO", "fail", f"sudo has a rule for {probes[1]} (ALL)",
+                                                "isolation")]}
+        checker._audit_trail()
+        assert asked == [("ctl01", {login.name: [probes[0]]}, checker.token)]
+        assert checker.results[login.name][-1].id == "ISOLATION_AUDIT_TRAIL"
+        asked.clear()
+        checker.results = {login.name: [Verdict("ISOLATION_SUDO", "ok", NO_SUDO, "isolation")]}
+        checker._audit_trail()
+        assert asked == []
