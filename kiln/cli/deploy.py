@@ -29,11 +29,14 @@ def gevent_patch() -> None:
               help="Ansible host pattern: hosts, groups, globs, ~regex, a,b, !x, &y")
 @click.option("--dry-run", is_flag=True, help="show what would change on each host, with file diffs; change "
               "nothing. Exit 0: nothing would change, 3: changes pending, 1: a host failed")
+@click.option("--no-isolation-gate", "no_gate", is_flag=True,
+              help="do not run the isolation suite on the login hosts deployed afterwards (it is run by default; "
+              "`kiln check --suite isolation` runs it on demand)")
 @forks_option()
 @verbose_option
 @json_option
-def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry_run: bool, forks: int,
-           verbose: int, as_json: bool) -> None:
+def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry_run: bool, no_gate: bool,
+           forks: int, verbose: int, as_json: bool) -> None:
     """Converge hosts: exit 0 all good, 1 some host failed (or, after a deploy, the isolation suite on its
     login hosts), 2 bad input (nothing touched), 3 (--dry-run) changes pending."""
     import roles
@@ -78,7 +81,7 @@ def deploy(inventory: Path | None, role_list: str | None, limit: str | None, dry
             if h.error:
                 log.event(h.name, f"{h.status} at {h.failed_op!r}: next: {h.next_step}\n{h.error}")
         gate = {}
-        if not (dry_run or result.failed or result.stopped):
+        if not (dry_run or no_gate or result.failed or result.stopped):
             gate = run_gate(cluster, [h.name for h in result.hosts], forks=forks, log=log)
     finally:
         log.close()

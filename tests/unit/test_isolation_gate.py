@@ -88,6 +88,12 @@ def test_a_dry_run_runs_no_probe(monkeypatch, tmp_path):
     assert result.exit_code == 3 and asked == [], result.output
 
 
+def test_a_deploy_told_no_isolation_gate_runs_no_probe_and_says_none(monkeypatch, tmp_path):
+    result, asked = _deploy(monkeypatch, tmp_path, THROUGH, "--no-isolation-gate", "--json")
+    assert result.exit_code == 0 and asked == [], result.output
+    assert json.loads(result.output)["isolation"] == {}
+
+
 def test_a_login_host_ssh_did_not_reach_is_said_not_probed_and_is_no_finding():
     from kiln.check.isolation_gate import failures
     lost = {"login01": [Verdict("NODE_UNREACHABLE", "fail", "ssh: connect to host 10.0.0.5 port 22: No route to host",
