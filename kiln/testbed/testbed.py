@@ -215,8 +215,10 @@ class Testbed:
             kind.start(node)
         states = self._wait_all(kind, booting) if booting else {}
         self._wait_ssh(nodes)
-        if made:
-            self._warm_apt(made[0])
+        # Nodes booted from images hold their packages: nothing fans out to the proxy at their first deploy
+        from_base = [n for n in made if n.name not in lowers]
+        if from_base:
+            self._warm_apt(from_base[0])
         # Every node booted, not only new ones: a run that crashed between making a disk and this step
         # left a node without simulated hardware (its health check would drain it). Idempotent: a node
         # with a state keeps it, and its injected faults.
