@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-VAGRANT_COMPUTE = 2  # tests/vm/test_vagrant.py: kiln vagrant box --compute 2
+VAGRANT_COMPUTE = 1  # compute VMs of tests/vm/test_vagrant.py's cluster (kiln vagrant box --compute N)
 
 
 def _say(line: str) -> None:
