@@ -4,9 +4,13 @@ reach the log host (kiln/log_host.py) within ``AUDIT_WAIT`` seconds, read back f
 host's own address. A refused privilege that leaves no trace where the node's root cannot reach it fails
 the login host: its uploader is stopped, the log host does not take its entries, or sudo logs nowhere.
 
-Only sudo's own entries are read (``SYSLOG_IDENTIFIER=sudo``), and only one naming both the probe and the
-token counts: an entry from an earlier run, or one another user wrote with ``logger``, never stands in
-for this run's (the token is new each run and the probe's command is what sudo logs).
+Only sudo's own entries are read (``SYSLOG_IDENTIFIER=sudo``), and only one that sudo wrote for the probe
+counts: its message begins with the probe's name (sudo's ``USER : reason ; ... COMMAND=...``: sudo writes the
+invoking user there, the user only the command), it holds this run's token (new each run), and its ``_UID`` is
+the probe's. ``_UID`` is what the sending process's kernel credentials said (journald's trusted field; sudo
+logs under the invoking user's real UID: seen 2191 for kiln-probe-vision on Debian 12's sudo 1.9.13p3), so
+another user who saw the token cannot stand in for the probe: not with ``logger -t sudo`` and the probe's
+words, not with their own refused sudo whose command names the probe and the token.
 """
 
 from __future__ import annotations
@@ -25,17 +29,21 @@ POLL = 2.0
 SINCE_MARGIN = 600.0  # the senders' clocks may differ from the operator's; the token tells this run's entry
 
 
-def traced(entries: list[Entry], host: str, probe: str, token: str) -> bool:
-    """Whether ``host``'s files on the log host hold sudo's entry of ``probe``'s command with ``token``."""
-    return any(e.host == host and e.program == "sudo" and token in e.message and probe in e.message for e in entries)
+def traced(entries: list[Entry], host: str, probe: str, uid: int, token: str) -> bool:
+    """Whether ``host``'s files on the log host hold sudo's entry of ``probe``'s (UID ``uid``) command with
+    ``token``."""
+    return any(e.host == host and e.program == "sudo" and e.uid == str(uid) and e.message.startswith(f"{probe} : ")
+               and token in e.message for e in entries)
 
 
-def audit_trail(log_node: Node, log_name: str, hosts: dict[str, tuple[Host, list[str]]], token: str, since: float,
-                wait: float = AUDIT_WAIT, poll: float = POLL, clock: Callable[[], float] = time.monotonic,
+def audit_trail(log_node: Node, log_name: str, hosts: dict[str, tuple[Host, list[str]]], uids: dict[str, int],
+                token: str, since: float, wait: float = AUDIT_WAIT, poll: float = POLL,
+                clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> dict[str, Verdict]:
     """Host name -> its ISOLATION_AUDIT_TRAIL verdict: ``hosts`` maps each login host checked to (its Host,
-    the probe accounts that tried sudo there); the log host (``log_node``, ``log_name``) is asked again every
-    ``poll`` seconds until every probe's attempt is there or ``wait`` has passed."""
+    the probe accounts that tried sudo there), ``uids`` each probe account to its UID; the log host
+    (``log_node``, ``log_name``) is asked again every ``poll`` seconds until every probe's attempt is there or
+    ``wait`` has passed."""
     started = clock()
     missing = {name: set(probes) for name, (_, probes) in hosts.items()}
     arrived: dict[str, float] = {}
@@ -47,7 +55,7 @@ def audit_trail(log_node: Node, log_name: str, hosts: dict[str, tuple[Host, list
             why = (out.stderr or out.stdout).strip()[-200:]
         entries, _ = parse(out.stdout)
         for name in list(missing):
-            missing[name] = {p for p in missing[name] if not traced(entries, name, p, token)}
+            missing[name] = {p for p in missing[name] if not traced(entries, name, p, uids[p], token)}
             if not missing[name]:
                 del missing[name]
                 arrived[name] = clock() - started

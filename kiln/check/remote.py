@@ -265,7 +265,8 @@ class RemoteCheck(SharedStorage):
             if probes:
                 tried[h.name] = (h, probes)
         if tried:
-            found = audit_trail(self.node(receiver), receiver.name, tried, self.token, self.started)
+            uids = {t.probe().name: t.probe_uid for t in self.cluster.teams if t.probe_uid is not None}
+            found = audit_trail(self.node(receiver), receiver.name, tried, uids, self.token, self.started)
             for name, v in found.items():
                 self.results[name].append(Verdict(v.id, v.severity, v.message, "isolation"))
 

@@ -1,8 +1,9 @@
 """ISOLATION_AUDIT_TRAIL (kiln/check/audit_trail.py): the probe's refused sudo, found on the log host in the
 login host's own files by this run's token, passes once it is there; an entry without the token (an earlier
-run's, one written with logger under another name), or in another host's files, never stands in; after
-the wait it fails naming the probe and what to look at. The log host is a fake node answering what
-read_command asks with journalctl's JSON lines."""
+run's, one written with logger under another name), in another host's files, or written by another user who
+saw the token (``logger -t sudo`` with the probe's words, their own sudo naming the probe in its command)
+never stands in; after the wait it fails naming the probe and what to look at. The log host is a fake node
+answering what read_command asks with journalctl's JSON lines, in the fields a live log host showed."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from tests.unit.test_log_host import _entry, cluster  # noqa: F401 (the fixture)
 
 TOKEN = "kiln-0f3a9c"
 PROBE = "kiln-probe-vision"
+PROBE_UID = 2191
+UIDS = {PROBE: PROBE_UID, "kiln-probe-language": 2192}
 
 
 def _sudo(probe: str, token: str, **fields) -> str:
-    return _entry(f"{probe} : a password is required ; TTY=unknown ; PWD=/ ; USER=root ; COMMAND=/usr/bin/true {token}",
-                  SYSLOG_IDENTIFIER="sudo", _COMM="sudo", **fields)
+    """sudo's entry of ``probe``'s refused command, as journald recorded it on a live Debian 12 login host:
+    ``_UID`` the invoking user's real UID (not root's), ``_COMM``/``_EXE`` sudo's."""
+    fields = {"_UID": str(UIDS.get(probe, 1002)), **fields}
+    return _entry(f"{probe} : user NOT in sudoers ; PWD=/root ; USER=root ; COMMAND=/usr/bin/true {token}",
+                  SYSLOG_IDENTIFIER="sudo", _COMM="sudo", _EXE="/usr/bin/sudo", _TRANSPORT="syslog", **fields)
 
 
 class LogHost:
@@ -34,7 +40,7 @@ class LogHost:
 
 def _trail(cluster, rounds, hosts=("ctl01",)):  # noqa: F811
     fake, now = LogHost(rounds), [0.0]
-    found = audit_trail(Node("ctl01", fake.run), "ctl01", {h: (cluster.hosts[h], [PROBE]) for h in hosts}, TOKEN,
+    found = audit_trail(Node("ctl01", fake.run), "ctl01", {h: (cluster.hosts[h], [PROBE]) for h in hosts}, UIDS, TOKEN,
                         since=1_796_475_900, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     return found, fake
 
@@ -58,6 +64,23 @@ def test_no_entry_of_this_run_fails_after_the_wait_and_nothing_else_stands_in(cl
     assert len(fake.asked) == AUDIT_WAIT / 2 + 1  # asked again every 2 s until the wait was over
 
 
+def test_another_user_who_saw_the_token_cannot_write_the_probes_entry(cluster):  # noqa: F811
+    """The token is on the probe's sudo command line while sudo runs: a user of the login host (UID 1002) who
+    read it there writes what looks like sudo's entry: with ``logger -t sudo`` (SYSLOG_IDENTIFIER sudo, the
+    probe's exact words), from a program it named sudo (prctl), or with a sudo of its own whose command names
+    the probe and the token. The kernel's UID of the sender, and sudo writing the invoking user first, keep
+    each of them out."""
+    words = f"{PROBE} : user NOT in sudoers ; PWD=/root ; USER=root ; COMMAND=/usr/bin/true {TOKEN}"
+    forged = {"ctl01": [_entry(words, SYSLOG_IDENTIFIER="sudo", _COMM="logger", _UID="1002"),
+                        _entry(words, SYSLOG_IDENTIFIER="sudo", _COMM="sudo", _EXE="/tmp/sudo", _UID="1002"),
+                        _entry(f"eve : user NOT in sudoers ; PWD=/home/eve ; USER=root ; COMMAND=/usr/bin/true {PROBE} "
+                               f": {TOKEN}", SYSLOG_IDENTIFIER="sudo", _COMM="sudo", _EXE="/usr/bin/sudo", _UID="1002")]}
+    found, _ = _trail(cluster, [forged])
+    assert found["ctl01"].severity == "fail", found["ctl01"]
+    found, _ = _trail(cluster, [{"ctl01": forged["ctl01"] + [_sudo(PROBE, TOKEN)]}])
+    assert found["ctl01"].severity == "ok", found["ctl01"]
+
+
 def test_each_login_host_is_judged_by_its_own_files(cluster):  # noqa: F811
     found, _ = _trail(cluster, [{"ctl01": [_sudo(PROBE, TOKEN)], "hgx001": []}], hosts=("ctl01", "hgx001"))
     assert {h: v.severity for h, v in found.items()} == {"ctl01": "ok", "hgx001": "fail"}
@@ -71,8 +94,8 @@ def test_kiln_check_traces_only_the_probes_sudo_refused_for_want_of_a_rule(monke
     from checks.isolation import NO_SUDO, no_rule
     from checks.verdict import Verdict
     asked = []
-    monkeypatch.setattr(remote, "audit_trail", lambda node, name, tried, token, since: asked.append(
-        (name, {h: p for h, (_, p) in tried.items()}, token)) or {h: Verdict("ISOLATION_AUDIT_TRAIL", "ok", "there")
+    monkeypatch.setattr(remote, "audit_trail", lambda node, name, tried, uids, token, since: asked.append(
+        (name, {h: p for h, (_, p) in tried.items()}, token, uids)) or {h: Verdict("ISOLATION_AUDIT_TRAIL", "ok", "there")
                                                                     for h in tried})
     login = next(h for h in cluster.user_logins)
     probes = [t.probe().name for t in cluster.teams if t.probe_uid is not None]
@@ -83,7 +106,8 @@ def test_kiln_check_traces_only_the_probes_sudo_refused_for_want_of_a_rule(monke
                                         Verdict("ISOLATION_SUDO", "fail", f"sudo has a rule for {probes[1]} (ALL)",
                                                 "isolation")]}
         checker._audit_trail()
-        assert asked == [("ctl01", {login.name: [probes[0]]}, checker.token)]
+        uids = {t.probe().name: t.probe_uid for t in cluster.teams if t.probe_uid is not None}
+        assert asked == [("ctl01", {login.name: [probes[0]]}, checker.token, uids)]
         assert checker.results[login.name][-1].id == "ISOLATION_AUDIT_TRAIL"
         asked.clear()
         checker.results = {login.name: [Verdict("ISOLATION_SUDO", "ok", NO_SUDO, "isolation")]}
