@@ -55,7 +55,7 @@ def audit_trail(log_node: Node, log_name: str, hosts: dict[str, tuple[Host, list
             why = (out.stderr or out.stdout).strip()[-200:]
         entries, _ = parse(out.stdout)
         for name in list(missing):
-            missing[name] = {p for p in missing[name] if not traced(entries, name, p, uids[p], token)}
+            missing[name] = {p for p in missing[name] if not traced(entries, name, p, uids.get(p, -1), token)}
             if not missing[name]:
                 del missing[name]
                 arrived[name] = clock() - started
