@@ -170,3 +170,34 @@ def slurmdbd_conf(cluster: Cluster, password: str) -> str:
     return render("slurm/slurmdbd.conf.j2", dbd_host=dbd_host(cluster), password=password,
                   private_data=private_data(cluster),
                   purge_lines=cluster.setting("slurm_accounting_retention").slurmdbd_lines())
+
+
+ORPHANS = "kiln-accounting-orphans"  # the timer and service that delete stored scripts no job holds
+
+
+def orphans_sql(cluster: Cluster) -> str:
+    """The statements that delete the stored job scripts and environments no job refers to any more.
+
+    slurmdbd keeps one copy of each distinct script and environment (``<cluster>_job_script_table``,
+    ``_job_env_table``) that jobs point at; Slurm 22.05 (Debian 12) purges the jobs past
+    ``PurgeJobAfter`` and leaves those copies, which may hold a team's secrets, for ever (later releases
+    purge them with the jobs: then this finds nothing). A copy younger than a day is never touched (its job
+    may not be written yet), and the NOT EXISTS is a locking read of the jobs table in InnoDB: a job that
+    slurmdbd is writing with an old copy is waited for and keeps it. The cluster's name is lower case
+    letters, digits and '-' (the inventory's format), so it fills a quoted identifier as it is."""
+    name = cluster.name
+    return "".join(
+        f"DELETE FROM `{name}_job_{kind}_table` WHERE last_used < NOW() - INTERVAL 1 DAY AND NOT EXISTS "
+        f"(SELECT 1 FROM `{name}_job_table` j WHERE j.{kind}_hash_inx = `{name}_job_{kind}_table`.hash_inx);\n"
+        for kind in ("script", "env"))
+
+
+def orphans_units(cluster: Cluster) -> tuple[str, str]:
+    """The service and timer (hourly, at half past: after slurmdbd's hourly rollup, which purges) that run
+    ``orphans_sql`` as MariaDB's root on the slurmdbd host."""
+    service = ("[Unit]\nDescription=kiln: stored job scripts and environments of purged jobs deleted\n"
+               "After=mariadb.service\n\n[Service]\nType=oneshot\n"
+               f"ExecStart=/usr/bin/mysql --batch slurm_acct_db -e \"{orphans_sql(cluster).replace(chr(10), ' ').strip()}\"\n")
+    timer = ("[Unit]\nDescription=kiln: stored scripts of purged jobs deleted, hourly\n\n[Timer]\n"
+             "OnCalendar=*-*-* *:30:00\nPersistent=true\n\n[Install]\nWantedBy=timers.target\n")
+    return service, timer

@@ -13,6 +13,7 @@ import os
 from pyinfra import host
 from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
 
 R = os.environ["RENDERED"]
 V = host.data.kiln_versions["slurm"]
@@ -87,6 +88,8 @@ if is_ctl:
     ctld_unit = put("slurmctld-kiln.conf", "/etc/systemd/system/slurmctld.service.d/kiln.conf")
     systemd.daemon_reload(name="reload for slurmctld", _if=ctld_unit.did_change)
 dbd_conf = put("slurmdbd.conf", "/etc/slurm/slurmdbd.conf", mode="600", user="slurm", group="slurm") if is_dbd else None
+orphans = [put("orphans.service", "/etc/systemd/system/kiln-accounting-orphans.service"),
+           put("orphans.timer", "/etc/systemd/system/kiln-accounting-orphans.timer")] if is_dbd else []
 if is_compute:
     files.directory(name="spool", path="/var/lib/slurm/slurmd", mode="755", user="root", group="root")
     files.directory(name="dropin dir", path="/etc/systemd/system/slurmd.service.d", mode="755", user="root", group="root")
@@ -103,6 +106,8 @@ if is_dbd:
         "EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost'; ALTER USER 'slurm'@'localhost' "
         "IDENTIFIED BY '$pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;\""])
     systemd.service(name="slurmdbd", service="slurmdbd", running=True, enabled=True)
+    systemd.daemon_reload(name="reload for the orphans timer", _if=any_changed(*orphans))
+    systemd.service(name="orphans timer", service="kiln-accounting-orphans.timer", running=True, enabled=True)
 if is_ctl:
     systemd.service(name="slurmctld", service="slurmctld", running=True, enabled=True)
     server.shell(name="accounts", commands=[open(f"{R}/accounts.sh").read()])

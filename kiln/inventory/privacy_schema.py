@@ -56,10 +56,12 @@ class JobTmp(Strict):
 
 class AccountingRetention(Strict):
     """How long slurmdbd keeps each kind of record before it purges it (``Purge<Kind>After``); a kind
-    set to null is kept for ever. Jobs hold their stored scripts and environments: both go with them."""
+    set to null is kept for ever. Jobs hold their stored scripts and environments: both go with them
+    (kiln-accounting-orphans deletes, hourly, the copies Slurm 22.05 leaves behind its purge)."""
 
     jobs: PurgeAge | None = Field("12months", description="jobs, with their stored scripts and environments "
-                                  "(PurgeJobAfter)")
+                                  "(PurgeJobAfter; the scripts no job holds any more go within the hour, "
+                                  "by kiln-accounting-orphans.timer)")
     steps: PurgeAge | None = Field("12months", description="job steps (PurgeStepAfter)")
     events: PurgeAge | None = Field("12months", description="node and cluster events: drains, downs "
                                     "(PurgeEventAfter)")

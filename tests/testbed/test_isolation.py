@@ -5,10 +5,12 @@ cluster, and failing on each protection taken away (then given back: kiln deploy
 from __future__ import annotations
 
 import json
+import re
+import shlex
 
 import pytest
 
-from tests.testbed.slurm_helpers import copy_inventory, kiln, ok, on, submit, wait_for
+from tests.testbed.slurm_helpers import copy_inventory, job_state, kiln, ok, on, submit, wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -232,3 +234,69 @@ def test_a_deploy_and_each_rollout_batch_run_the_isolation_suite_and_one_way_thr
     assert failing(found) == {"ISOLATION_AUDIT_TRAIL"} and "did not reach the log host" in \
         found["ISOLATION_AUDIT_TRAIL"][1], found
     assert not failing(isolation(tb, tmp_path))
+
+
+def _sql(tb, ctl: str, statement: str) -> str:
+    """One statement in the accounting database on the controller (MariaDB's root over its socket)."""
+    return ok(tb, ctl, f"mysql -N -B slurm_acct_db -e {shlex.quote(statement)}").strip()
+
+
+@pytest.mark.proves("slurm accounting", "isolation", tier="nspawn")
+def test_a_job_past_the_retention_policy_is_purged_with_its_stored_script_and_a_newer_one_is_kept(slurm):
+    """#46: slurmdbd purges what kiln_slurm_accounting_retention says (the default: jobs and steps after 12
+    months) at its monthly rollup, and kiln-accounting-orphans deletes the stored scripts no job holds any
+    more (Slurm 22.05 keeps them). Two real jobs of alice's, scripts stored; one (and its script's copy) is
+    made 14 months old in the database and the last monthly rollup moved back a month (as SchedMD's own
+    purge test moves the last hourly one), slurmdbd stopped meanwhile. Once slurmdbd is back that job and its
+    steps are gone, and once kiln's service ran its script too, while a copy younger than a day that no job
+    holds (one slurmdbd may be writing a job for) stays; the other job and its script are whole."""
+    tb, ctl = slurm, slurm.controller
+    assert "PurgeJobAfter=12months" in ok(tb, ctl, "cat /etc/slurm/slurmdbd.conf").split()
+    jobs = {age: submit(tb, ctl, f"-N1 -t 2 --wrap='echo kiln-retention-{age}'", user="alice") for age in ("old", "new")}
+    for age, job in jobs.items():
+        wait_for(lambda j=job: job_state(tb, ctl, j) == "COMPLETED", timeout=120, interval=2, what=f"job {job} done")
+        wait_for(lambda j=job, a=age: f"kiln-retention-{a}" in on(tb, ctl, f"sacct -j {j} --batch-script").stdout,
+                 timeout=60, interval=2, what=f"job {job}'s script stored")
+    cluster = re.search(r"^ClusterName\s*=\s*(\S+)", ok(tb, ctl, "scontrol show config"), re.M).group(1)
+    jt, st, scripts_table = f"`{cluster}_job_table`", f"`{cluster}_step_table`", f"`{cluster}_job_script_table`"
+    scripts = {age: _sql(tb, ctl, f"SELECT script_hash_inx FROM {jt} WHERE id_job={job}") for age, job in jobs.items()}
+    assert len(set(scripts.values())) == 2 and "0" not in scripts.values(), scripts
+    steps = int(_sql(tb, ctl, f"SELECT COUNT(*) FROM {st} s JOIN {jt} j USING (job_db_inx) WHERE j.id_job={jobs['old']}"))
+    assert steps >= 1  # its batch step
+    aged, month = "@aged", "@month"
+    ok(tb, ctl, "systemctl stop slurmdbd")
+    try:
+        _sql(tb, ctl, "SET @aged = UNIX_TIMESTAMP(NOW() - INTERVAL 14 MONTH), "
+                      "@month = UNIX_TIMESTAMP(DATE_FORMAT(NOW() - INTERVAL 1 MONTH, '%Y-%m-01')); "
+                      f"UPDATE {jt} SET time_submit={aged}, time_eligible={aged}, time_start={aged}, "
+                      f"time_end={aged} + 5 WHERE id_job={jobs['old']}; "
+                      f"UPDATE {st} s JOIN {jt} j USING (job_db_inx) SET s.time_start={aged}, s.time_end={aged} + 5 "
+                      f"WHERE j.id_job={jobs['old']}; "
+                      f"UPDATE {scripts_table} SET last_used=FROM_UNIXTIME({aged}) WHERE hash_inx={scripts['old']}; "
+                      # a cluster whose first rollup has not run yet (slurmdbd rolls up hourly) has no row: one
+                      # from last month makes slurmdbd roll up (and purge) from there
+                      f"INSERT INTO `{cluster}_last_ran_table` (hourly_rollup, daily_rollup, monthly_rollup) "
+                      f"SELECT {month}, {month}, {month} FROM DUAL WHERE NOT EXISTS "
+                      f"(SELECT 1 FROM `{cluster}_last_ran_table`); "
+                      f"UPDATE `{cluster}_last_ran_table` SET monthly_rollup=LEAST(monthly_rollup, {month}); "
+                      f"INSERT INTO {scripts_table} (script_hash, batch_script) VALUES ('kiln-young', 'echo young')")
+    finally:
+        ok(tb, ctl, "systemctl start slurmdbd")
+    try:
+        wait_for(lambda: _sql(tb, ctl, f"SELECT COUNT(*) FROM {jt} WHERE id_job={jobs['old']}") == "0", timeout=120,
+                 interval=2, what=f"job {jobs['old']} purged at slurmdbd's monthly rollup")
+        assert _sql(tb, ctl, f"SELECT COUNT(*) FROM {st} s JOIN {jt} j USING (job_db_inx) "
+                             f"WHERE j.id_job={jobs['old']}") == "0"
+        ok(tb, ctl, "systemctl start kiln-accounting-orphans.service")  # what its timer runs hourly
+        left = _sql(tb, ctl, f"SELECT hash_inx, script_hash FROM {scripts_table}").splitlines()
+        assert not any(line.split("\t")[0] == scripts["old"] for line in left), f"the purged job's script stayed: {left}"
+        assert any(line.split("\t")[0] == scripts["new"] for line in left), left
+        assert any(line.endswith("\tkiln-young") for line in left), f"a copy younger than a day went: {left}"
+    finally:
+        on(tb, ctl, "mysql slurm_acct_db -e " + shlex.quote(f"DELETE FROM {scripts_table} WHERE script_hash='kiln-young'"))
+    wait_for(lambda: on(tb, ctl, "sacctmgr -n show cluster").returncode == 0, timeout=60, what="slurmdbd answering")
+    assert ok(tb, ctl, f"sacct -n -X -P -j {jobs['old']} -o JobID -S 2000-01-01").strip() == ""
+    assert ok(tb, ctl, f"sacct -n -X -P -j {jobs['new']} -o State").strip() == "COMPLETED"
+    assert "kiln-retention-new" in ok(tb, ctl, f"runuser -u alice -- sacct -j {jobs['new']} --batch-script")
+    print(f"job {jobs['old']} (made 14 months old) purged with its {steps} step(s) and its stored script; "
+          f"job {jobs['new']} and a copy younger than a day kept")

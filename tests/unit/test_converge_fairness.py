@@ -50,7 +50,8 @@ def kiln_work(cluster, name: str, roles: tuple[str, ...], container: bool) -> di
     commands = [c for _, cmds in result for c in cmds if c != DPKG_REPAIR]  # a repair that runs only after a power cut
     packages = {w.partition("=")[0] for c in commands if "apt-get install -y" in c
                 for w in c.split("apt-get install -y", 1)[1].split() if re.fullmatch(r"[a-z0-9][a-z0-9.+-]+(=\S+)?", w)}
-    services = {m for c in commands for m in re.findall(r"systemctl start (\S+)\.service", c)}
+    services = {name + (unit if unit == ".timer" else "") for c in commands
+                for name, unit in re.findall(r"systemctl start (\S+?)(\.service|\.timer)\b", c)}
     return {"files": {f.path for f in ctx.files}, "packages": packages, "services": services}
 
 

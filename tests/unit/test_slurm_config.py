@@ -174,3 +174,20 @@ def test_sshd_takes_keys_only_unless_the_inventory_says_otherwise(password, said
     assert SSHD_CONF == "/etc/ssh/sshd_config.d/00-kiln.conf"
     assert f"\nPasswordAuthentication {said}\n" in text and f"\nKbdInteractiveAuthentication {said}\n" in text
     assert "\nPermitRootLogin prohibit-password\n" in text and "\nPermitEmptyPasswords no\n" in text
+
+
+def test_the_purged_jobs_stored_scripts_go_hourly_and_only_copies_no_job_holds_for_a_day(example):
+    """kiln-accounting-orphans: one DELETE per stored kind (scripts, environments) of the cluster's tables,
+    kept to copies older than a day that no job row refers to (the live test: tests/testbed/test_isolation.py);
+    run by MariaDB's root from a oneshot service, on a timer at half past each hour."""
+    sql = slurm_config.orphans_sql(example)
+    name = example.name
+    assert sql.count("DELETE FROM") == 2 and sql.endswith(";\n")
+    for kind in ("script", "env"):
+        assert (f"DELETE FROM `{name}_job_{kind}_table` WHERE last_used < NOW() - INTERVAL 1 DAY AND NOT EXISTS "
+                f"(SELECT 1 FROM `{name}_job_table` j WHERE j.{kind}_hash_inx = `{name}_job_{kind}_table`.hash_inx);") in sql
+    service, timer = slurm_config.orphans_units(example)
+    [exec_start] = [line for line in service.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start == f'ExecStart=/usr/bin/mysql --batch slurm_acct_db -e "{sql.replace(chr(10), " ").strip()}"'
+    assert "\nType=oneshot\n" in service and "%" not in service  # no systemd specifier to expand
+    assert "\nOnCalendar=*-*-* *:30:00\n" in timer and "\nWantedBy=timers.target\n" in timer
