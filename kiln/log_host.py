@@ -3,7 +3,7 @@
 Pure: which host it is, the port, the files each host's journal lands in, the one command that reads them,
 and the reader of its output. systemd-journal-remote (Debian's is built without GnuTLS's client
 certificate checks: ``--trust`` is refused) names each sender's files after the address the connection came
-from (``--split-mode=host``: ``remote-ADDRESS.journal``, archived as ``remote-ADDRESS@...journal``), so kiln
+from (``--split-mode=host``: ``remote-ADDRESS.journal``, archived as ``remote-ADDRESS@...journal[~]``), so kiln
 reads a host's entries from its address's files: what a node writes into its own entries (``_HOSTNAME``, a
 message that claims to be sshd's) never decides which host they are shown as. Only kiln's uploader (a fixed
 UID) may connect to the log host (roles/firewall_rules.py's output rule); a user on a node cannot add
@@ -50,9 +50,11 @@ def url(host: Host) -> str:
 
 
 def journal_files(host: Host) -> list[str]:
-    """The globs of ``host``'s files on the log host, the one being written and the archived ones (no glob
-    of one address matches another's: 10.0.0.1 never reads 10.0.0.12)."""
-    return [f"{REMOTE_DIR}/remote-{host.address}[.@]*journal"]
+    """The globs of ``host``'s files on the log host, the one being written, the archived ones, and those
+    systemd-journal-remote set aside as uncleanly closed (``...journal~``: still read by journalctl, and
+    holding what arrived just before; on the VM tier the entries of a minute went there once) (no glob of
+    one address matches another's: 10.0.0.1 never reads 10.0.0.12)."""
+    return [f"{REMOTE_DIR}/remote-{host.address}[.@]*journal*"]
 
 
 def read_command(hosts: list[Host], since: float, until: float | None, matches: tuple[str, ...] = ()) -> str:
