@@ -117,7 +117,9 @@ def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
             "-device", f"virtio-net-pci,netdev=n0,mac={node['mac']}",
             "-virtfs", f"local,path={node['shared_host']},mount_tag=kilnshared,security_model=passthrough,id=fs0",
             "-chardev", f"file,id=console,path={node['console']},append=on", "-serial", "chardev:console",
-            "-display", "none", "-qmp", f"unix:{node['qmp']},server=on,wait=off", "-no-reboot"]
+            # only the devices above: no VGA (the guest would draw a framebuffer console, every message
+            # emulated pixel by pixel), floppy, CD-ROM or parallel port for its kernel to probe at each boot
+            "-nodefaults", "-display", "none", "-qmp", f"unix:{node['qmp']},server=on,wait=off", "-no-reboot"]
 
 
 class Adopted:

@@ -32,6 +32,8 @@ def test_qemu_boots_the_disks_own_kernel_with_no_reboot_and_the_tap_on_the_bridg
     assert "-no-reboot" in cmd and "tcg,thread=multi" in joined and "-cpu max" in joined
     assert "tap,id=n0,ifname=kt-kilnvm02,script=no,downscript=no" in cmd
     assert "file=/s/seed.img,if=virtio,format=raw,readonly=on" in cmd
+    # only the devices it names: no VGA, floppy, CD-ROM or parallel port for the guest to drive or probe
+    assert "-nodefaults" in cmd and "-vga" not in cmd and "-serial" in cmd
     monkeypatch.setenv("KILN_VM_ACCEL", "kvm")
     assert "-cpu host" in " ".join(vm_supervise.qemu_command(NODE, Path("/k"), Path("/i")))
 
