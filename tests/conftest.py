@@ -79,3 +79,27 @@ def pytest_terminal_summary(terminalreporter):
     for (lane, tier), (start, stop, total) in sorted(spans.items(), key=lambda kv: (kv[0][0], kv[1][0])):
         terminalreporter.write_line(f"lane {lane}  {tier:14} tests {total:7.0f} s, from {start - began:5.0f} s to "
                                     f"{stop - began:5.0f} s of the run ({time.strftime('%H:%M:%S', time.localtime(stop))})")
+
+
+def pytest_collection_modifyitems(items):
+    """The order of the live tiers, whatever part of the suite is selected (this hook is here, not in
+    tests/testbed's conftest, which a run of tests/vm alone does not load). The unit and plan tests first
+    (they keep a core busy while the first testbed comes up); rolling patches (test_patch.py,
+    test_patch_maintenance.py) move the driver back and forth on every node and reboot them: they run after
+    the others; the image tests (test_image.py) boot every node afresh from an image: after those; the
+    Debian 13 tests (test_debian13.py) take the shared testbed down for a testbed of their own: after those;
+    the VM tier (tests/vm) runs last, after the nspawn tests, and its lifecycle tests (which take the VM
+    cluster down) last of all."""
+    order = {"tests/testbed/test_patch.py": 1, "tests/testbed/test_patch_maintenance.py": 1,
+             "tests/testbed/test_planned_work_alerts.py": 1,
+             "tests/testbed/test_patch_lost_nodes.py": 2, "tests/testbed/test_image.py": 3,
+             # Debian 13 on a testbed of its own, once the shared Debian 12 one is done with (it takes that down)
+             "tests/testbed/test_debian13.py": 3.5}
+    # the VM lifecycle tests end with the shared VM cluster down: they run after every other VM test
+    order["tests/vm/test_vm_lifecycle.py"] = 5
+    def key(item) -> float:
+        path = item.nodeid.split("::")[0]
+        if not path.startswith(("tests/testbed/", "tests/vm/")):
+            return -1
+        return order.get(path, 4 if path.startswith("tests/vm/") else 0)
+    items.sort(key=key)

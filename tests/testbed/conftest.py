@@ -93,24 +93,3 @@ def slurm(testbed):
     wait_for(lambda: on(testbed, testbed.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle")
              == len(testbed.computes), timeout=90, what="every compute node idle in sinfo")
     return testbed
-
-
-def pytest_collection_modifyitems(items):
-    """The unit and plan tests first (they keep a core busy while the first testbed comes up); rolling patches (test_patch.py, test_patch_maintenance.py) move the driver back and forth on every
-    node and reboot them: they run after the others; the image tests (test_image.py) boot every node afresh from an image: they run after those;
-    the Debian 13 tests (test_debian13.py) take the shared testbed down for a testbed of their own: after those;
-    the VM tier (tests/vm) runs last, after the nspawn tests, and its lifecycle tests (which take the VM
-    cluster down) last of all."""
-    order = {"tests/testbed/test_patch.py": 1, "tests/testbed/test_patch_maintenance.py": 1,
-             "tests/testbed/test_planned_work_alerts.py": 1,
-             "tests/testbed/test_patch_lost_nodes.py": 2, "tests/testbed/test_image.py": 3,
-             # Debian 13 on a testbed of its own, once the shared Debian 12 one is done with (it takes that down)
-             "tests/testbed/test_debian13.py": 3.5}
-    # the VM lifecycle tests end with the shared VM cluster down: they run after every other VM test
-    order["tests/vm/test_vm_lifecycle.py"] = 5
-    def key(item) -> float:
-        path = item.nodeid.split("::")[0]
-        if not path.startswith(("tests/testbed/", "tests/vm/")):
-            return -1
-        return order.get(path, 4 if path.startswith("tests/vm/") else 0)
-    items.sort(key=key)
