@@ -174,6 +174,7 @@ class Deploy:
             connect_all(state)
         except PyinfraError:
             pass  # every host failed to connect: each is reported unreachable below, with why
+        self._mark(f"connected to {len(state.active_hosts)} of {len(names)} host(s)")
         for host in inventory:
             if host not in state.active_hosts:
                 r = self.results[self.node(host)]
@@ -186,11 +187,14 @@ class Deploy:
         try:
             if not os_known:
                 stopped = self._preflight(state, active)
+                self._mark("read each node's OS")
                 if stopped or os_only:
                     return stopped
             active = [h for h in active if h in state.active_hosts]  # a node lost while read is out
             self._prepare(state, active)
+            self._mark("prepared each node's operations")
             self._snapshot(state, [h for h in active if h in state.active_hosts])
+            self._mark("read each node's state")
             if self.dry_run:
                 self._dry_run_report(state, active)
                 return None
@@ -212,6 +216,11 @@ class Deploy:
         finally:
             disconnect_all(state)
             close_connections(inventory)
+
+    def _mark(self, text: str) -> None:
+        """A step before the operations run, in the run's log only: where the time before 'running' goes."""
+        if self.log:
+            self.log.event(None, text)
 
     def _left_out(self, inventory) -> None:
         """A host pyinfra dropped on its own (a fact read on a connection that died marks it failed

@@ -60,6 +60,11 @@ def test_deploy_draws_a_live_panel_in_a_terminal_and_prints_lines_elsewhere(slur
     log = Path(re.search(r"^log: (\S+)$", piped.stdout, re.M).group(1))
     text = log.read_text()
     assert log.is_relative_to(slurm.inventory.parent / ".kiln" / "logs")
+    # where the time before the operations went: each step stamped, in order
+    marks = re.findall(r"^\s+[\d.]+ - (connecting to 5 host\(s\)|connected to 5 of 5 host\(s\)|read each node's OS|"
+                       r"prepared each node's operations|read each node's state|running)$", text, re.M)
+    assert marks == ["connecting to 5 host(s)", "connected to 5 of 5 host(s)", "read each node's OS",
+                     "prepared each node's operations", "read each node's state", "running"], text[:2000]
     for node in [f"{slurm.name}01", f"{slurm.name}05"]:
         assert re.search(rf"^\s+[\d.]+ {node} ok '[^']+' in \d+\.\d\d s$", text, re.M), text[:2000]
         assert re.search(rf"^\s+[\d.]+ {node} no change$", text, re.M)
