@@ -13,7 +13,7 @@ testbed comes up and deploys.
             loss, a job across node types, a node made slow, testbeds of their own (lifecycle, the installed
             wheel, Debian 13)
 
-Each lane is one xdist scope, run whole by one worker in the order tests/testbed/conftest.py gives. With
+Each lane is one xdist scope, run whole by one worker in the order tests/conftest.py gives. With
 ``-n 0`` everything runs in one process in that order, as before. A lane's tests are listed here by
 module: a new module under tests/testbed goes to lane ``a`` unless it is named in ``LANE_B``; move one when
 ``time per lane`` (printed when the run ends) says the lanes are out of balance.
@@ -85,7 +85,7 @@ def wait_for_lane_b(config, items: list, say, timeout: float = 3600, poll: float
     ``timeout`` (a lane that hangs) it goes on, saying so."""
     log = finished_log(config)
     if log is None:
-        return 0.0  # one process: the nspawn tests ran before (tests/testbed/conftest.py orders them)
+        return 0.0  # one process: the nspawn tests ran before (tests/conftest.py orders them)
     pending = {i.nodeid for i in items if is_live_nspawn(i.nodeid) and lane_of(i.nodeid) == "b"}
     started = time.monotonic()
     said = False
