@@ -177,6 +177,10 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "SYSTEM_LOGIN_ACCESS": ("system", "fail", "sshd's PAM stack lets in a team's user that kiln's rules keep out "
                             "of the host, or refuses one they admit", "kiln deploy (roles/login_access.py)",
                             "kiln_teams"),
+    "SYSTEM_DIRECTORY": ("system", "fail", "sssd is not running, a local account or group hides a directory one, or "
+                         "NSS does not ask SSSD (a warn: the directory lacks a user or group the inventory names)",
+                         "systemctl start sssd, userdel the local account, or kiln deploy (roles/directory.py)",
+                         "kiln_directory, kiln_teams"),
     # --- zones (kiln's firewall, proven by connections from each node; kiln check only) ---
     "ZONES_FIREWALL": ("zones", "fail", "a port kiln's firewall rules shut answers this node, or one they open does "
                        "not", "compare nft list table inet kiln with roles/firewall_rules.py; kiln deploy", "kiln_firewall"),

@@ -4,11 +4,13 @@ Expectations (``expect["system"]``): kernel (pin, "" = any), memlock_unlimited (
 False in containers, whose clock is the host's), host_programs (the version line of kiln's host programs,
 checks/version.py: a host that has them runs these), firewall (bool: kiln_firewall is on, so kiln's table is
 loaded with an input policy of drop and its last change was confirmed), logins (``[{user, team, allowed}]``:
-who sshd's PAM stack must admit or keep out, checks/logins.py).
+who sshd's PAM stack must admit or keep out, checks/logins.py), directory (the directory teams' users and
+groups, as SSSD must give them: checks/directory.py).
 """
 
 from __future__ import annotations
 
+from checks import directory as directory_check
 from checks import logins as login_access
 from checks.node import Node
 from checks.parsers.nft import input_policy
@@ -35,7 +37,8 @@ def commands(expect: dict) -> list[str]:
     return [KERNEL, SWAP] + ([MEMLOCK] if system.get("memlock_unlimited", True) else []) + \
         ([TIME_SYNC] if system.get("time_sync", True) else []) + ([HOST_PROGRAMS] if system.get("host_programs") else []) + \
         ([FIREWALL] if system.get("firewall") else []) + \
-        ([login_access.command(system["logins"])] if system.get("logins") else [])
+        ([login_access.command(system["logins"])] if system.get("logins") else []) + \
+        ([directory_check.command(system["directory"])] if system.get("directory") else [])
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -64,6 +67,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         verdicts.append(firewall(node.run(FIREWALL).stdout))
     if system.get("logins"):
         verdicts.append(login_access.judge(system["logins"], node.run(login_access.command(system["logins"])).stdout))
+    if system.get("directory"):
+        verdicts.append(directory_check.judge(system["directory"], node.run(directory_check.command(system["directory"])).stdout))
     wanted = system.get("host_programs")
     if wanted:
         here = node.run(HOST_PROGRAMS).stdout.strip()

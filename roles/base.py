@@ -11,6 +11,8 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
   group, /bin/bash where users log in or run jobs and no shell elsewhere, home created unless a storage
   mount provides /home).
++ ``kiln_directory``: SSSD reads the directory teams' users and groups (roles/directory.py); kiln makes
+  no local account for them.
 + who may log in over SSH (roles/login_access.py): pam_access with kiln's rules in sshd's account stack:
   root, kiln's connection user and operators everywhere; each team on the login hosts its
   ``login_hosts`` names; anyone on compute nodes (pam_slurm_adopt decides); nobody else elsewhere.
@@ -40,7 +42,7 @@ from pyinfra.operations import server
 
 from kiln.inventory.schema import service_uids
 from kiln.shell import quote
-from roles import login_access
+from roles import directory, login_access
 from roles.context import NodeContext, render, when_changed
 from roles.operations import DAEMON_RELOAD, accounts, managed_directory, path_absent, pinned_packages, service_restarted, service_running
 
@@ -54,6 +56,7 @@ def install(ctx: NodeContext) -> None:
     else:
         ctx.put("/etc/dnf/dnf.conf", render("base/dnf.conf.j2", proxy=proxy), mode="644", name="base: dnf settings")
     _accounts(ctx, service=True)
+    directory.install(ctx)
     ctx.put("/etc/security/limits.d/90-kiln.conf", render("base/limits.conf.j2"), mode="644",
             name="base: memlock and nofile limits")
     pinned_packages(name="base: chrony", ctx=ctx, packages={platform.chrony_package: None})
@@ -75,6 +78,8 @@ def account_specs(cluster, platform, node) -> tuple[list[tuple[str, int, bool]],
         groups.append((operators.group, operators.gid, False))
     shell = "/bin/bash" if login_access.users_shell_here(cluster, node) else platform.nologin
     for team in cluster.teams:
+        if team.directory:  # SSSD gives its group and users (roles/directory.py): no local account
+            continue
         if team.gid is not None:
             groups.append((team.name, team.gid, False))
         for user in team.users:
@@ -142,9 +147,9 @@ def _login_limits(ctx: NodeContext) -> None:
             removed.append(path_absent(name=f"base: no {path}", ctx=ctx, path=path))
         server.shell(name="base: lift the login limits (if removed)", commands=[DAEMON_RELOAD], _if=when_changed(*removed))
         return
-    for directory in (posixpath.dirname(USER_SLICES), posixpath.dirname(ROOT_SLICE)):
-        ctx.watch_path(directory)
-        managed_directory(name=f"base: {directory}", ctx=ctx, path=directory, user="root", group="root", mode="755")
+    for folder in (posixpath.dirname(USER_SLICES), posixpath.dirname(ROOT_SLICE)):
+        ctx.watch_path(folder)
+        managed_directory(name=f"base: {folder}", ctx=ctx, path=folder, user="root", group="root", mode="755")
     written = [ctx.put(path, content, mode="644", name=f"base: {what}")
                for (path, content), what in zip(login_slice_files(limits), ("limits of each user's login sessions",
                                                                           "root's login sessions unlimited"))]
@@ -171,6 +176,7 @@ def configure(ctx: NodeContext) -> None:
     hosts = [(h.address, h.name) for h in cluster.hosts.values()]
     ctx.put("/etc/hosts", render("base/hosts.j2", cluster_name=cluster.name, hosts=hosts), mode="644",
             name="base: /etc/hosts from the inventory")
+    directory.configure(ctx)  # first: the directory's groups name team directories and pam_access rules
     _accounts(ctx, service=False)
     servers = cluster.setting("ntp_servers")
     if servers:

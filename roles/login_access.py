@@ -6,7 +6,7 @@ sshd's PAM file; pam_access reads the rules top down and the first that matches 
 
 + root, the user kiln connects as (``ansible_user``) and the operators group (``kiln_operators``): always;
 + on hosts where users log in (the login group, or the controllers where there is none): the groups of
-  the teams whose ``login_hosts`` name the host (every team where unset; a team without a ``gid`` by its
+  the teams whose ``login_hosts`` name the host (every team where unset; a team without a group by its
   users' names), then no one else;
 + on compute nodes: everyone (pam_slurm_adopt, later in the same stack, lets in only users with a job
   on the node);
@@ -55,7 +55,7 @@ def rules(cluster: Cluster, host: Host) -> list[str]:
         out.append(f"+ : ({operators.group}) : ALL")
     if host.name in user_login_hosts(cluster):
         for team in admitted_teams(cluster, host):
-            if team.gid is not None:
+            if team.has_group:  # a local group or the directory's, as NSS gives it
                 out.append(f"+ : ({team.name}) : ALL")
             elif team.users:
                 out.append(f"+ : {' '.join(u.name for u in team.users)} : ALL")

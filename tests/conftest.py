@@ -92,6 +92,8 @@ def pytest_collection_modifyitems(items):
     cluster down) last of all."""
     order = {"tests/testbed/test_patch.py": 1, "tests/testbed/test_patch_maintenance.py": 1,
              "tests/testbed/test_planned_work_alerts.py": 1,
+             # SSSD and slapd put on the lane's shared testbed and taken off again: before its rolling patches
+             "tests/testbed/test_directory.py": 0.9,
              "tests/testbed/test_patch_lost_nodes.py": 2, "tests/testbed/test_image.py": 3,
              # Debian 13 on a testbed of its own, once the shared Debian 12 one is done with (it takes that down)
              "tests/testbed/test_debian13.py": 3.5}

@@ -126,6 +126,14 @@ def _logins(cluster: Cluster, host: Host) -> list[dict]:
     return out
 
 
+def _directory(cluster: Cluster) -> dict | None:
+    """The directory teams' users (user -> team) and groups that SSSD must give every node; None without any."""
+    teams = [t for t in cluster.teams if t.directory]
+    if not teams:
+        return None
+    return {"users": {u.name: t.name for t in teams for u in t.users}, "groups": [t.name for t in teams]}
+
+
 def node_expectations(cluster: Cluster, host: Host) -> dict:
     custom = cluster.setting("check_kernel_log")  # a program and its words, each quoted: never shell text
     # one read for gpu and fabric; "" leaves the suites their own default (checks.parsers.kernel_log)
@@ -155,7 +163,8 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "zones": {"probes": probes(cluster, host)} if cluster.setting("firewall").enabled else {},
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync"), "host_programs": host_programs(),
-                   "firewall": cluster.setting("firewall").enabled, "logins": _logins(cluster, host)},
+                   "firewall": cluster.setting("firewall").enabled, "logins": _logins(cluster, host),
+                   "directory": _directory(cluster)},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),
                   "ignore_units": cluster.setting("drift_ignore_units")},
         "textfile_dir": cluster.setting("check_textfile_dir"),

@@ -232,12 +232,20 @@ def check_teams(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
     teams = values.get("kiln_teams", [])
     file, line = raw.origin("kiln_teams")
     uids: dict[str, int] = {}
+    local: dict[str, str] = {}  # user -> a local team of theirs
+    remote: dict[str, str] = {}  # user -> a directory team of theirs
     counts = Counter(t.name for t in teams)
     for i, team in enumerate(teams):
         if counts[team.name] > 1:
             add(file, f"kiln_teams[{i}].name", f"team {team.name!r} is defined twice", line)
         for j, user in enumerate(team.users):
-            if uids.setdefault(user.name, user.uid) != user.uid:
+            (remote if team.directory else local).setdefault(user.name, team.name)
+            other = (local if team.directory else remote).get(user.name)
+            if other is not None:
+                add(file, f"kiln_teams[{i}].users[{j}].name", f"user {user.name!r} is in team {team.name!r} and in "
+                    f"team {other!r}, one from the directory and one local: a local account would hide the "
+                    "directory's (another uid); keep the user in teams of one kind", line)
+            if user.uid is not None and uids.setdefault(user.name, user.uid) != user.uid:
                 add(file, f"kiln_teams[{i}].users[{j}].uid", f"user {user.name!r} has uid {user.uid} "
                     f"here and {uids[user.name]} in another team", line)
 

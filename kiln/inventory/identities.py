@@ -127,6 +127,8 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
                 add(file, f"{where}.name" if key.endswith("probe_uid") else f"{key}.name", f"user {user.name!r} would take the name of "
                     f"{group_names.get(user.name, 'a system group')} (each user gets a group of its own name)", line)
             for table, what in ((uids, "uid"), (gids, "gid (each user's own group has the user's uid)")):
+                if user.uid is None:  # a directory team's user: the directory holds the number
+                    continue
                 if table.get(user.uid, me) != me:
                     add(file, key if key.endswith("probe_uid") else f"{key}.uid", f"uid {user.uid} of {user.name!r} is "
                         f"already the {what.split(' ')[0]} of {table[user.uid]}: give every user and group its own number",
@@ -143,22 +145,45 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
         if gids.get(operators.gid, me) != me:
             add(ofile, "kiln_operators.gid", f"gid {operators.gid} is already the gid of {gids[operators.gid]}: give "
                 "the operators group its own number", oline)
-        team_users = {u.name for t in values.get("kiln_teams", []) for u in t.users}
+        team_users = {u.name: t for t in values.get("kiln_teams", []) for u in t.users}
         for i, name in enumerate(operators.users):
             if name not in team_users:
                 add(ofile, f"kiln_operators.users[{i}]", f"{name!r} is not a user of kiln_teams: operators are team "
                     "users (their accounts exist on every node)", oline)
+            elif team_users[name].directory:
+                add(ofile, f"kiln_operators.users[{i}]", f"{name!r} comes from the directory (team "
+                    f"{team_users[name].name!r}), and kiln's operators group is a local one: make an operator of a "
+                    "user with a local account", oline)
+
+
+def check_directory(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
+    """A team marked directory needs kiln_directory: SSSD has nowhere else to read it from; the directory's
+    CA file must hold certificates (and no key)."""
+    directory = values.get("kiln_directory")
+    if directory is not None:
+        try:
+            directory.ca_certificates(raw.root)
+        except ValueError as error:
+            file, line = raw.origin("kiln_directory")
+            add(file, "kiln_directory.ca_file", str(error), line)
+        return
+    file, line = raw.origin("kiln_teams")
+    for i, team in enumerate(values.get("kiln_teams", [])):
+        if team.directory:
+            add(file, f"kiln_teams[{i}].directory", f"team {team.name!r} comes from the directory, and the inventory "
+                "sets no kiln_directory (uris, base_dn, ca_file): set it, or give the team a gid and its "
+                "users uids", line)
 
 
 def check_team_directories(raw: RawInventory, hosts: dict[str, Any], values: dict[str, Any], add: Any) -> None:
-    """A mount with team_directories needs a gid for every team: the directories' group must be one number
-    on every node and on the filesystem's server, which only an inventory gid is."""
+    """A mount with team_directories needs a group for every team: the directories' group must be one number
+    on every node and on the filesystem's server, which an inventory gid is, or the directory's (SSSD)."""
     mounted = next(((h, m) for h in hosts.values() for m in h.storage_mounts if m.team_directories), None)
     if mounted is None:
         return
     file, line = raw.origin("kiln_teams")
     for i, team in enumerate(values.get("kiln_teams", [])):
-        if team.gid is None:
+        if not team.has_group:
             add(file, f"kiln_teams[{i}].gid", f"team {team.name!r} has no gid, and {mounted[0].name} mounts "
                 f"{mounted[1].path} with team_directories: give the team a gid (its directories' group on every "
                 "node and the server)", line)

@@ -22,6 +22,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
+from kiln.inventory.directory_schema import Directory
 from kiln.inventory.firewall_schema import Firewall
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
 from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, JobTmp, LoginUserLimits, Operators,
@@ -126,7 +127,8 @@ class Fabric(_Strict):
 
 class TeamUser(_Strict):
     name: PosixName
-    uid: int = Field(ge=1000, le=2**31 - 2)
+    uid: int | None = Field(None, ge=1000, le=2**31 - 2, description="required for a team kiln makes local "
+                            "accounts for; unset for a directory team (the directory holds the uid)")
 
 
 class Team(_Strict):
@@ -147,6 +149,33 @@ class Team(_Strict):
     login_hosts: list[Token] | None = Field(None, max_length=1000, description="the login hosts its users may "
                                             "log in on over SSH (pam_access); unset: every login host; []: none "
                                             "(jobs still run on compute nodes, where pam_slurm_adopt decides)")
+    directory: bool = Field(False, description="the team's group (named as the team) and its users come from "
+                            "kiln_directory through SSSD: kiln makes no local account, gid and uids are the "
+                            "directory's; users still lists who gets a Slurm association")
+
+    @property
+    def has_group(self) -> bool:
+        """Whether the team has a Unix group of its name: a local one (gid) or the directory's."""
+        return self.gid is not None or self.directory
+
+    @model_validator(mode="after")
+    def _ids_from_one_place(self) -> "Team":
+        if self.directory:
+            if self.gid is not None:
+                raise ValueError(f"team {self.name!r} comes from the directory, which holds its gid: leave gid unset")
+            if self.probe_uid is not None:
+                raise ValueError(f"team {self.name!r} comes from the directory: its probe account would be a local "
+                                 "account in a directory group; leave probe_uid unset")
+            given = [u.name for u in self.users if u.uid is not None]
+            if given:
+                raise ValueError(f"team {self.name!r} comes from the directory, which holds its users' uids: leave "
+                                 f"uid unset for {', '.join(given)}")
+        else:
+            missing = [u.name for u in self.users if u.uid is None]
+            if missing:
+                raise ValueError(f"team {self.name!r}: kiln makes its users' local accounts and needs a uid for "
+                                 f"{', '.join(missing)} (or mark the team directory: true)")
+        return self
 
     @model_validator(mode="after")
     def _probe_name_fits(self) -> "Team":
@@ -246,6 +275,9 @@ SETTINGS: dict[str, Setting] = {
         _s("ssh_password_login", bool, False, "cluster",
            "sshd on every node takes passwords (and keyboard-interactive); off: keys only, root by key only "
            "(/etc/ssh/sshd_config.d/00-kiln.conf, read before any other drop-in)"),
+        _s("directory", Directory | None, None, "cluster",
+           "the LDAP directory the teams marked directory: true come from (see Directory): SSSD on every node "
+           "reads their users and groups over TLS; unset: every team's accounts are local, made by kiln"),
         _s("operators", Operators | None, None, "cluster",
            "the operators group (see Operators): its members get sudo on every node (the sudo package, "
            "/etc/sudoers.d/kiln-operators); unset: kiln installs no sudo and grants none"),

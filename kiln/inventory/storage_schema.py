@@ -44,13 +44,15 @@ class StorageMount(_Strict):
                                                   "that hold one directory per team, e.g. [projects, scratch]: "
                                                   "PATH/projects/TEAM, root-owned, the team's group, mode 2770 "
                                                   "(setgid: files keep the team's group; no access for others); "
-                                                  "'.' puts them at PATH/TEAM. Every team needs a gid. A network "
-                                                  "filesystem's are made from the first host of the inventory "
+                                                  "'.' puts them at PATH/TEAM. Every team needs a group (a gid, or "
+                                                  "directory: true). A network filesystem's are made from the "
+                                                  "first host of the inventory "
                                                   "that mounts it (its root must not be squashed there)")
 
     def team_paths(self, teams) -> list[tuple[str, str]]:
-        """(directory, team name) of every team directory this mount holds, for ``teams`` with a gid."""
-        return [(self.team_parent(d) + "/" + t.name, t.name) for d in self.team_directories for t in teams if t.gid is not None]
+        """(directory, team name) of every team directory this mount holds, for ``teams`` with a group (a gid
+        or the directory's)."""
+        return [(self.team_parent(d) + "/" + t.name, t.name) for d in self.team_directories for t in teams if t.has_group]
 
     def team_parent(self, directory: str) -> str:
         """Where ``directory`` (one of team_directories) puts the teams' directories."""

@@ -102,6 +102,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     monitoring_checks.check_monitoring(raw, hosts, cluster_values, out.add)
     monitoring_checks.check_usage_prices(raw, node_types, hosts, cluster_values, out.add)
     identities.check_ids(raw, cluster_values, out.add)
+    identities.check_directory(raw, cluster_values, out.add)
     identities.check_slurm_names(raw, cluster_values, out.add)
     identities.check_team_directories(raw, hosts, cluster_values, out.add)
     versions = cluster_checks.check_versions(raw, hosts, cluster_values, out.add)
