@@ -17,14 +17,24 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
   filesystem), started; Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
   says it is not, so a no-op deploy asks nothing of gluster; those commands first wait until glusterd
   answers (``gluster pool list``: the unit is active before glusterd listens).
++ team quotas (a team's ``quotas`` on a mount of a volume this host serves, kiln/inventory/quotas.py): the
+  volume's quota on, each team's directory made through a short mount of the volume here (root, the team's
+  group, 2770: a quota needs its directory, and the clients' deploys make theirs later), the volume's
+  ``quota_soft_timeout`` and ``quota_hard_timeout`` and each limit set (``gluster volume quota VOL
+  limit-usage /projects/TEAM 500GB``), then ``QUOTAS_DIR``/VOL records what was
+  set; a deploy sets them again only when that record differs. A quota taken out of the inventory stays
+  (``gluster volume quota VOL remove PATH``).
 + In a container (the nspawn testbed) nothing kernel-side is started: there is no NFS server in a
   container's kernel share. The files are still written; the VM tier serves NFS for real.
 """
 
 from __future__ import annotations
 
+from hashlib import sha1
+
 from pyinfra.operations import server
 
+from kiln.inventory.quotas import served_here
 from kiln.shell import quote
 from roles.context import NodeContext, when_changed
 from roles.operations import answers, logs_of, managed_directory, pinned_packages, service_running, tcp_answers
@@ -117,3 +127,50 @@ def _gluster(ctx: NodeContext, volumes) -> None:
         server.shell(name=f"storage_server: GlusterFS volume {v.name} started", commands=[
             glusterd, f"gluster --mode=script volume start {name}"],
             _if=lambda i=started: i not in ctx.snapshot.lines)
+        _gluster_quotas(ctx, v, answers("glusterd", "gluster --mode=script pool list",
+                                             ctx.cluster.setting("service_start_timeout"), "the team quotas were not set",
+                                             logs_of(unit)))
+
+
+QUOTAS_DIR = "/etc/kiln/gluster-quotas"
+
+
+def quota_record(volume, quotas) -> str:
+    """What kiln writes once a volume's team quotas are set (QUOTAS_DIR/VOLUME): the next deploy sets them
+    again only when this differs, so an unchanged deploy asks nothing of gluster."""
+    return (f"# Written by kiln once the team quotas of GlusterFS volume {volume.name} were set. Do not edit.\n"
+            f"soft-timeout {volume.quota_soft_timeout} hard-timeout {volume.quota_hard_timeout}\n"
+            + "".join(f"{q.path_in_volume} {q.limit} {q.team}\n" for q in quotas))
+
+
+def quota_commands(volume, quotas) -> list[str]:
+    """Quotas on, each team's directory made through a mount of the volume on its own server (a quota needs
+    its directory; the clients' deploys come later), the timeouts and each limit set, then the record written."""
+    vol = quote(volume.name)
+    made = []
+    for parent in sorted({q.path_in_volume.rsplit("/", 1)[0] for q in quotas} - {""}):
+        made.append(f'install -d -o root -g root -m 755 "$m"{quote(parent)}')
+    for q in quotas:
+        made.append(f'install -d -o root -g {quote(q.team)} -m 2770 "$m"{quote(q.path_in_volume)}')
+    return [
+        f"gluster --mode=script volume get {vol} features.quota | grep -qE '^features[.]quota[[:space:]]+on' || "
+        f"gluster --mode=script volume quota {vol} enable",
+        "m=$(mktemp -d /run/kiln-quota.XXXXXX) || exit 1; mount -t glusterfs localhost:/" + vol + ' "$m" || '
+        '{ rmdir "$m"; exit 1; }; ' + " && ".join(made) + '; rc=$?; umount "$m"; rmdir "$m"; exit $rc',
+        f"gluster --mode=script volume quota {vol} soft-timeout {int(volume.quota_soft_timeout)}",
+        f"gluster --mode=script volume quota {vol} hard-timeout {int(volume.quota_hard_timeout)}",
+        *[f"gluster --mode=script volume quota {vol} limit-usage {quote(q.path_in_volume)} {quote(q.limit)}" for q in quotas],
+        f"install -d -m 755 {QUOTAS_DIR} && printf %s {quote(quota_record(volume, quotas))} > {QUOTAS_DIR}/{vol}",
+    ]
+
+
+def _gluster_quotas(ctx: NodeContext, volume, glusterd: str) -> None:
+    quotas = served_here(ctx.cluster, ctx.node, volume.name)
+    if not quotas:
+        return  # a quota taken out of the inventory stays: gluster volume quota VOLUME remove PATH
+    record = f"{QUOTAS_DIR}/{volume.name}"
+    ctx.watch_path(record)
+    wanted = sha1(quota_record(volume, quotas).encode()).hexdigest()
+    server.shell(name=f"storage_server: team quotas on GlusterFS volume {volume.name}",
+                 commands=[glusterd, *quota_commands(volume, quotas)],
+                 _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)

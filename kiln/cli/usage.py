@@ -1,4 +1,5 @@
-"""`kiln usage`: GPU-hours, CPU-hours, cost and idle allocation per team and user, from Slurm's accounting."""
+"""`kiln usage`: GPU-hours, CPU-hours, cost and idle allocation per team and user, from Slurm's accounting;
+each team's storage against its quota, from the filesystems' servers (kiln/usage/storage.py)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
              err=True)
         sys.exit(EXIT_BAD_INPUT)
     controller = cluster.controllers[0]
+    from kiln.usage import storage as storage_mod
+    quota_asked = storage_mod.asked(cluster)
     hours = reconcile_mod.whole_hours(start.timestamp(), end.timestamp(), now.timestamp()) if reconcile else None
     asked_from = datetime.fromtimestamp(hours[0], timezone.utc) if hours else start  # sacct from that hour on
     window = (f"{asked_from:%Y-%m-%dT%H:%M:%S}", f"{end:%Y-%m-%dT%H:%M:%S}")
@@ -68,6 +71,10 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
             slurm_reports = [("GPU-hours per account (sreport)",
                               node.run(f"{env_words()} {command(*slurm_usage.sreport_gpu_command(h0, h1))}")),
                              ("fair share (sshare)", node.run(f"{env_words()} {command(*slurm_usage.sshare_command())}"))]
+        quota_answers = {}
+        for (host, volume), line in quota_asked.items():  # each volume's server
+            result = remote.node(cluster.hosts[host]).run(line)
+            quota_answers[(host, volume)] = (result.rc, result.stdout, result.stderr)
     for name, result in (("the jobs (sacct)", out), ("the reservations (sacctmgr)", res), *slurm_reports):
         if result.rc != 0:
             echo(f"{name} on {controller.name} exited {result.rc}: {(result.stderr or result.stdout).strip()[:300]}",
@@ -83,6 +90,9 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
                              cluster.setting("usage_gpu_hour_prices"), cluster.setting("usage_currency"),
                              reservations)
     data["left_out"] = left_out
+    data["storage_quotas"], quota_problems = storage_mod.rows(cluster, quota_answers)
+    for problem in quota_problems:  # the jobs' figures stand without them
+        echo(f"kiln usage: {problem}", err=True)
     if hours:
         data["reconcile"] = _reconciled(jobs, cluster, hours, slurm_reports, left_out)
     if team is not None:
@@ -90,6 +100,7 @@ def usage(inventory: Path | None, since: str | None, until: str | None, team: st
         if hours:
             data["reconcile"]["teams"] = [t for t in data["reconcile"]["teams"] if t["team"] == team]
         data["team_gpu_hours_per_day"] = {team: data["team_gpu_hours_per_day"].get(team, [])}
+        data["storage_quotas"] = [q for q in data["storage_quotas"] if q["team"] == team]
     if html_file is not None:
         from kiln.usage.html_page import HtmlUnavailable, page
         try:
@@ -167,6 +178,14 @@ def _print(data: dict, start: datetime, end: datetime) -> None:
         used = f"{100 * r['used_share']:.0f}%" if r["used_share"] is not None else "-"
         echo(f"  reservation {r['reservation']} ({r['nodes']}): {r['used_gpu_hours']:.2f} of {r['reserved_gpu_hours']:.2f}"
              f" GPU-h used ({used})")
+    for q in data.get("storage_quotas", []):
+        if not q["set"]:
+            echo(f"  storage {q['team']} {q['path']}: no quota set on volume {q['volume']} (kiln deploy sets {q['limit']})")
+            continue
+        used = "-" if q["used_bytes"] is None else f"{q['used_bytes'] / 2**30:.2f} GiB"
+        share = "" if q["used_share"] is None else f" ({100 * q['used_share']:.0f}%)"
+        echo(f"  storage {q['team']} {q['path']}: {used} of {q['limit_bytes'] / 2**30:.2f} GiB{share}"
+             + (", at its limit: writes are refused" if q["exceeded"] else ""))
     if data["top_cost_jobs"]:
         echo("  top jobs by cost: " + ", ".join(f"{j['job']} ({j['team']}/{j['user']}, {_money(j['cost'], cur)})"
                                                  for j in data["top_cost_jobs"][:5]))

@@ -254,6 +254,18 @@ Address = Annotated[str, AfterValidator(check_address)]
 Network = Annotated[str, AfterValidator(check_network)]
 MountPoint = Annotated[str, AfterValidator(check_mount_point)]
 FilePath = Annotated[str, AfterValidator(check_path)]
+
+# a team's quota, in gluster volume quota's own units (KB, MB, GB, TB, PB: powers of 1024), a whole number
+QUOTA_SIZE = re.compile(r"^[1-9][0-9]{0,8}(KB|MB|GB|TB|PB)$", re.ASCII)
+
+
+def check_quota_size(value: str) -> str:
+    if not isinstance(value, str) or not QUOTA_SIZE.match(value):
+        raise ValueError(f"{value!r} is not a quota: a whole number and KB, MB, GB, TB or PB (e.g. 500GB)")
+    return value
+
+
+QuotaSize = Annotated[str, AfterValidator(check_quota_size)]
 AbsolutePath = Annotated[str, AfterValidator(check_absolute_path)]
 Url = Annotated[str, AfterValidator(check_url)]
 Command = Annotated[str, AfterValidator(check_command)]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, field_validator, model_validator
 
-from kiln.inventory.formats import (AbsolutePath, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
+from kiln.inventory.formats import (AbsolutePath, QuotaSize, Address, Command, FilePath, IfName, IfNameList, NameGlob, PackageName,
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.directory_schema import Directory
@@ -149,6 +149,10 @@ class Team(_Strict):
     login_hosts: list[Token] | None = Field(None, max_length=1000, description="the login hosts its users may "
                                             "log in on over SSH (pam_access); unset: every login host; []: none "
                                             "(jobs still run on compute nodes, where pam_slurm_adopt decides)")
+    quotas: dict[AbsolutePath, QuotaSize] = Field({}, max_length=64, description="a hard limit on the team's "
+                                                 "directory under each team-directory parent, e.g. "
+                                                 "{/gluster/projects: 500GB} (kiln/inventory/quotas.py): GlusterFS "
+                                                 "volumes served by an inventory host; other filesystems: not yet")
     directory: bool = Field(False, description="the team's group (named as the team) and its users come from "
                             "kiln_directory through SSSD: kiln makes no local account, gid and uids are the "
                             "directory's; users still lists who gets a Slurm association")

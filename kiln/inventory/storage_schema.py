@@ -120,6 +120,12 @@ class GlusterVolume(_Strict):
 
     name: Token = Field(description="the volume's name, what clients mount as SERVER:/NAME")
     brick: MountPoint = Field(description="the brick directory on the server, made if missing")
+    quota_soft_timeout: int = Field(60, ge=0, le=1800, description="team quotas only: seconds a brick trusts its "
+                                    "count of a directory's use while under 80% of the limit (gluster's soft-timeout; "
+                                    "a write within it may pass the limit by what lands meanwhile; 0: counted at "
+                                    "every write, slower)")
+    quota_hard_timeout: int = Field(5, ge=0, le=60, description="team quotas only: the same above 80% of the limit "
+                                    "(gluster's hard-timeout)")
 
 
 

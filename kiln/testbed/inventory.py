@@ -115,6 +115,11 @@ STORAGE_GROUP = "storage_servers"
 NFS_EXPORT, NFS_MOUNT, NFS_OPTIONS = "/srv/kiln-nfs", "/nfs", "rw,hard,vers=4.2,timeo=50,retrans=2"
 # The VM kind's GlusterFS volume: served by the controller VM, mounted on every compute VM.
 GLUSTER_VOLUME, GLUSTER_BRICK, GLUSTER_MOUNT = "kiln", "/srv/gluster/kiln", "/gluster"
+# On VMs, where the controller serves a real GlusterFS volume: vision's project directory on it is held to a
+# quota small enough for a test to reach in seconds (tests/vm/test_vm_storage.py); language has none.
+GLUSTER_QUOTA = "20MB"
+VM_TEAMS = [dict(t, quotas={f"{GLUSTER_MOUNT}/projects": GLUSTER_QUOTA}) if t["name"] == "vision" else t
+            for t in TESTBED_TEAMS]
 
 
 # Settings a person (or a test run) changed in the written testbed.yml that a later `kiln testbed up`
@@ -170,10 +175,13 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
                                           "options": "rw,sync,no_subtree_check,no_root_squash", "mode": "1777"}],
             # clients may open files again 15 s after the server returns, not the kernel's 90 s
             "kiln_storage_nfs_lease_seconds": 15,
-            "kiln_storage_gluster_volumes": [{"name": GLUSTER_VOLUME, "brick": GLUSTER_BRICK}]}}}
+            # team quotas counted at every write: a test reaches the limit in seconds, not after gluster's 60 s
+            "kiln_storage_gluster_volumes": [{"name": GLUSTER_VOLUME, "brick": GLUSTER_BRICK,
+                                              "quota_soft_timeout": 0, "quota_hard_timeout": 0}]}}}
         network_mounts = [
             {"path": NFS_MOUNT, "type": "nfs", "source": f"{server}:{NFS_EXPORT}", "options": NFS_OPTIONS},
-            {"path": GLUSTER_MOUNT, "type": "glusterfs", "source": f"{server}:/{GLUSTER_VOLUME}", "options": "rw"}]
+            {"path": GLUSTER_MOUNT, "type": "glusterfs", "source": f"{server}:/{GLUSTER_VOLUME}", "options": "rw",
+             "team_directories": ["projects"]}]
     # Containers: the same host directory in every node (systemd-nspawn --bind) is the shared storage kiln
     # checks. VMs get that directory too (virtio-9p: the apt lock, job inputs), but as the testbed's own
     # plumbing, not a mount kiln checks: QEMU serves 9p from its own loop, which an emulated VM under load
@@ -197,7 +205,7 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         "kiln_ssh_known_hosts_file": str(testbed.known_hosts),
         "kiln_ssh_config_file": str(testbed.ssh_config),
         "kiln_slurm_partitions": [{"name": "batch", "groups": ["testbed_compute"], "default": True}],
-        "kiln_teams": TESTBED_TEAMS,
+        "kiln_teams": VM_TEAMS if testbed.node_kind == "vm" else TESTBED_TEAMS,
         "kiln_qos": TESTBED_QOS,
         # alice is an operator: sudo without a password (testbed users log in by key and have none)
         "kiln_operators": {"gid": 2050, "users": ["alice"], "password": False},

@@ -6,7 +6,8 @@ Shown here: data written on one client is read on the other and by a job on both
 kiln check's storage suite passes, its shared-data check included; with the server stopped, kiln check
 fails the mount on both clients (STORAGE_RESPONDING) within its bound (the healthy run's time plus the
 storage timeout) instead of hanging, and Slurm's HealthCheckProgram drains both within one interval;
-with the server back, both resume. Then the opt-in throughput check gives a figure per node and fails
+with the server back, both resume. A team's quota on the GlusterFS volume stops it at its limit while the
+other team loses nothing. Then the opt-in throughput check gives a figure per node and fails
 under a floor no testbed reaches."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 import json
+import re
 import time
 import uuid
 
@@ -90,6 +92,44 @@ def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_v
     for node in vms.computes:
         shared = {c["message"].split(":")[0]: c["severity"] for c in _verdicts(data, node, "STORAGE_SHARED")}
         assert shared.get(NFS_MOUNT) == shared.get(GLUSTER_MOUNT) == "ok", data["nodes"][node]
+
+
+@pytest.mark.proves("storage_server", tier="vm")
+def test_a_team_quota_stops_the_team_at_its_limit_and_the_other_team_loses_nothing(vms):
+    """vision's project directory on the GlusterFS volume holds GLUSTER_QUOTA (set by the storage_server role
+    on the controller VM); alice (vision) writing past it is stopped with EDQUOT, kiln usage shows vision at
+    its limit, bob's (language) file written before is intact and bob still writes."""
+    a, b = vms.computes
+    vision, language = f"{GLUSTER_MOUNT}/projects/vision", f"{GLUSTER_MOUNT}/projects/language"
+    listed = ok(vms, vms.controller, f"gluster --mode=script volume quota {GLUSTER_VOLUME} list /projects/vision")
+    assert "/projects/vision" in listed and re.search(r"\b20(\.0)?MB\b", listed), listed
+    assert ok(vms, a, f"stat -c '%G %a' {vision} {language}").split() == ["vision", "2770", "language", "2770"]
+    ok(vms, b, f"runuser -u bob -- sh -c 'head -c 4M /dev/urandom > {language}/kept && md5sum {language}/kept "
+               f"> /tmp/kept.md5'")
+    try:
+        # past the limit (Gluster counts asynchronously: its hard timeout, 5 s, may let some MB past it)
+        fill = on(vms, a, f"runuser -u alice -- dd if=/dev/zero of={vision}/fill bs=1M count=64 conv=fsync", timeout=300)
+        assert fill.returncode != 0 and "Disk quota exceeded" in fill.stderr, fill.stdout + fill.stderr
+        written = int(ok(vms, a, f"stat -c %s {vision}/fill"))
+        assert written < 64 * 2**20, written
+        print(f"alice's write stopped at {written / 2**20:.1f} MiB of a 20 MB quota: {fill.stderr.strip().splitlines()[0]}")
+        # kiln usage reads each team's use against its quota from the volume's server
+        listed = ok(vms, vms.controller, f"gluster --mode=script volume quota {GLUSTER_VOLUME} list --xml")
+        print("gluster volume quota list --xml, as the controller VM printed it:\n" + listed)
+        usage = kiln("usage", "-i", str(vms.inventory), "--json", timeout=300)
+        assert usage.returncode == 0, usage.stdout + usage.stderr
+        [row] = [q for q in json.loads(usage.stdout)["storage_quotas"] if q["team"] == "vision"]
+        assert row["path"] == vision and row["limit_bytes"] == 20 * 2**20, row
+        assert row["used_bytes"] >= 19 * 2**20 and row["exceeded"] is True, row
+        # still over it, from another client (dd with fsync: a shell's echo never reads the error, which
+        # gluster's write-behind gives at the flush)
+        again = on(vms, b, f"runuser -u alice -- dd if=/dev/zero of={vision}/more bs=64k count=16 conv=fsync")
+        assert again.returncode != 0 and "Disk quota exceeded" in again.stderr, again
+        assert ok(vms, b, "md5sum -c /tmp/kept.md5").strip().endswith("OK")
+        ok(vms, a, f"runuser -u bob -- sh -c 'head -c 1M /dev/urandom > {language}/after'")  # no quota of his own
+    finally:
+        on(vms, a, f"rm -f {vision}/fill {vision}/more {language}/kept {language}/after /tmp/kept.md5")
+        on(vms, b, "rm -f /tmp/kept.md5")
 
 
 def test_a_dead_nfs_server_fails_both_clients_in_bounded_time_drains_them_and_they_resume(vms, tmp_path):

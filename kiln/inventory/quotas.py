@@ -1,0 +1,107 @@
+"""Team quotas: a hard limit on each team's directory under a team-directory parent of a shared filesystem.
+
+A team sets them as ``quotas: {/gluster/projects: 500GB}``: the key is where the teams' directories are
+(a mount's path joined with one of its ``team_directories``), the value the limit of this team's directory
+there. Filesystems:
+
++ GlusterFS: a directory quota on the volume (``gluster volume quota VOL limit-usage /projects/TEAM 500GB``),
+  set by the storage_server role on the host serving the volume, which must be a host of the inventory
+  (roles/storage_server.py). A write past it fails with EDQUOT ("Disk quota exceeded") on every client.
+  A brick trusts its count of a directory's use for the volume's ``quota_soft_timeout`` (60 s, under 80% of
+  the limit) or ``quota_hard_timeout`` (5 s, above): a write in that time may pass the limit by what lands
+  meanwhile; 0 counts at every write.
++ NFS (project quotas on the server's own filesystem), Lustre and BeeGFS: refused by validation for now,
+  with that reason: the operator sets them on the server.
+
+Validation (``check``) names the team's key for each problem; ``team_quotas`` gives the roles every quota
+already resolved to its mount and server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SUPPORTED = ("glusterfs",)
+
+
+@dataclass(frozen=True)
+class TeamQuota:
+    team: str
+    parent: str      # where the teams' directories are on clients, e.g. /gluster/projects
+    directory: str   # the mount's team_directories entry, e.g. projects ('.': the mount's root)
+    mount: Any       # StorageMount
+    limit: str       # e.g. 500GB
+
+    @property
+    def server(self) -> str:
+        """The host named by the mount's source (SERVER:/VOLUME)."""
+        return self.mount.source.split(":", 1)[0]
+
+    @property
+    def volume(self) -> str:
+        return self.mount.source.split(":", 1)[1].strip("/")
+
+    @property
+    def path_in_volume(self) -> str:
+        """The team's directory as the volume names it, e.g. /projects/vision."""
+        return "/" + ("" if self.directory == "." else self.directory + "/") + self.team
+
+
+def _parents(hosts) -> dict[str, tuple[Any, str]]:
+    """team-directory parent -> (a mount that holds it, its team_directories entry), first host first."""
+    found: dict[str, tuple[Any, str]] = {}
+    for host in hosts:
+        for mount in host.storage_mounts:
+            for directory in mount.team_directories:
+                found.setdefault(mount.team_parent(directory), (mount, directory))
+    return found
+
+
+def _serves(host, volume: str) -> bool:
+    return any(v.name == volume for v in host.setting("storage_gluster_volumes") or [])
+
+
+def _server(hosts: dict, name: str, volume: str):
+    """The inventory host serving ``volume`` under ``name`` (its inventory name or address), or None."""
+    for host in hosts.values():
+        if name in (host.name, host.address) and _serves(host, volume):
+            return host
+    return None
+
+
+def team_quotas(cluster) -> list[TeamQuota]:
+    """Every team quota of a valid inventory, resolved to its mount."""
+    parents = _parents(cluster.hosts.values())
+    return [TeamQuota(team.name, parent, parents[parent][1], parents[parent][0], limit)
+            for team in cluster.teams for parent, limit in team.quotas.items() if parent in parents]
+
+
+def served_here(cluster, host, volume: str) -> list[TeamQuota]:
+    """The quotas ``host`` sets on its GlusterFS ``volume``."""
+    return [q for q in team_quotas(cluster) if q.volume == volume and q.server in (host.name, host.address)]
+
+
+def check(raw, hosts: dict, values: dict[str, Any], add: Any) -> None:
+    """Each quota names a team-directory parent of a filesystem kiln sets quotas on, served by an inventory host."""
+    file, line = raw.origin("kiln_teams")
+    parents = _parents(hosts.values())
+    for i, team in enumerate(values.get("kiln_teams", [])):
+        for parent in team.quotas:
+            key = f"kiln_teams[{i}].quotas.{parent}"
+            if parent not in parents:
+                add(file, key, f"{parent} holds no team directories: name a mount's path joined with one of its "
+                    f"team_directories ({', '.join(sorted(parents)) or 'the inventory has none'})", line)
+                continue
+            mount, _ = parents[parent]
+            if mount.type not in SUPPORTED:
+                add(file, key, f"{parent} is on {mount.type}, where kiln sets no quotas yet (GlusterFS only): set "
+                    "the team's limit on the filesystem's server, and leave it out here", line)
+                continue
+            if not team.has_group:
+                add(file, key, f"team {team.name!r} has no group for its directory: give it a gid", line)
+            quota = TeamQuota(team.name, parent, "", mount, "")
+            if _server(hosts, quota.server, quota.volume) is None:
+                add(file, key, f"{mount.source}: no host of the inventory serves GlusterFS volume {quota.volume!r} "
+                    f"as {quota.server} (kiln_storage_gluster_volumes): kiln sets the quota from the volume's "
+                    "server", line)
