@@ -54,6 +54,26 @@ def _entries(sections: dict, name: str, fields: int) -> dict[str, list[str]]:
     return {e[0]: e for e in sections.get(name, []) if len(e) >= fields}
 
 
+def _compare(sections: dict, database: str, names: dict[str, str], active: bool, faults: list, doubts: list) -> dict:
+    """Each of ``names`` (name -> how a message names it) as SSSD, the local files and NSS give it from
+    ``database``: a local entry that hides the directory's, or one NSS does not ask SSSD for, is a fault of
+    this node; one SSSD lacks, a doubt. Returns SSSD's entries."""
+    fields, kind, remove = (7, "account", "userdel") if database == "passwd" else (4, "group", "groupdel")
+    sss, seen, local = (_entries(sections, f"{database}{source}", fields) for source in ("-sss", "", "-files"))
+    for name in sorted(names):
+        said = names[name]
+        if name in local:
+            theirs = f", the directory's {sss[name][2]}" if name in sss else ""
+            faults.append(f"{said} is a local {kind} here ({'uid' if fields == 7 else 'gid'} {local[name][2]}{theirs}) "
+                          f"that hides the directory's: {remove} {name} on this node")
+        elif name in sss and name not in seen:
+            faults.append(f"SSSD knows {said} but the node's NSS does not ask it: the {database} line of "
+                          "/etc/nsswitch.conf needs sss (kiln deploy)")
+        elif name not in sss and active:
+            doubts.append(f"the directory gives no {'user ' if fields == 7 else ''}{said}, or SSSD has not reached it yet")
+    return sss
+
+
 def judge(directory: dict, output: str) -> Verdict:
     sections = parse(output)
     if "sssd" not in sections:
@@ -65,28 +85,9 @@ def judge(directory: dict, output: str) -> Verdict:
     if state != "active":
         faults.append(f"sssd is {state}: the directory's users ({len(users)}) are unknown here and their jobs fail on "
                       "this node (systemctl start sssd; journalctl -u sssd says why it stopped)")
-    sss, seen, local = (_entries(sections, s, 7) for s in ("passwd-sss", "passwd", "passwd-files"))
-    for user in sorted(users):
-        team = users[user]
-        if user in local:
-            theirs = f", the directory's {sss[user][2]}" if user in sss else ""
-            faults.append(f"{user} ({team}) is a local account here (uid {local[user][2]}{theirs}) that hides the "
-                          f"directory's: userdel {user} on this node")
-        elif user in sss and user not in seen:
-            faults.append(f"SSSD knows {user} ({team}) but the node's NSS does not ask it: the passwd line of "
-                          "/etc/nsswitch.conf needs sss (kiln deploy)")
-        elif user not in sss and state == "active":
-            doubts.append(f"the directory gives no user {user} (team {team}), or SSSD has not reached it yet")
-    gsss, gseen, glocal = (_entries(sections, s, 4) for s in ("group-sss", "group", "group-files"))
-    for group in groups:
-        if group in glocal:
-            faults.append(f"group {group} is a local group here (gid {glocal[group][2]}) that hides the directory's: "
-                          f"groupdel {group} on this node")
-        elif group in gsss and group not in gseen:
-            faults.append(f"SSSD knows group {group} but the node's NSS does not ask it: the group line of "
-                          "/etc/nsswitch.conf needs sss (kiln deploy)")
-        elif group not in gsss and state == "active":
-            doubts.append(f"the directory gives no group {group}, or SSSD has not reached it yet")
+    active = state == "active"
+    sss = _compare(sections, "passwd", {u: f"{u} ({t})" for u, t in users.items()}, active, faults, doubts)
+    gsss = _compare(sections, "group", {g: f"group {g}" for g in groups}, active, faults, doubts)
     for user in sorted(users):
         group = gsss.get(users[user])
         if user in sss and group is not None and user not in group[3].split(",") and sss[user][3] != group[2]:
