@@ -23,6 +23,9 @@ Defaults:
   are made from one host, the first of the inventory that mounts it (its root must not be squashed by
   the server); a bind mount's on every host that has it. Made after the mount, so they land on the
   mounted filesystem.
++ a team's ``quotas`` on a Lustre mount (a project quota, the team's gid the project id) or a BeeGFS mount (a
+  group quota on its gid), set from that same host and recorded in ``QUOTAS_DIR``; set again only when the
+  record differs (kiln/inventory/quotas.py; GlusterFS quotas are the volume server's, roles/storage_server.py).
 + on compute nodes slurmd requires every network filesystem kiln mounts (``RequiresMountsFor``, written
   by the slurm role): a node whose storage did not mount at boot never takes jobs.
 """
@@ -30,9 +33,11 @@ Defaults:
 from __future__ import annotations
 
 import re
+from hashlib import sha1
 
 from pyinfra.operations import server
 
+from kiln.inventory.quotas import client_units, on_mount
 from kiln.shell import quote
 from roles import filesystems
 from roles.context import NodeContext, when_changed
@@ -106,6 +111,42 @@ def team_directories(ctx: NodeContext, mount) -> None:
         ctx.watch_path(path)
         managed_directory(name=f"storage: team {team}'s {path}", ctx=ctx, path=path, user="root", group=team,
                           mode="2770")
+    _client_quotas(ctx, mount)
+
+
+QUOTAS_DIR = "/etc/kiln/client-quotas"
+
+
+def client_quota_commands(mount, quotas, gids: dict[str, int]) -> list[str]:
+    """What sets a Lustre mount's project quotas or a BeeGFS mount's group quotas (kiln/inventory/quotas.py)."""
+    out = []
+    for q in quotas:
+        gid, limit = gids[q.team], client_units(q.limit)
+        if mount.type == "lustre":
+            out += [f"lfs project -p {gid} -s -r {quote(q.parent + '/' + q.team)}",
+                    f"lfs setquota -p {gid} -B {limit} {quote(mount.path)}"]
+        else:
+            out.append(f"beegfs-ctl --setquota --mount={quote(mount.path)} --gid {gid} --sizelimit={limit} "
+                       "--inodelimit=unlimited")
+    return out
+
+
+def _client_quotas(ctx: NodeContext, mount) -> None:
+    """A Lustre or BeeGFS mount's team quotas, from the host that makes its team directories; like the GlusterFS
+    ones (roles/storage_server.py), set again only when the record of what was set differs."""
+    quotas = on_mount(ctx.cluster, mount)
+    if not quotas:
+        return
+    gids = {t.name: t.gid for t in ctx.cluster.teams}
+    record = f"{QUOTAS_DIR}/{mount.path.strip('/').replace('/', '_') or 'root'}"
+    content = (f"# Written by kiln once the team quotas of {mount.path} were set. Do not edit.\n"
+               + "".join(f"{q.team} {gids[q.team]} {q.limit}\n" for q in quotas))
+    ctx.watch_path(record)
+    wanted = sha1(content.encode()).hexdigest()
+    server.shell(name=f"storage: team quotas on {mount.path} ({mount.type})",
+                 commands=[*client_quota_commands(mount, quotas, gids),
+                           f"install -d -m 755 {QUOTAS_DIR} && printf %s {quote(content)} > {quote(record)}"],
+                 _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
 
 
 def install(ctx: NodeContext) -> None:

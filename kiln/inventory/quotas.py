@@ -10,8 +10,17 @@ there. Filesystems:
   A brick trusts its count of a directory's use for the volume's ``quota_soft_timeout`` (60 s, under 80% of
   the limit) or ``quota_hard_timeout`` (5 s, above): a write in that time may pass the limit by what lands
   meanwhile; 0 counts at every write.
-+ NFS (project quotas on the server's own filesystem), Lustre and BeeGFS: refused by validation for now,
-  with that reason: the operator sets them on the server.
++ Lustre: a project quota, the team's gid as the project id (``lfs project -p GID -s -r DIR``: the directory
+  and what is made in it carry the project; ``lfs setquota -p GID -B LIMIT MOUNT``), set by the storage role
+  from the host that makes the team directories (the first inventory host mounting it). Quotas must be on in
+  the filesystem (``lctl conf_param FSNAME.quota.ost=p`` on the MGS: the site's). Shown as plans only here.
++ BeeGFS: a group quota on the team's gid (``beegfs-ctl --setquota --gid GID --sizelimit=LIMIT``; files in
+  the setgid team directories carry the team's group), from that same host; enforcement is switched on in
+  the servers' configuration (``quotaEnableEnforcement``: the site's). Shown as plans only here.
++ NFS (project quotas on the server's own filesystem) and the others: refused by validation for now, with
+  that reason: the operator sets them on the server.
+
+Lustre and BeeGFS count by number, so a team there needs a gid in the inventory.
 
 Validation (``check``) names the team's key for each problem; ``team_quotas`` gives the roles every quota
 already resolved to its mount and server.
@@ -22,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED = ("glusterfs",)
+SUPPORTED = ("glusterfs", "lustre", "beegfs")
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,19 @@ def team_quotas(cluster) -> list[TeamQuota]:
 
 def served_here(cluster, host, volume: str) -> list[TeamQuota]:
     """The quotas ``host`` sets on its GlusterFS ``volume``."""
-    return [q for q in team_quotas(cluster) if q.volume == volume and q.server in (host.name, host.address)]
+    return [q for q in team_quotas(cluster) if q.mount.type == "glusterfs" and q.volume == volume
+            and q.server in (host.name, host.address)]
+
+
+def on_mount(cluster, mount) -> list[TeamQuota]:
+    """The team quotas of a Lustre or BeeGFS ``mount`` (those a client sets)."""
+    return [q for q in team_quotas(cluster) if q.mount.type in ("lustre", "beegfs") and q.mount.path == mount.path
+            and q.mount.source == mount.source]
+
+
+def client_units(limit: str) -> str:
+    """``500GB`` as lfs and beegfs-ctl write it: ``500G`` (both binary)."""
+    return limit[:-1]
 
 
 def check(raw, hosts: dict, values: dict[str, Any], add: Any) -> None:
@@ -98,8 +119,11 @@ def check(raw, hosts: dict, values: dict[str, Any], add: Any) -> None:
                 add(file, key, f"{parent} is on {mount.type}, where kiln sets no quotas yet (GlusterFS only): set "
                     "the team's limit on the filesystem's server, and leave it out here", line)
                 continue
-            if not team.has_group:
-                add(file, key, f"team {team.name!r} has no group for its directory: give it a gid", line)
+            if not team.has_group or (mount.type != "glusterfs" and team.gid is None):
+                add(file, key, f"team {team.name!r} has no gid: a {mount.type} quota counts by the team's gid "
+                    "(give it one)", line)
+            if mount.type != "glusterfs":
+                continue
             quota = TeamQuota(team.name, parent, "", mount, "")
             if _server(hosts, quota.server, quota.volume) is None:
                 add(file, key, f"{mount.source}: no host of the inventory serves GlusterFS volume {quota.volume!r} "

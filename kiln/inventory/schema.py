@@ -152,7 +152,8 @@ class Team(_Strict):
     quotas: dict[AbsolutePath, QuotaSize] = Field({}, max_length=64, description="a hard limit on the team's "
                                                  "directory under each team-directory parent, e.g. "
                                                  "{/gluster/projects: 500GB} (kiln/inventory/quotas.py): GlusterFS "
-                                                 "volumes served by an inventory host; other filesystems: not yet")
+                                                 "volumes served by an inventory host, Lustre (a project quota) "
+                                                 "and BeeGFS (a group quota) by the team's gid; NFS: not yet")
     directory: bool = Field(False, description="the team's group (named as the team) and its users come from "
                             "kiln_directory through SSSD: kiln makes no local account, gid and uids are the "
                             "directory's; users still lists who gets a Slurm association")

@@ -10,11 +10,16 @@ from kiln.inventory.quotas import team_quotas
 from kiln.shell import command
 
 
+def gluster_quotas(cluster) -> list:
+    """The team quotas kiln usage reads back (GlusterFS; Lustre's and BeeGFS' are not read yet)."""
+    return [q for q in team_quotas(cluster) if q.mount.type == "glusterfs"]
+
+
 def asked(cluster) -> dict[tuple[str, str], list[str]]:
     """(server host, volume) -> the command that lists the volume's quotas there, for every volume with a
     team quota. The server is the inventory host that serves the volume (validation made sure of one)."""
     out = {}
-    for quota in team_quotas(cluster):
+    for quota in gluster_quotas(cluster):
         host = next(h.name for h in cluster.hosts.values() if quota.server in (h.name, h.address))
         out[(host, quota.volume)] = command(*gluster_quota.command(quota.volume))
     return out
@@ -33,7 +38,7 @@ def rows(cluster, answers: dict[tuple[str, str], tuple[int, str, str]]) -> tuple
         except CheckError as error:
             problems.append(f"the quotas of GlusterFS volume {volume} on {host} could not be read: {error}")
     out = []
-    for quota in team_quotas(cluster):
+    for quota in gluster_quotas(cluster):
         host = next(h.name for h in cluster.hosts.values() if quota.server in (h.name, h.address))
         if (host, quota.volume) not in usage:
             continue

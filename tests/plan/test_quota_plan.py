@@ -47,3 +47,29 @@ def test_the_server_sets_the_quota_once_and_records_it(tmp_path, monkeypatch):
                                                         sha1(record.encode()).hexdigest())
     assert dict(plan_host(cluster, "nas1", "debian12", snapshot, monkeypatch))[OP] == []
     assert OP not in dict(plan_host(cluster, "cpu01", "debian12", fresh("debian12"), monkeypatch))
+
+
+def _client_cluster(tmp_path):
+    inv = tmp_path / "inv"
+    shutil.copytree(INVENTORIES / "storage", inv)
+    path = inv / "group_vars" / "all" / "cluster.yml"
+    data = yaml.safe_load(path.read_text())
+    data["kiln_teams"][0]["quotas"] = {"/lustre/projects": "500GB", "/beegfs/projects": "2TB"}
+    path.write_text(yaml.safe_dump(data))
+    hosts = inv / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("- {path: /beegfs, type: beegfs, source: beegfs_nodev}",
+                                               "- {path: /beegfs, type: beegfs, source: beegfs_nodev, "
+                                               "team_directories: [projects]}"))
+    return load_cluster(inv)
+
+
+def test_lustre_and_beegfs_quotas_are_set_by_the_client_that_makes_the_team_directories(tmp_path, monkeypatch):
+    cluster = _client_cluster(tmp_path)
+    ops = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch))
+    assert ops["storage: team quotas on /lustre (lustre)"][:2] == [
+        "lfs project -p 3001 -s -r /lustre/projects/vision", "lfs setquota -p 3001 -B 500G /lustre"]
+    assert ops["storage: team quotas on /beegfs (beegfs)"][0] == \
+        "beegfs-ctl --setquota --mount=/beegfs --gid 3001 --sizelimit=2T --inodelimit=unlimited"
+    assert ops["storage: team quotas on /lustre (lustre)"][2].startswith("install -d -m 755 /etc/kiln/client-quotas")
+    assert not [op for op in dict(plan_host(cluster, "nas1", "debian12", fresh("debian12"), monkeypatch))
+                if "team quotas on /lustre" in op]

@@ -20,8 +20,11 @@ def _inventory(tmp_path: Path, quotas: dict) -> Path:
     shutil.copytree(INVENTORIES / "storage", inv)
     cluster = inv / "group_vars" / "all" / "cluster.yml"
     data = yaml.safe_load(cluster.read_text())
-    data["kiln_teams"][0]["quotas"] = quotas
+    if quotas:
+        data["kiln_teams"][0]["quotas"] = quotas
     cluster.write_text(yaml.safe_dump(data))
+    cpu = inv / "group_vars" / "cpu.yml"  # NFS home with team directories: quotas there are not kiln's yet
+    cpu.write_text(cpu.read_text().replace('timeo=600,retrans=2"}', 'timeo=600,retrans=2", team_directories: [projects]}'))
     return inv
 
 
@@ -39,7 +42,7 @@ def test_a_quota_resolves_to_the_volume_and_the_server_that_sets_it(tmp_path):
     ({"/scratch": "0GB"}, "kiln_teams[0].quotas./scratch", "is not a quota"),
     ({"/scratch": "1GB; rm -rf /"}, "kiln_teams[0].quotas./scratch", "is not a quota"),
     ({"/nowhere": "1GB"}, "kiln_teams[0].quotas./nowhere", "holds no team directories"),
-    ({"/lustre/projects": "1GB"}, "kiln_teams[0].quotas./lustre/projects", "on lustre, where kiln sets no quotas yet"),
+    ({"/home/projects": "1GB"}, "kiln_teams[0].quotas./home/projects", "on nfs, where kiln sets no quotas yet"),
 ])
 def test_a_quota_kiln_cannot_set_is_refused_naming_the_teams_key(tmp_path, quotas, key, said):
     with pytest.raises(InventoryInvalid) as raised:
@@ -47,6 +50,19 @@ def test_a_quota_kiln_cannot_set_is_refused_naming_the_teams_key(tmp_path, quota
     found = [e for e in raised.value.errors if said in e.message]
     assert found, [str(e) for e in raised.value.errors]
     assert found[0].key.startswith(key.split(".")[0]) and found[0].file.endswith("cluster.yml"), found[0]
+
+
+def test_a_lustre_quota_needs_the_teams_gid(tmp_path):
+    inv = _inventory(tmp_path, {})
+    cluster_yml = inv / "group_vars" / "all" / "cluster.yml"
+    data = yaml.safe_load(cluster_yml.read_text())
+    data["kiln_teams"][1]["quotas"] = {"/lustre/projects": "1TB"}
+    del data["kiln_teams"][1]["gid"]
+    cluster_yml.write_text(yaml.safe_dump(data))
+    with pytest.raises(InventoryInvalid) as raised:
+        load_cluster(inv)
+    assert any("a lustre quota counts by the team's gid" in e.message and e.key == "kiln_teams[1].quotas./lustre/projects"
+               for e in raised.value.errors), raised.value.errors
 
 
 def test_a_volume_no_inventory_host_serves_is_refused(tmp_path):
