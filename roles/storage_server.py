@@ -34,7 +34,7 @@ from hashlib import sha1
 
 from pyinfra.operations import server
 
-from kiln.inventory.quotas import served_here
+from kiln.inventory.quotas import nfs_quotas_here, served_here
 from kiln.shell import quote
 from roles.context import NodeContext, when_changed
 from roles.operations import answers, logs_of, managed_directory, pinned_packages, service_running, tcp_answers
@@ -62,6 +62,8 @@ def install(ctx: NodeContext) -> None:
         packages[wanted["nfs"]] = None
     if ctx.node.setting("storage_gluster_volumes"):
         packages[wanted["glusterfs"]] = None
+    if nfs_quotas_here(ctx.cluster, ctx.node):  # project quotas: XFS's and ext4's tools
+        packages.update({"xfsprogs": None, "quota": None})
     if packages:
         pinned_packages(name="storage_server: " + ", ".join(packages), ctx=ctx, packages=packages)
 
@@ -103,6 +105,47 @@ def _nfs(ctx: NodeContext, exports) -> None:
                  _if=when_changed(started))
     server.shell(name="storage_server: re-read the exports (if they changed)", commands=["exportfs -ra"],
                  _if=when_changed(written))
+    _nfs_quotas(ctx)
+
+
+NFS_QUOTAS = "/etc/kiln/nfs-quotas"
+
+
+def nfs_quota_command(path: str, gid: int, limit: str) -> str:
+    """One shell line: the team directory at ``path`` (on this server's filesystem) made, given project id
+    ``gid`` and held to ``limit`` (500GB: binary units), on XFS with prjquota or ext4 with the project
+    feature and prjquota; anything else stops with what to change."""
+    kib = int(limit[:-2]) * 1024 ** ("KB", "MB", "GB", "TB", "PB").index(limit[-2:])
+    d = quote(path)
+    return (f'install -d -o root -g {gid} -m 2770 {d} && fs=$(findmnt -n -o FSTYPE -T {d}) && '
+            f'mnt=$(findmnt -n -o TARGET -T {d}) && opts=$(findmnt -n -o OPTIONS -T {d}) && '
+            'case "$fs" in '
+            f'xfs) echo "$opts" | grep -qE "(^|,)(prjquota|pquota|pqnoenforce)(,|$)" || '
+            f'{{ echo "$mnt (xfs) is mounted without prjquota: add it to its fstab options and remount, for {d}" >&2; exit 1; }}; '
+            f'xfs_quota -x -c "project -s -p {path} {gid}" "$mnt" >/dev/null && '
+            f'xfs_quota -x -c "limit -p bhard={kib}k {gid}" "$mnt" ;; '
+            f'ext4) echo "$opts" | grep -qE "(^|,)prjquota(,|$)" || '
+            f'{{ echo "$mnt (ext4) is mounted without prjquota (tune2fs -O project,quota, then mount with prjquota), '
+            f'for {d}" >&2; exit 1; }}; chattr -R -p {gid} +P {d} && setquota -P {gid} 0 {kib} 0 0 "$mnt" ;; '
+            f'*) echo "$mnt is $fs: kiln sets NFS team quotas on xfs or ext4 project quotas only, for {d}" >&2; exit 1 ;; '
+            'esac')
+
+
+def _nfs_quotas(ctx: NodeContext) -> None:
+    """Each team quota on an export of this host (kiln/inventory/quotas.py), recorded like the GlusterFS ones."""
+    found = nfs_quotas_here(ctx.cluster, ctx.node)
+    if not found:
+        return
+    gids = {t.name: t.gid for t in ctx.cluster.teams}
+    record = f"{NFS_QUOTAS}/quotas"
+    content = ("# Written by kiln once the NFS team quotas of this server were set. Do not edit.\n"
+               + "".join(f"{path} {gids[q.team]} {q.limit}\n" for q, path in found))
+    ctx.watch_path(record)
+    wanted = sha1(content.encode()).hexdigest()
+    server.shell(name="storage_server: NFS team quotas (project quotas)",
+                 commands=[*(nfs_quota_command(path, gids[q.team], q.limit) for q, path in found),
+                           f"install -d -m 755 {NFS_QUOTAS} && printf %s {quote(content)} > {record}"],
+                 _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
 
 
 def _gluster(ctx: NodeContext, volumes) -> None:

@@ -17,10 +17,15 @@ there. Filesystems:
 + BeeGFS: a group quota on the team's gid (``beegfs-ctl --setquota --gid GID --sizelimit=LIMIT``; files in
   the setgid team directories carry the team's group), from that same host; enforcement is switched on in
   the servers' configuration (``quotaEnableEnforcement``: the site's). Shown as plans only here.
-+ NFS (project quotas on the server's own filesystem) and the others: refused by validation for now, with
-  that reason: the operator sets them on the server.
++ NFS: a project quota on the server's own filesystem, the team's gid as the project id, set by the
+  storage_server role on the inventory host exporting it (roles/storage_server.py): on XFS mounted with
+  ``prjquota`` (``xfs_quota``: ``project -s``, ``limit -p bhard=``), on ext4 with the ``project`` feature and
+  ``prjquota`` (``chattr -p ID +P``, ``setquota -P``); on any other filesystem, or one mounted without them,
+  the deploy stops on that server naming what to change. Shown as plans only here (the testbed's export is on
+  a filesystem without project quotas).
++ the others: refused by validation, with that reason: the operator sets them on the server.
 
-Lustre and BeeGFS count by number, so a team there needs a gid in the inventory.
+Lustre, BeeGFS and NFS count by number, so a team there needs a gid in the inventory.
 
 Validation (``check``) names the team's key for each problem; ``team_quotas`` gives the roles every quota
 already resolved to its mount and server.
@@ -31,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED = ("glusterfs", "lustre", "beegfs")
+SUPPORTED = ("glusterfs", "lustre", "beegfs", "nfs")
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,34 @@ def served_here(cluster, host, volume: str) -> list[TeamQuota]:
             and q.server in (host.name, host.address)]
 
 
+def nfs_export(hosts: dict, mount):
+    """(host, export) of the inventory that serves an NFS ``mount`` (SERVER:/PATH with PATH an export of the
+    host or below one), or None."""
+    server, _, path = mount.source.partition(":")
+    for host in hosts.values():
+        if server not in (host.name, host.address):
+            continue
+        for export in host.setting("storage_nfs_exports") or []:
+            if path == export.path or path.startswith(export.path.rstrip("/") + "/"):
+                return host, export
+    return None
+
+
+def nfs_quotas_here(cluster, host) -> list[tuple[TeamQuota, str]]:
+    """The NFS quotas ``host`` sets, each with the team directory's path on the server's own filesystem."""
+    out = []
+    for quota in team_quotas(cluster):
+        if quota.mount.type != "nfs":
+            continue
+        found = nfs_export(cluster.hosts, quota.mount)
+        if found is None or found[0].name != host.name:
+            continue
+        source_path = quota.mount.source.partition(":")[2].strip("/")
+        below = quota.parent[len(quota.mount.path):].strip("/")
+        out.append((quota, "/" + "/".join(p for p in (source_path, below, quota.team) if p)))
+    return out
+
+
 def on_mount(cluster, mount) -> list[TeamQuota]:
     """The team quotas of a Lustre or BeeGFS ``mount`` (those a client sets)."""
     return [q for q in team_quotas(cluster) if q.mount.type in ("lustre", "beegfs") and q.mount.path == mount.path
@@ -122,6 +155,11 @@ def check(raw, hosts: dict, values: dict[str, Any], add: Any) -> None:
             if not team.has_group or (mount.type != "glusterfs" and team.gid is None):
                 add(file, key, f"team {team.name!r} has no gid: a {mount.type} quota counts by the team's gid "
                     "(give it one)", line)
+            if mount.type == "nfs":
+                if nfs_export(hosts, mount) is None:
+                    add(file, key, f"{mount.source}: no host of the inventory exports it (kiln_storage_nfs_exports): "
+                        "kiln sets an NFS quota from the server", line)
+                continue
             if mount.type != "glusterfs":
                 continue
             quota = TeamQuota(team.name, parent, "", mount, "")

@@ -153,7 +153,8 @@ class Team(_Strict):
                                                  "directory under each team-directory parent, e.g. "
                                                  "{/gluster/projects: 500GB} (kiln/inventory/quotas.py): GlusterFS "
                                                  "volumes served by an inventory host, Lustre (a project quota) "
-                                                 "and BeeGFS (a group quota) by the team's gid; NFS: not yet")
+                                                 "and BeeGFS (a group quota) by the team's gid, NFS (a project "
+                                                 "quota on the exporting inventory host's XFS or ext4)")
     directory: bool = Field(False, description="the team's group (named as the team) and its users come from "
                             "kiln_directory through SSSD: kiln makes no local account, gid and uids are the "
                             "directory's; users still lists who gets a Slurm association")

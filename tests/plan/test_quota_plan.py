@@ -5,6 +5,8 @@ with that record on the node, a deploy asks nothing of gluster."""
 from __future__ import annotations
 
 import shutil
+
+import pytest
 from hashlib import sha1
 
 import yaml
@@ -73,3 +75,47 @@ def test_lustre_and_beegfs_quotas_are_set_by_the_client_that_makes_the_team_dire
     assert ops["storage: team quotas on /lustre (lustre)"][2].startswith("install -d -m 755 /etc/kiln/client-quotas")
     assert not [op for op in dict(plan_host(cluster, "nas1", "debian12", fresh("debian12"), monkeypatch))
                 if "team quotas on /lustre" in op]
+
+
+def _nfs_cluster(tmp_path, os="debian12"):
+    inv = tmp_path / "inv"
+    shutil.copytree(INVENTORIES / "storage", inv)
+    if os == "rocky9":  # no glusterfs-server there (validation refuses it): the server exports NFS only
+        hosts = inv / "hosts.yml"
+        hosts.write_text(hosts.read_text().replace("          kiln_storage_gluster_volumes:\n"
+                                                   "            - {name: scratch, brick: /srv/gluster/scratch}\n", ""))
+    path = inv / "group_vars" / "all" / "cluster.yml"
+    data = yaml.safe_load(path.read_text())
+    data["kiln_teams"][0]["quotas"] = {"/home/projects": "100GB"}
+    path.write_text(yaml.safe_dump(data))
+    cpu = inv / "group_vars" / "cpu.yml"
+    cpu.write_text(cpu.read_text().replace('timeo=600,retrans=2"}', 'timeo=600,retrans=2", team_directories: [projects]}'))
+    return load_cluster(inv)
+
+
+@pytest.mark.parametrize("os", ["debian12", "rocky9"])
+def test_an_nfs_quota_is_a_project_quota_set_by_the_exporting_server(tmp_path, monkeypatch, os):
+    cluster = _nfs_cluster(tmp_path, os)
+    ops = dict(plan_host(cluster, "nas1", os, fresh(os), monkeypatch))
+    [install] = [cmds for op, cmds in ops.items() if op.startswith("storage_server: nfs-") and "xfsprogs, quota" in op]
+    assert "xfsprogs" in " ".join(install) and "quota" in " ".join(install)
+    [line, record] = ops["storage_server: NFS team quotas (project quotas)"]
+    assert line.startswith("install -d -o root -g 3001 -m 2770 /srv/home/projects/vision && ")
+    assert 'xfs_quota -x -c "project -s -p /srv/home/projects/vision 3001" "$mnt"' in line
+    assert 'xfs_quota -x -c "limit -p bhard=104857600k 3001" "$mnt"' in line
+    assert 'chattr -R -p 3001 +P /srv/home/projects/vision && setquota -P 3001 0 104857600 0 0 "$mnt"' in line
+    assert record.startswith("install -d -m 755 /etc/kiln/nfs-quotas && printf %s ")
+
+
+def test_the_nfs_quota_line_refuses_a_filesystem_without_project_quotas(tmp_path):
+    """The line run for real against this machine's own filesystem (a temporary directory): its filesystem
+    is neither XFS nor ext4 with prjquota here, so it stops naming what to change, and makes nothing else."""
+    import os as os_module
+    import subprocess
+
+    from roles.storage_server import nfs_quota_command
+    target = tmp_path / "projects" / "vision"
+    run = subprocess.run(["sh", "-c", nfs_quota_command(str(target), os_module.getgid(), "1GB")],
+                         capture_output=True, text=True)
+    assert run.returncode == 1, run
+    assert ("mounted without prjquota" in run.stderr or "kiln sets NFS team quotas on xfs or ext4" in run.stderr), run.stderr

@@ -11,7 +11,7 @@ import yaml
 
 from kiln.inventory import load_cluster
 from kiln.inventory.errors import InventoryInvalid
-from kiln.inventory.quotas import served_here, team_quotas
+from kiln.inventory.quotas import nfs_quotas_here, served_here, team_quotas
 from tests.conftest import INVENTORIES
 
 
@@ -23,8 +23,14 @@ def _inventory(tmp_path: Path, quotas: dict) -> Path:
     if quotas:
         data["kiln_teams"][0]["quotas"] = quotas
     cluster.write_text(yaml.safe_dump(data))
-    cpu = inv / "group_vars" / "cpu.yml"  # NFS home with team directories: quotas there are not kiln's yet
-    cpu.write_text(cpu.read_text().replace('timeo=600,retrans=2"}', 'timeo=600,retrans=2", team_directories: [projects]}'))
+    cpu = inv / "group_vars" / "cpu.yml"  # NFS mounts with team directories: /home from nas1, /datasets from elsewhere
+    cpu.write_text(cpu.read_text().replace('timeo=600,retrans=2"}', 'timeo=600,retrans=2", team_directories: [projects]}')
+                   .replace('source: "nas1:/srv/datasets", options: "ro,vers=4.2"}',
+                            'source: "nas9:/srv/datasets", options: "ro,vers=4.2", team_directories: [projects]}'))
+    hosts = inv / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace('- {path: /ceph, type: cephfs, source: "cephfs:/volumes/hpc"}',
+                                               '- {path: /ceph, type: cephfs, source: "cephfs:/volumes/hpc", '
+                                               'team_directories: [projects]}'))
     return inv
 
 
@@ -42,7 +48,8 @@ def test_a_quota_resolves_to_the_volume_and_the_server_that_sets_it(tmp_path):
     ({"/scratch": "0GB"}, "kiln_teams[0].quotas./scratch", "is not a quota"),
     ({"/scratch": "1GB; rm -rf /"}, "kiln_teams[0].quotas./scratch", "is not a quota"),
     ({"/nowhere": "1GB"}, "kiln_teams[0].quotas./nowhere", "holds no team directories"),
-    ({"/home/projects": "1GB"}, "kiln_teams[0].quotas./home/projects", "on nfs, where kiln sets no quotas yet"),
+    ({"/ceph/projects": "1GB"}, "kiln_teams[0].quotas./ceph/projects", "on cephfs, where kiln sets no quotas yet"),
+    ({"/datasets/projects": "1GB"}, "kiln_teams[0].quotas./datasets/projects", "no host of the inventory exports it"),
 ])
 def test_a_quota_kiln_cannot_set_is_refused_naming_the_teams_key(tmp_path, quotas, key, said):
     with pytest.raises(InventoryInvalid) as raised:
@@ -50,6 +57,13 @@ def test_a_quota_kiln_cannot_set_is_refused_naming_the_teams_key(tmp_path, quota
     found = [e for e in raised.value.errors if said in e.message]
     assert found, [str(e) for e in raised.value.errors]
     assert found[0].key.startswith(key.split(".")[0]) and found[0].file.endswith("cluster.yml"), found[0]
+
+
+def test_an_nfs_quota_resolves_to_the_team_directory_on_the_exporting_server(tmp_path):
+    cluster = load_cluster(_inventory(tmp_path, {"/home/projects": "100GB"}))
+    [(quota, path)] = nfs_quotas_here(cluster, cluster.hosts["nas1"])
+    assert (quota.team, quota.limit, path) == ("vision", "100GB", "/srv/home/projects/vision")
+    assert nfs_quotas_here(cluster, cluster.hosts["cpu01"]) == []
 
 
 def test_a_lustre_quota_needs_the_teams_gid(tmp_path):
