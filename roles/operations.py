@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import io
+import posixpath
 from hashlib import sha1
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
-from pyinfra.operations import files
+from pyinfra.operations import files, server
 
 from kiln.shell import quote, quote_all
 from roles.snapshot import NodeSnapshotFact, Watched
@@ -558,3 +559,23 @@ def settled(service: str, seconds: float = 3.0, ready: str | None = None, waitin
             f"echo {quote(f'{service} is active but {what or service} did not answer within {within} s')} >&2; exit 1")
     return (f"end=$(( $(date +%s) + {within} )); while :; do sleep 0.5; {alive}"
             f"timeout 5 sh -c {quote(ready)} >/dev/null 2>&1 && exit 0; [ $(date +%s) -lt $end ] || {{ {late}; }}; done")
+
+
+def recorded_commands(ctx, name: str, record: str, content: str, commands: list[str]):
+    """
+    Run ``commands``, then write ``content`` to ``record``, only when the node's ``record`` is not ``content``:
+    for settings a tool keeps in its own state (quotas), so an unchanged deploy asks nothing of it, and a
+    run that fails before the end writes no record and is tried again by the next deploy.
+
+    + ctx: the node's NodeContext (``record`` is watched with its snapshot)
+    + name: the operation's name
+    + record: absolute path of the record file (its directory is made, 0755)
+    + content: what kiln set, as the record holds it
+    + commands: shell lines, each run in order
+    """
+    ctx.watch_path(record)
+    wanted = sha1(content.encode()).hexdigest()
+    return server.shell(name=name, commands=[*commands, f"install -d -m 755 {quote(posixpath.dirname(record))} && "
+                                                        f"printf %s {quote(content)} > {quote(record)}"],
+                        _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
+

@@ -33,7 +33,6 @@ Defaults:
 from __future__ import annotations
 
 import re
-from hashlib import sha1
 
 from pyinfra.operations import server
 
@@ -41,7 +40,7 @@ from kiln.inventory.quotas import client_units, on_mount
 from kiln.shell import quote
 from roles import filesystems
 from roles.context import NodeContext, when_changed
-from roles.operations import line_present, managed_directory, pinned_packages
+from roles.operations import line_present, managed_directory, pinned_packages, recorded_commands
 
 CLIENTS = {"debian": {"nfs": "nfs-common", "glusterfs": "glusterfs-client", "sshfs": "sshfs"},
            "redhat": {"nfs": "nfs-utils", "glusterfs": "glusterfs-fuse", "sshfs": "fuse-sshfs"}}
@@ -141,12 +140,8 @@ def _client_quotas(ctx: NodeContext, mount) -> None:
     record = f"{QUOTAS_DIR}/{mount.path.strip('/').replace('/', '_') or 'root'}"
     content = (f"# Written by kiln once the team quotas of {mount.path} were set. Do not edit.\n"
                + "".join(f"{q.team} {gids[q.team]} {q.limit}\n" for q in quotas))
-    ctx.watch_path(record)
-    wanted = sha1(content.encode()).hexdigest()
-    server.shell(name=f"storage: team quotas on {mount.path} ({mount.type})",
-                 commands=[*client_quota_commands(mount, quotas, gids),
-                           f"install -d -m 755 {QUOTAS_DIR} && printf %s {quote(content)} > {quote(record)}"],
-                 _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
+    recorded_commands(name=f"storage: team quotas on {mount.path} ({mount.type})", ctx=ctx, record=record,
+                      content=content, commands=client_quota_commands(mount, quotas, gids))
 
 
 def install(ctx: NodeContext) -> None:

@@ -30,14 +30,13 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
 
 from __future__ import annotations
 
-from hashlib import sha1
-
 from pyinfra.operations import server
 
 from kiln.inventory.quotas import nfs_quotas_here, served_here
 from kiln.shell import quote
 from roles.context import NodeContext, when_changed
-from roles.operations import answers, logs_of, managed_directory, pinned_packages, service_running, tcp_answers
+from roles.operations import (answers, logs_of, managed_directory, pinned_packages, recorded_commands, service_running,
+                              tcp_answers)
 
 # Rocky's repositories carry no glusterfs-server (validation refuses volumes on a rocky9 server)
 SERVER_PACKAGES = {"debian": {"nfs": "nfs-kernel-server", "glusterfs": "glusterfs-server"},
@@ -137,15 +136,10 @@ def _nfs_quotas(ctx: NodeContext) -> None:
     if not found:
         return
     gids = {t.name: t.gid for t in ctx.cluster.teams}
-    record = f"{NFS_QUOTAS}/quotas"
     content = ("# Written by kiln once the NFS team quotas of this server were set. Do not edit.\n"
                + "".join(f"{path} {gids[q.team]} {q.limit}\n" for q, path in found))
-    ctx.watch_path(record)
-    wanted = sha1(content.encode()).hexdigest()
-    server.shell(name="storage_server: NFS team quotas (project quotas)",
-                 commands=[*(nfs_quota_command(path, gids[q.team], q.limit) for q, path in found),
-                           f"install -d -m 755 {NFS_QUOTAS} && printf %s {quote(content)} > {record}"],
-                 _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
+    recorded_commands(name="storage_server: NFS team quotas (project quotas)", ctx=ctx, record=f"{NFS_QUOTAS}/quotas",
+                      content=content, commands=[nfs_quota_command(path, gids[q.team], q.limit) for q, path in found])
 
 
 def _gluster(ctx: NodeContext, volumes) -> None:
@@ -188,7 +182,8 @@ def quota_record(volume, quotas) -> str:
 
 def quota_commands(volume, quotas) -> list[str]:
     """Quotas on, each team's directory made through a mount of the volume on its own server (a quota needs
-    its directory; the clients' deploys come later), the timeouts and each limit set, then the record written."""
+    its directory; the clients' deploys come later), the timeouts and each limit set; recorded_commands
+    writes the record after them."""
     vol = quote(volume.name)
     made = []
     for parent in sorted({q.path_in_volume.rsplit("/", 1)[0] for q in quotas} - {""}):
@@ -203,7 +198,6 @@ def quota_commands(volume, quotas) -> list[str]:
         f"gluster --mode=script volume quota {vol} soft-timeout {int(volume.quota_soft_timeout)}",
         f"gluster --mode=script volume quota {vol} hard-timeout {int(volume.quota_hard_timeout)}",
         *[f"gluster --mode=script volume quota {vol} limit-usage {quote(q.path_in_volume)} {quote(q.limit)}" for q in quotas],
-        f"install -d -m 755 {QUOTAS_DIR} && printf %s {quote(quota_record(volume, quotas))} > {QUOTAS_DIR}/{vol}",
     ]
 
 
@@ -211,9 +205,6 @@ def _gluster_quotas(ctx: NodeContext, volume, glusterd: str) -> None:
     quotas = served_here(ctx.cluster, ctx.node, volume.name)
     if not quotas:
         return  # a quota taken out of the inventory stays: gluster volume quota VOLUME remove PATH
-    record = f"{QUOTAS_DIR}/{volume.name}"
-    ctx.watch_path(record)
-    wanted = sha1(quota_record(volume, quotas).encode()).hexdigest()
-    server.shell(name=f"storage_server: team quotas on GlusterFS volume {volume.name}",
-                 commands=[glusterd, *quota_commands(volume, quotas)],
-                 _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
+    recorded_commands(name=f"storage_server: team quotas on GlusterFS volume {volume.name}", ctx=ctx,
+                      record=f"{QUOTAS_DIR}/{volume.name}", content=quota_record(volume, quotas),
+                      commands=[glusterd, *quota_commands(volume, quotas)])
