@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from checks import repairs
 from checks.drain_reasons import classify
+from checks.parsers import sinfo
 from checks.slurm import ESCALATED_PREFIX, PATCH_PREFIX, REPAIR_PREFIX
 
 BREAKER_MIN_NODES = 2  # one node failing is a node fault, however small the cluster
@@ -47,14 +48,13 @@ class NodeView:
 
     @property
     def out_of_service(self) -> bool:
-        """Drained, down or failed, or ``inval``: Slurm refused its registration (fewer GPUs, memory or
-        CPUs than configured) and schedules nothing there."""
-        s = self.state.rstrip("*~#!%$@^-").lower()
-        return "drain" in s or s.startswith(("down", "fail", "inval"))
+        """Drained, down, failed, ``inval`` or being rebooted (checks/parsers/sinfo.py): a drained node
+        that Slurm reboots for kiln's repair shows ``reboot^``, and is not back in service."""
+        return sinfo.out_of_service(self.state)
 
     @property
     def running_jobs(self) -> bool:
-        return self.state.rstrip("*~#!%$@^-").lower().startswith(BUSY)
+        return sinfo.base_state(self.state).startswith(BUSY)
 
 
 @dataclass
@@ -211,7 +211,8 @@ def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open
     if who == "":
         return Decision("return", "back in service") if ep is not None else Decision("none")
     if who in ("person", "rollout"):
-        why = "drained by a person" if who == "person" else "in a kiln rollout"
+        why = "in a kiln rollout" if who == "rollout" else \
+            "rebooted by a person" if sinfo.rebooting(view.state) else "drained by a person"
         return Decision("release", why) if ep is not None else Decision("hold", why)
     if who == "escalated":
         return Decision("hold", "escalated: waits for a person")

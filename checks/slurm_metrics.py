@@ -55,16 +55,17 @@ def parse_nodes(text: str, sep: str) -> tuple[dict[str, int], list[tuple[str, st
     rollout, repair, escalated, slurm, person); the check: its id where the class has one, else ''. The
     reason's own text is never a label: a label that changes restarts every rule's ``for:`` clock, and
     free text has no place in a series' name. A node listed once per partition counts once;
-    ``drained``/``draining``/``drain`` are drained; records that do not parse whole count as state
+    ``drained``/``draining``/``drain`` are drained, and so is a node being rebooted with a reason (sinfo
+    shows ``reboot^`` for a drained node mid-reboot); records that do not parse whole count as state
     ``unreadable``."""
     nodes, framed = sinfo.read_nodes(text, sep)
     seen = {n.name: (n.state, n.reason.strip()) for n in nodes.values()}
     states: dict[str, int] = {"unreadable": framed.bad} if framed.bad else {}
     drained = []
     for node, (state, reason) in sorted(seen.items()):
-        base = state.rstrip("*~#!%$@^-+").lower() or "unknown"
+        base = sinfo.base_state(state) or "unknown"
         states[base] = states.get(base, 0) + 1
-        if base.startswith("drain") or "drain" in base:
+        if "drain" in base or (sinfo.rebooting(state) and reason):  # Slurm shows a drained node's reboot first
             drain = classify(reason)
             drained.append((node, drain.by or "person", drain.check or ""))
     return states, drained

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from checks.parsers.delimited import Records, records
 
 NODE_NAME = r"[A-Za-z0-9_.-]{1,128}"
+# The marks sinfo puts after a long state (%T): * not responding, ~ powered off, # powering up, ! power-down
+# pending, % powering down, $ maintenance, @ reboot pending, ^ reboot issued, - planned
+STATE_MARKS = "*~#!%$@^-+"
 
 
 def nodes_command(sep: str, names: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -33,6 +36,25 @@ class SinfoNode:
     state: str         # sinfo's long state: idle, drained, draining, down*, mixed, ...
     reason_time: str   # Slurm's time the reason was set, or Unknown
     reason: str        # '' when Slurm has none
+
+
+def base_state(long_state: str) -> str:
+    """A long state without its marks, in lower case: ``drained^`` -> ``drained``, ``DOWN*`` -> ``down``."""
+    return long_state.strip().rstrip(STATE_MARKS).lower()
+
+
+def out_of_service(long_state: str) -> bool:
+    """Slurm schedules nothing there: drained or draining, down, failed, ``inval`` (it refused the node's
+    registration: fewer GPUs, memory or CPUs than configured), or being rebooted. A node Slurm reboots shows
+    ``reboot^`` (issued) or ``reboot@``/``reboot`` (asked), and before its drain: Slurm 22.05 and later print
+    the reboot first for a node neither allocated nor mixed, so a drained node mid-reboot reads ``reboot^``."""
+    s = base_state(long_state)
+    return "drain" in s or s.startswith(("down", "fail", "inval", "reboot"))
+
+
+def rebooting(long_state: str) -> bool:
+    """Slurm has a reboot of the node asked or under way (``reboot``, ``reboot@``, ``reboot^``, ``reboot*``)."""
+    return base_state(long_state).startswith("reboot")
 
 
 def read_nodes(text: str, sep: str) -> tuple[dict[str, SinfoNode], Records]:

@@ -247,6 +247,12 @@ def test_collector_reads_nodes_jobs_and_gpus_by_tres():
     states, drained = slurm_metrics.parse_nodes(frame(SINFO, 4, SEP), SEP)
     assert states == {"allocated": 1, "draining": 1, "drained": 1, "down": 1}
     assert drained == [("kiln03", "kiln", "GPU_XID_79"), ("kiln04", "person", "")]  # never the reason's text
+    # a drained node mid-reboot: Slurm prints the reboot first (reboot^); still drained, still kiln's
+    rebooting = "".join(SEP.join(row) + "\n" for row in (("kiln05", "reboot^", "2026-12-02T10:00:00",
+                                                           "kiln: repair reboot GPU_XID_79", "kiln05"),
+                                                          ("kiln06", "reboot", "Unknown", "none", "kiln06")))
+    states, drained = slurm_metrics.parse_nodes(rebooting, SEP)
+    assert states == {"reboot": 2} and drained == [("kiln05", "repair", "")]
     jobs = slurm_metrics.parse_jobs(frame(SQUEUE, 5, SEP), SEP)
     assert jobs["vision"]["gpus"] == 2 and jobs["language"]["gpus"] == 2  # --gpus-per-node counted, typed not twice
     assert jobs["vision"]["pending"] == {"AssocGrpGRES": 1} and jobs["language"]["states"] == {"RUNNING": 1, "PENDING": 1}

@@ -194,12 +194,25 @@ def test_a_reboot_is_issued_once_even_when_the_service_restarts_mid_reboot(tmp_p
     fake.remediator(lambda: T0).look()
     reboots = [c for c in fake.calls if c[:2] == ["scontrol", "reboot"]]
     assert reboots == [["scontrol", "reboot", "reason=kiln: repair reboot GPU_XID_79", "n1"]]
-    fake.views[0] = ("n1", "drained@", "kiln: repair reboot GPU_XID_79")
-    for t in (T0 + 10, T0 + 20):  # two more looks (a restarted service) while the node reboots
-        fake.remediator(lambda t=t: t).look()
+    # more looks (a restarted service) while the node reboots, in each state sinfo shows then: Slurm 22.05 and
+    # later print the reboot before the drain ("reboot" asked, "reboot^" issued, "reboot*" not answering),
+    # older releases the drain with a mark; none of them is the node back in service
+    for i, state in enumerate(("reboot", "reboot^", "reboot*", "drained@", "drained^"), start=1):
+        fake.views[0] = ("n1", state, "kiln: repair reboot GPU_XID_79")
+        fake.remediator(lambda t=T0 + 10 * i: t).look()
     assert len([c for c in fake.calls if c[:2] == ["scontrol", "reboot"]]) == 1
-    held = [e for e in read_journal(fake.config["journal"]) if e["event"] == "held"]
+    events = read_journal(fake.config["journal"])
+    assert not [e for e in events if e["event"] in ("returned", "resumed", "result")], events
+    held = [e for e in events if e["event"] == "held"]
     assert len(held) == 1 and held[0]["why"] == "reboot in progress"  # said once, not every look
+
+
+def test_a_node_a_person_reboots_is_left_to_the_person():
+    """A person's ``scontrol reboot`` of an idle node (no drain, no reason): out of service while it
+    reboots, and not kiln's to repair or return."""
+    d = decide(NodeView("n1", "reboot^"), NodeHistory(), S, T0, False)
+    assert (d.action, d.why) == ("hold", "rebooted by a person")
+    assert decide(NodeView("n1", "idle"), NodeHistory(), S, T0, False).action == "none"
 
 
 def test_dry_run_writes_nothing_and_touches_nothing(tmp_path):
