@@ -87,6 +87,7 @@ def render_files(inventory: Path, dest: Path) -> None:
     write(dest / "slurmd-conf-wait.conf", slurm_role.CONF_WAIT_DROPIN)
     write(dest / "munge-kiln.conf", slurm_role.MUNGE_DROPIN)
     write(dest / "slurmctld-kiln.conf", slurm_role.SLURMCTLD_DROPIN)
+    write(dest / "mariadb-kiln.cnf", slurm_role.MARIADB_CONF)
     groups, users = account_specs(cluster, platform, next(iter(cluster.hosts.values())))
     write(dest / "groups.json", json.dumps([{"name": n, "gid": g, "system": s} for n, g, s in groups]))
     write(dest / "users.json", json.dumps(users))

@@ -181,6 +181,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                          "NSS does not ask SSSD (a warn: the directory lacks a user or group the inventory names)",
                          "systemctl start sssd, userdel the local account, or kiln deploy (roles/directory.py)",
                          "kiln_directory, kiln_teams"),
+    "SYSTEM_DATABASE_SOCKET": ("system", "fail", "MariaDB (the accounting database, on the slurmdbd host) listens on "
+                               "TCP, or cannot be asked", "kiln deploy --roles slurm (skip-networking, "
+                               "roles/slurm.py)", ""),
     # --- zones (kiln's firewall, proven by connections from each node; kiln check only) ---
     "ZONES_FIREWALL": ("zones", "fail", "a port kiln's firewall rules shut answers this node, or one they open does "
                        "not", "compare nft list table inet kiln with roles/firewall_rules.py; kiln deploy", "kiln_firewall"),

@@ -5,7 +5,8 @@ False in containers, whose clock is the host's), host_programs (the version line
 checks/version.py: a host that has them runs these), firewall (bool: kiln_firewall is on, so kiln's table is
 loaded with an input policy of drop and its last change was confirmed), logins (``[{user, team, allowed}]``:
 who sshd's PAM stack must admit or keep out, checks/logins.py), directory (the directory teams' users and
-groups, as SSSD must give them: checks/directory.py).
+groups, as SSSD must give them: checks/directory.py), database_socket (bool: the host runs the accounting
+database, which must open no network port: slurmdbd reaches it on its socket).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ HOST_PROGRAMS = f"cat {INSTALLED}/{VERSION_FILE} 2>/dev/null || true"
 CONFIRMED = "/etc/kiln/firewall/rules.nft"
 FIREWALL = (f"nft list chain inet kiln input 2>&1; test -f {CONFIRMED} && echo kiln-firewall-confirmed; "
             "systemctl is-active --quiet kiln-firewall-rollback.timer && echo kiln-firewall-pending; true")
+# MariaDB's own word on whether it listens on TCP (root through the socket, as the slurm role sets it up)
+DATABASE = ("c=mariadb; command -v mariadb >/dev/null || c=mysql; "
+            "$c --batch --skip-column-names -e 'SELECT @@skip_networking, @@port' 2>&1")
 
 
 def commands(expect: dict) -> list[str]:
@@ -38,7 +42,8 @@ def commands(expect: dict) -> list[str]:
         ([TIME_SYNC] if system.get("time_sync", True) else []) + ([HOST_PROGRAMS] if system.get("host_programs") else []) + \
         ([FIREWALL] if system.get("firewall") else []) + \
         ([login_access.command(system["logins"])] if system.get("logins") else []) + \
-        ([directory_check.command(system["directory"])] if system.get("directory") else [])
+        ([directory_check.command(system["directory"])] if system.get("directory") else []) + \
+        ([DATABASE] if system.get("database_socket") else [])
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
@@ -69,6 +74,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         verdicts.append(login_access.judge(system["logins"], node.run(login_access.command(system["logins"])).stdout))
     if system.get("directory"):
         verdicts.append(directory_check.judge(system["directory"], node.run(directory_check.command(system["directory"])).stdout))
+    if system.get("database_socket"):
+        verdicts.append(database_socket(node.run(DATABASE).stdout))
     wanted = system.get("host_programs")
     if wanted:
         here = node.run(HOST_PROGRAMS).stdout.strip()
@@ -96,3 +103,19 @@ def firewall(output: str) -> Verdict:
         return fail("SYSTEM_FIREWALL", f"kiln's firewall lets in what no rule allows (input policy {policy}): "
                     "systemctl restart kiln-firewall loads the confirmed rules")
     return ok("SYSTEM_FIREWALL", "kiln's firewall loaded: input policy drop, its rules confirmed")
+
+
+def database_socket(output: str) -> Verdict:
+    """SYSTEM_DATABASE_SOCKET from DATABASE's output (``1\t3306``: skip_networking on, the port unused):
+    a fail where MariaDB listens on TCP or cannot be asked."""
+    fields = output.strip().split()
+    if len(fields) != 2 or fields[0] not in ("0", "1") or not fields[1].isdigit():
+        said = next((line.strip() for line in output.splitlines() if line.strip()), "no answer")
+        return fail("SYSTEM_DATABASE_SOCKET", f"could not ask MariaDB whether it listens on the network ({said[:120]}): "
+                    "systemctl status mariadb")
+    if fields[0] == "0":
+        return fail("SYSTEM_DATABASE_SOCKET", f"MariaDB listens on TCP port {fields[1]}: the accounting database and "
+                    "the slurm user's password would cross the network unencrypted; slurmdbd needs only its socket "
+                    "(kiln deploy --roles slurm writes skip-networking back and restarts it)")
+    return ok("SYSTEM_DATABASE_SOCKET", "MariaDB answers on its socket only (skip-networking): no database traffic "
+              "on the network")

@@ -37,6 +37,7 @@ class Platform:
     munge_package: str = "munge"
     mariadb_packages: tuple[str, ...] = ("mariadb-server",)
     mariadb_service: str = "mariadb"
+    mariadb_conf: str = "/etc/mysql/mariadb.conf.d/90-kiln.cnf"  # read after the package's own files
     chrony_package: str = "chrony"
     chrony_service: str = "chrony"
     chrony_conf: str = "/etc/chrony/chrony.conf"
@@ -72,6 +73,7 @@ PLATFORMS: dict[str, Platform] = {
         SlurmPackages(client=("slurm-ohpc",), controller=("slurm-slurmctld-ohpc",),
                       dbd=("slurm-slurmdbd-ohpc",), compute=("slurm-slurmd-ohpc",),
                       pam_adopt=("slurm-pam_slurm-ohpc",)),
+        mariadb_conf="/etc/my.cnf.d/90-kiln.cnf",
         chrony_service="chronyd", chrony_conf="/etc/chrony.conf", nologin="/sbin/nologin", initramfs_update="dracut -f",
         ssh_service="sshd",
         # authselect writes these files: a site that runs `authselect apply-changes` must use a custom

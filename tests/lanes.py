@@ -10,7 +10,7 @@ testbed comes up and deploys.
     lane a: the shared testbed's Slurm, checks, monitoring, usage, isolation, firewall, rolling patches
             and images, then the VM tier
     lane b: unit and plan tests, remediation, maintenance, power loss, login access, directory identities, the log host,
-            a slow slurmdbd's start, training through a node
+            a slow slurmdbd's start, the database on its socket, training through a node
             loss, a job across node types, a node made slow, testbeds of their own (lifecycle, the installed
             wheel, Debian 13)
 
@@ -36,7 +36,7 @@ LANE_B = ("tests/testbed/test_remediation.py", "tests/testbed/test_patch_mainten
           "tests/testbed/test_usage_node_types.py", "tests/testbed/test_cpu_slow.py", "tests/testbed/test_training.py",
           "tests/testbed/test_logs.py", "tests/testbed/test_directory.py",
           # lane a's nspawn tests ended about 200 s after lane b's (the VM tier waits for both): ~70 s moved
-          "tests/testbed/test_service_start.py")
+          "tests/testbed/test_service_start.py", "tests/testbed/test_database.py")
 
 
 def lane_of(nodeid: str) -> str:

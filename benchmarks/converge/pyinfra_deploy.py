@@ -100,7 +100,9 @@ if is_compute:
 systemd.service(name="munge", service="munge", running=True, enabled=True)
 systemd.service(name="restart munge", service="munge", restarted=True, _if=key.did_change)
 if is_dbd:
+    db_conf = put("mariadb-kiln.cnf", "/etc/mysql/mariadb.conf.d/90-kiln.cnf")
     systemd.service(name="mariadb", service="mariadb", running=True, enabled=True)
+    systemd.service(name="restart mariadb", service="mariadb", restarted=True, _if=db_conf.did_change)
     server.shell(name="grant", _if=dbd_conf.did_change, commands=[
         "pass=$(sed -n 's/^StoragePass=//p' /etc/slurm/slurmdbd.conf) && mysql -u root -e \"CREATE DATABASE IF NOT "
         "EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost'; ALTER USER 'slurm'@'localhost' "

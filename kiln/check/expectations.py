@@ -25,6 +25,7 @@ from roles.firewall_rules import probes
 from roles.login_access import admitted_teams
 from roles.monitoring_config import CA_FILE
 from roles.secret_files import secret_files
+from roles.slurm_config import dbd_hosts
 
 LOG_LAG_SECONDS = 120  # the logs suite fails a host whose oldest entry not on the log host is older
 
@@ -164,7 +165,8 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "system": {"kernel": cluster.versions.get("kernel") or "", "memlock_unlimited": cluster.setting("check_memlock"),
                    "time_sync": cluster.setting("check_time_sync"), "host_programs": host_programs(),
                    "firewall": cluster.setting("firewall").enabled, "logins": _logins(cluster, host),
-                   "directory": _directory(cluster)},
+                   "directory": _directory(cluster),
+                   "database_socket": host.name in {h.name for h in dbd_hosts(cluster)}},
         "drift": {"ignore_packages": cluster.setting("drift_ignore_packages"),
                   "ignore_units": cluster.setting("drift_ignore_units")},
         "textfile_dir": cluster.setting("check_textfile_dir"),

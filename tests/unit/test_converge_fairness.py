@@ -121,7 +121,7 @@ def ansible_work(groups: set[str], versions: dict, container: bool) -> dict[str,
     for task in play["tasks"]:
         when = str(task.get("when", "true")).replace(" and dbd_conf is changed", "").replace(
             " and ctld_unit is changed", "").replace("munge_unit is changed", "true").replace("sshd_conf is changed", "true").replace(
-            " and (user_slice is changed or root_slice is changed)", "")
+            " and (user_slice is changed or root_slice is changed)", "").replace(" and db_conf is changed", "")
         if not env.compile_expression(when)(**facts):
             continue
         items = task.get("loop", [None])

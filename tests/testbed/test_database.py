@@ -1,0 +1,56 @@
+"""The accounting database on the shared testbed (#47): MariaDB opens no network port; slurmdbd, on its
+host, reaches it through its socket, so no accounting data or database password crosses the network.
+SYSTEM_DATABASE_SOCKET passes on the slurmdbd host and fails once MariaDB listens on TCP (then a compute
+node reaches port 3306, which it could not before); kiln deploy puts the setting back and accounting works
+throughout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roles.platform import PLATFORMS
+from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, wait_for
+
+CONF = PLATFORMS["debian12"].mariadb_conf
+# from a compute node: does anything answer on the controller's MariaDB port (bash's /dev/tcp, 3 s)
+REACH = "timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/3306' && echo open || echo shut"
+
+
+def _database_check(tb) -> tuple[str, str]:
+    out = kiln("check", "-i", str(tb.inventory), "--suite", "system", "--limit", tb.controller, "--json", "-",
+               timeout=300)
+    found = json.loads(out.stdout)["nodes"][tb.controller]["checks"]
+    return next(((c["severity"], c["message"]) for c in found if c["id"] == "SYSTEM_DATABASE_SOCKET"), ("missing", ""))
+
+
+@pytest.mark.proves("slurm", "kiln check", tier="nspawn")
+def test_mariadb_opens_no_port_and_the_check_fails_once_it_listens_until_a_deploy_puts_it_back(slurm):
+    tb, node = slurm, slurm.computes[0]
+    address = next(n.address for n in tb.recorded_nodes() if n.name == tb.controller)
+    reach = REACH.format(address=address)
+    assert ok(tb, tb.controller, f"cat {CONF}").count("skip-networking") == 1
+    assert ok(tb, node, reach).strip() == "shut"
+    severity, message = _database_check(tb)
+    assert severity == "ok", message
+    ok(tb, tb.controller, "sacctmgr -n -P show cluster format=cluster")  # slurmdbd reaches it on its socket
+    try:
+        # the fault: MariaDB told to listen on the network (kiln's file overwritten), and restarted
+        ok(tb, tb.controller, f"printf '[mysqld]\\nskip-networking=0\\nbind-address=0.0.0.0\\n' > {CONF} && "
+                              "systemctl restart mariadb")
+        wait_for(lambda: on(tb, node, reach).stdout.strip() == "open", timeout=60, interval=2,
+                 what="MariaDB answering on TCP 3306")
+        severity, message = _database_check(tb)
+        assert severity == "fail" and "listens on TCP port 3306" in message, message
+        print(f"MariaDB on the network: SYSTEM_DATABASE_SOCKET {severity}: {message}")
+    finally:
+        rc, data, text = deploy_json(tb.inventory, "--roles", "slurm", "--limit", tb.controller)
+    assert rc == 0, text
+    assert ok(tb, node, reach).strip() == "shut"
+    severity, message = _database_check(tb)
+    assert severity == "ok", message
+    # slurmdbd restarted with MariaDB and answers: a job's record reaches the database
+    job = ok(tb, tb.controller, "sbatch --parsable -N1 --wrap true").strip()
+    wait_for(lambda: "COMPLETED" in on(tb, tb.controller, f"sacct -n -X -P -j {job} -o State").stdout,
+             timeout=120, interval=2, what=f"job {job} recorded in accounting")
