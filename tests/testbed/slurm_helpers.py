@@ -34,6 +34,12 @@ def on(tb, node: str, command: str, timeout: float = 120, user: str | None = Non
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+def tcp_opens(tb, node: str, address: str, port: int) -> bool:
+    """Whether ``node`` can open a TCP connection to ``address``:``port`` (a dropped SYN times out in 3 s)."""
+    out = on(tb, node, f"timeout 3 bash -c '</dev/tcp/{address}/{port}' 2>/dev/null && echo open || echo shut")
+    return out.stdout.strip() == "open"
+
+
 def ok(tb, node: str, command: str, timeout: float = 120) -> str:
     out = on(tb, node, command, timeout)
     assert out.returncode == 0, f"{command!r} on {node} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"

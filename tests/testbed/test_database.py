@@ -11,11 +11,9 @@ import json
 import pytest
 
 from roles.platform import PLATFORMS
-from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, wait_for
+from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, tcp_opens, wait_for
 
 CONF = PLATFORMS["debian12"].mariadb_conf
-# from a compute node: does anything answer on the controller's MariaDB port (bash's /dev/tcp, 3 s)
-REACH = "timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/3306' && echo open || echo shut"
 
 
 def _database_check(tb) -> tuple[str, str]:
@@ -29,9 +27,9 @@ def _database_check(tb) -> tuple[str, str]:
 def test_mariadb_opens_no_port_and_the_check_fails_once_it_listens_until_a_deploy_puts_it_back(slurm):
     tb, node = slurm, slurm.computes[0]
     address = next(n.address for n in tb.recorded_nodes() if n.name == tb.controller)
-    reach = REACH.format(address=address)
+    reach = lambda: tcp_opens(tb, node, address, 3306)  # noqa: E731  anything answering on MariaDB's port
     assert ok(tb, tb.controller, f"cat {CONF}").count("skip-networking") == 1
-    assert ok(tb, node, reach).strip() == "shut"
+    assert not reach()
     severity, message = _database_check(tb)
     assert severity == "ok", message
     ok(tb, tb.controller, "sacctmgr -n -P show cluster format=cluster")  # slurmdbd reaches it on its socket
@@ -39,7 +37,7 @@ def test_mariadb_opens_no_port_and_the_check_fails_once_it_listens_until_a_deplo
         # the fault: MariaDB told to listen on the network (kiln's file overwritten), and restarted
         ok(tb, tb.controller, f"printf '[mysqld]\\nskip-networking=0\\nbind-address=0.0.0.0\\n' > {CONF} && "
                               "systemctl restart mariadb")
-        wait_for(lambda: on(tb, node, reach).stdout.strip() == "open", timeout=60, interval=2,
+        wait_for(reach, timeout=60, interval=2,
                  what="MariaDB answering on TCP 3306")
         severity, message = _database_check(tb)
         assert severity == "fail" and "listens on TCP port 3306" in message, message
@@ -47,7 +45,7 @@ def test_mariadb_opens_no_port_and_the_check_fails_once_it_listens_until_a_deplo
     finally:
         rc, data, text = deploy_json(tb.inventory, "--roles", "slurm", "--limit", tb.controller)
     assert rc == 0, text
-    assert ok(tb, node, reach).strip() == "shut"
+    assert not reach()
     severity, message = _database_check(tb)
     assert severity == "ok", message
     # slurmdbd restarted with MariaDB and answers: a job's record reaches the database

@@ -14,7 +14,8 @@ import pytest
 
 from kiln.deploy.firewall_confirm import OP
 from kiln.inventory import load_cluster
-from tests.testbed.slurm_helpers import copy_inventory, deploy_json, job_state, kiln, ok, on, submit, wait_for
+from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state, kiln, ok, on, submit, tcp_opens,
+                                         wait_for)
 
 RULES = "/etc/kiln/firewall/rules.nft"
 
@@ -25,12 +26,6 @@ def _fresh_ssh(tb, node: str, command: str, timeout: float = 30) -> subprocess.C
     argv = tb.ssh_command(node, [command])
     argv[1:1] = ["-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "ConnectTimeout=5"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-
-
-def _opens(tb, node: str, address: str, port: int) -> bool:
-    """Whether ``node`` can open a TCP connection to ``address``:``port`` (a dropped SYN times out in 3 s)."""
-    out = on(tb, node, f"timeout 3 bash -c '</dev/tcp/{address}/{port}' 2>/dev/null && echo open || echo shut")
-    return out.stdout.strip() == "open"
 
 
 PROMETHEUS_TARGETS = """python3 -c '
@@ -70,7 +65,7 @@ def test_a_compute_node_reaches_no_database_or_controller_ssh_while_jobs_and_scr
     on_inventory = copy_inventory(tb.inventory, tmp_path / "on", {"kiln_firewall": firewall})
     # before: slurmdbd, SSH and slurmctld answer a compute node (the test tells open from shut); MariaDB
     # listens on the controller's loopback only, firewall or not
-    assert all(_opens(tb, c1, ctl_address, port) for port in (6819, 22, 6817))
+    assert all(tcp_opens(tb, c1, ctl_address, port) for port in (6819, 22, 6817))
     try:
         started = time.monotonic()
         rc, data, text = deploy_json(on_inventory)
@@ -82,8 +77,8 @@ def test_a_compute_node_reaches_no_database_or_controller_ssh_while_jobs_and_scr
 
         # a compute node: no MariaDB, no slurmdbd, no SSH to the controller; slurmctld yes
         for port in (3306, 6819, 22):
-            assert not _opens(tb, c1, ctl_address, port), f"{c1} still reaches {ctl}:{port}"
-        assert _opens(tb, c1, ctl_address, 6817)
+            assert not tcp_opens(tb, c1, ctl_address, port), f"{c1} still reaches {ctl}:{port}"
+        assert tcp_opens(tb, c1, ctl_address, 6817)
         assert _fresh_ssh(tb, ctl, "true").returncode == 0  # this machine (an admin network) still does
 
         # jobs: one step across every compute node from the controller, and a batch job's own srun
@@ -128,7 +123,7 @@ def test_a_compute_node_reaches_no_database_or_controller_ssh_while_jobs_and_scr
             assert failed == {(c2, "SYSTEM_FIREWALL")}, nodes
         finally:
             ok(tb, c2, "systemctl restart kiln-firewall")
-        assert _opens(tb, c2, ctl_address, 6817) and not _opens(tb, c2, ctl_address, 6819)
+        assert tcp_opens(tb, c2, ctl_address, 6817) and not tcp_opens(tb, c2, ctl_address, 6819)
 
         # a change that shuts this machine out: never confirmed, put back by the node itself
         before = ok(tb, c2, f"sha1sum {RULES}")
@@ -151,4 +146,4 @@ def test_a_compute_node_reaches_no_database_or_controller_ssh_while_jobs_and_scr
         assert rc == 0, text
     for node in (ctl, *tb.computes):
         assert on(tb, node, "nft list table inet kiln").returncode != 0, node
-    assert _opens(tb, c1, ctl_address, 6819)
+    assert tcp_opens(tb, c1, ctl_address, 6819)
