@@ -6,8 +6,9 @@ no login shell, no password, no Slurm association; roles/base.py). The suite run
 them through ``runuser`` and fails on any probe that gets through:
 
 - ISOLATION_PROBE_ACCOUNT: the probe account is missing (the probes below could not run);
-- ISOLATION_JOBS: squeue shows the probe a job of another user (Slurm's PrivateData=jobs). With no other
-  user's job in the queue there is nothing to hide: the verdict says so and passes;
+- ISOLATION_JOBS, ISOLATION_USAGE, ISOLATION_ACCOUNTING: Slurm shows the probe another user's jobs (squeue),
+  usage (sshare) or associations (sacctmgr, from slurmdbd): PrivateData in slurm.conf and slurmdbd.conf
+  (checks/isolation_slurm.py). With nothing of another user to hide the verdict says so and passes;
 - ISOLATION_SECRETS: the probe reads a secret kiln placed on the host (munge key, slurmdbd.conf, the
   monitoring password, kiln-remediate's SSH key, a filesystem's key);
 - ISOLATION_SSH_PASSWORD: the host's sshd offers the probe password or keyboard-interactive login (what
@@ -21,8 +22,9 @@ them through ``runuser`` and fails on any probe that gets through:
   passes, and the verdict says so);
 - ISOLATION_SUDO: sudo runs a command as root for the probe without a password, or has any rule for it
   (asked of sudo's policy by root: a user without a password learns nothing from sudo); no sudo passes;
-- ISOLATION_SLURM_ADMIN: Slurm takes an operator's request from the probe (a reservation ten years out,
-  deleted again at once): it is an operator or administrator in Slurm's accounting, or SlurmUser;
+- ISOLATION_SLURM_ADMIN: Slurm takes an operator's change from the probe (a reservation ten years out from
+  slurmctld, a new account from slurmdbd, each deleted again at once): it is an operator or administrator in
+  Slurm's accounting, or SlurmUser;
 - ISOLATION_AUDIT_TRAIL (where log shipping is on; settled across hosts by kiln/check/audit_trail.py): the
   sudo refused to the probe (with no rule for it: a refusal sudo logs) does not reach the log host within
   a minute.
@@ -42,12 +44,10 @@ from __future__ import annotations
 import re
 import shlex
 
-from checks.node import Node
-from checks.parsers import squeue
-from checks.parsers.delimited import separator
+from checks.isolation_slurm import LISTINGS, RootView, listing, slurm_admin
+from checks.node import Node, as_user
 from checks.verdict import Verdict, fail, ok, warn
 
-JOB_FIELDS = ("UserName",)
 NO_SUDO = "no sudo on this host"
 
 
@@ -55,11 +55,6 @@ def no_rule(probe: str) -> str:
     """ISOLATION_SUDO's verdict where sudo refused ``probe`` with no rule for it, and logged that refusal:
     what ISOLATION_AUDIT_TRAIL (kiln/check/audit_trail.py) then looks for on the log host."""
     return f"sudo has no rule for {probe}"
-
-
-def as_user(user: str, *argv: str) -> str:
-    """``argv`` run as ``user`` (no login shell, no environment of root's beyond the C locale)."""
-    return shlex.join(["runuser", "-u", user, "--", *argv])
 
 
 def readable_secrets(paths: list[str]) -> str:
@@ -72,37 +67,6 @@ def commands(expect: dict) -> list[str]:
     """What ``run`` asks before anything else: each probe account's existence. The probes themselves are
     asked as the suite reaches them (squeue's separator is made for each call)."""
     return [f"id -u {shlex.quote(p)}" for p in (expect.get("isolation") or {}).get("probes", [])]
-
-
-def _users(node: Node, user: str | None) -> tuple[list[str] | None, str]:
-    """The user of each job squeue lists when ``user`` asks (root: None), or None and why."""
-    sep = separator()
-    query = squeue.jobs_command(sep, JOB_FIELDS)
-    out = node.run(as_user(user, *query) if user else shlex.join(query))
-    if out.rc != 0:
-        return None, (out.stderr or out.stdout).strip()[:200]
-    jobs, framed = squeue.read_jobs(out.stdout, sep, JOB_FIELDS)
-    if framed.bad:
-        return None, framed.problem("squeue")
-    return [j["UserName"] for j in jobs], ""
-
-
-def _jobs(node: Node, probe: str, everyone: tuple[list[str] | None, str]) -> Verdict:
-    """``everyone``: root's view of the queue (``_users(node, None)``), read once for all probes."""
-    if everyone[0] is None:
-        return fail("ISOLATION_JOBS", f"root could not list the queue ({everyone[1]}): is slurmctld up?")
-    seen, why = _users(node, probe)
-    if seen is None:
-        return fail("ISOLATION_JOBS", f"{probe} could not list the queue ({why}): users cannot see their own jobs")
-    foreign = [u for u in seen if u != probe]
-    others = sum(1 for u in everyone[0] if u != probe)
-    if foreign:
-        return fail("ISOLATION_JOBS", f"{probe} sees {len(foreign)} job(s) of {', '.join(sorted(set(foreign))[:5])}: "
-                    "set PrivateData=jobs (kiln_slurm_private_data) and kiln deploy")
-    if not others:
-        return ok("ISOLATION_JOBS", f"no job of another user is queued: nothing {probe} could see (probe again "
-                  "while jobs run)")
-    return ok("ISOLATION_JOBS", f"{probe} sees none of the {others} job(s) of other users")
 
 
 def _secrets(node: Node, probe: str, paths: list[str]) -> Verdict:
@@ -251,32 +215,19 @@ def _sudo(node: Node, probe: str, token: tuple[str, ...] = ()) -> Verdict:
                 f"{rules.rc}): run sudo -l -U {probe} by hand")
 
 
-def _slurm_admin(node: Node, probe: str) -> Verdict:
-    """A reservation ten years out, one minute long, asked for as the probe: Slurm takes it only from an
-    operator or administrator (or SlurmUser). One taken is deleted again at once, as root."""
-    name = f"kiln-isolation-{probe}"
-    out = node.run(as_user(probe, "scontrol", "create", "reservation", f"ReservationName={name}",
-                           "StartTime=now+3650days", "Duration=1", "Users=root", "NodeCnt=1"))
-    if out.rc == 0:
-        node.run(shlex.join(["scontrol", "delete", f"ReservationName={name}"]))
-        return fail("ISOLATION_SLURM_ADMIN", f"Slurm took a reservation from {probe}: it is an operator or "
-                    f"administrator (sacctmgr modify user {probe} set adminlevel=none)")
-    return ok("ISOLATION_SLURM_ADMIN", f"Slurm refuses an operator's request (a reservation) from {probe}")
-
-
 def run(node: Node, expect: dict) -> list[Verdict]:
     isolation = expect.get("isolation") or {}
     verdicts: list[Verdict] = []
-    everyone: tuple[list[str] | None, str] | None = None
+    root = RootView(node)
     teams = isolation.get("probe_teams") or {}
     for probe in isolation.get("probes", []):
         if node.run(f"id -u {shlex.quote(probe)}").rc != 0:
             verdicts.append(fail("ISOLATION_PROBE_ACCOUNT", f"no account {probe} on this host: kiln deploy "
                                  "creates it (the team's probe_uid)"))
             continue
-        everyone = everyone or _users(node, None)
-        verdicts += [_jobs(node, probe, everyone), _secrets(node, probe, isolation.get("secrets", [])),
-                     _slurm_admin(node, probe), _sudo(node, probe, tuple(filter(None, [isolation.get("token")])))]
+        verdicts += [listing(node, probe, check, root) for check in LISTINGS]
+        verdicts += [_secrets(node, probe, isolation.get("secrets", [])), slurm_admin(node, probe),
+                     _sudo(node, probe, tuple(filter(None, [isolation.get("token")])))]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
         for verdict in (_files(node, probe, teams.get(probe, ""), isolation),

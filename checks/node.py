@@ -33,6 +33,11 @@ C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 C_LOCALE_SH = "LC_ALL=C LANG=C; export LC_ALL LANG; "
 
 
+def as_user(user: str, *argv: str) -> str:
+    """``argv`` run as ``user`` (no login shell, no environment of root's beyond the C locale)."""
+    return shlex.join(["runuser", "-u", user, "--", *argv])
+
+
 def bounded(command: str, seconds: int) -> str:
     """``command`` (sh text) as a subshell that ends within about ``seconds`` + 1, whatever the command
     does: after ``seconds`` its whole process group is killed (``timeout -s KILL``), and should even that

@@ -204,6 +204,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                                 "the probes could not run as it", "kiln deploy creates it", "kiln_teams"),
     "ISOLATION_JOBS": ("isolation", "fail", "a team's user sees jobs of other users in the queue",
                        "set PrivateData=jobs (kiln_slurm_private_data) and kiln deploy", "kiln_slurm_private_data"),
+    "ISOLATION_USAGE": ("isolation", "fail", "a team's user sees another user's usage and shares (sshare)",
+                        "set PrivateData=usage (kiln_slurm_private_data) and kiln deploy", "kiln_slurm_private_data"),
+    "ISOLATION_ACCOUNTING": ("isolation", "fail", "slurmdbd shows a team's user another user's associations "
+                             "(sacctmgr): who is in which account", "set PrivateData=users in slurmdbd.conf "
+                             "(kiln_slurm_private_data) and kiln deploy", "kiln_slurm_private_data"),
     "ISOLATION_SECRETS": ("isolation", "fail", "a team's user can read a secret kiln placed on the host (munge "
                           "key, slurmdbd.conf, the monitoring password, kiln-remediate's key, a filesystem key)",
                           "kiln deploy restores owner and mode; rotate what was readable", ""),
@@ -220,9 +225,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "ISOLATION_SUDO": ("isolation", "fail", "sudo has a rule for a team's user (it lists commands it may run, "
                        "or asks for a password)", "find the rule in /etc/sudoers or /etc/sudoers.d; kiln grants "
                        "sudo to kiln_operators only", "kiln_operators"),
-    "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's request (a reservation) from a "
-                              "team's user: it is an operator or administrator",
-                              "sacctmgr modify user NAME set adminlevel=none", ""),
+    "ISOLATION_SLURM_ADMIN": ("isolation", "fail", "Slurm takes an operator's change from a team's user (a "
+                              "reservation from slurmctld, a new account from slurmdbd): it is an operator or "
+                              "administrator", "sacctmgr modify user NAME set adminlevel=none", ""),
     "ISOLATION_AUDIT_TRAIL": ("isolation", "fail", "the sudo refused to a team's user on a login host did not "
                               "reach the log host within a minute (read back from that host's own files there)",
                               "kiln check --suite logs on the host (its uploader), then on the log host (its "

@@ -91,6 +91,13 @@ def read_sshare(text: str) -> tuple[dict[str, Share], Records]:
     return out, left
 
 
+def sshare_users(text: str) -> tuple[list[str], Records]:
+    """The user of each user line of ``sshare_command``'s output (an account's lines have none): whose
+    usage the caller was shown. Under ``PrivateData=usage`` a user is shown their own lines only."""
+    rows, left = _table(text, ("Account", "User"))
+    return [row["User"] for row in rows if row.get("User")], left
+
+
 def root_children(text: str) -> dict[str, float]:
     """The RawShares of everything directly under root in ``sshare_command``'s output: accounts by their
     name, root's own users as ``user NAME`` (Slurm gives the root user 1 share). Each account's NormShares

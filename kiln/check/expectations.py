@@ -104,8 +104,10 @@ def _allowed_through(cluster: Cluster) -> dict[str, str]:
     does: the suite still probes, and reports one that gets through as a warning naming the setting, so
     that an operator's choice does not fail every deploy and rollout."""
     allowed = {}
-    if "jobs" not in cluster.setting("slurm_private_data"):
-        allowed["ISOLATION_JOBS"] = "kiln_slurm_private_data leaves out jobs"
+    private = cluster.setting("slurm_private_data")
+    for check, kind in (("ISOLATION_JOBS", "jobs"), ("ISOLATION_USAGE", "usage"), ("ISOLATION_ACCOUNTING", "users")):
+        if kind not in private:
+            allowed[check] = f"kiln_slurm_private_data leaves out {kind}"
     if cluster.setting("ssh_password_login"):
         allowed["ISOLATION_SSH_PASSWORD"] = "kiln_ssh_password_login is true"
     return allowed

@@ -54,17 +54,33 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
 
         found = isolation(tb, tmp_path)
         assert not failing(found), found
-        assert {"ISOLATION_JOBS", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN", "ISOLATION_SSH_PASSWORD",
-                "ISOLATION_AUDIT_TRAIL"} <= set(found)
+        assert {"ISOLATION_JOBS", "ISOLATION_USAGE", "ISOLATION_ACCOUNTING", "ISOLATION_SECRETS", "ISOLATION_SLURM_ADMIN",
+                "ISOLATION_SSH_PASSWORD", "ISOLATION_AUDIT_TRAIL"} <= set(found)
         assert "none of the 1 job(s) of other users" in found["ISOLATION_JOBS"][1], found  # not vacuous
+        for check, what in (("ISOLATION_USAGE", "usage line(s)"), ("ISOLATION_ACCOUNTING", "association(s)")):
+            assert re.search(rf"none of the [1-9][0-9]* {re.escape(what)} of other users", found[check][1]), found
 
-        # Each protection taken away fails its probe, and only it
-        ok(tb, ctl, "sed -i '/^PrivateData=/d' /etc/slurm/slurm.conf && scontrol reconfigure")
-        found = isolation(tb, tmp_path)
-        assert failing(found) == {"ISOLATION_JOBS"} and "alice" in found["ISOLATION_JOBS"][1], found
+        # Each protection taken away fails its probe, and only it: slurmctld's PrivateData without jobs, then
+        # without usage (kiln's default is accounts,jobs,usage,users)
+        for left, check in (("accounts,usage,users", "ISOLATION_JOBS"), ("accounts,jobs,users", "ISOLATION_USAGE")):
+            ok(tb, ctl, f"sed -i 's/^PrivateData=.*/PrivateData={left}/' /etc/slurm/slurm.conf && scontrol reconfigure")
+            found = isolation(tb, tmp_path)
+            assert failing(found) == {check} and "alice" in found[check][1], found
         out = kiln("deploy", "-i", str(tb.inventory))
         assert out.returncode == 0, out.stdout + out.stderr
         assert not failing(isolation(tb, tmp_path))  # kiln deploy put PrivateData back
+
+        # slurmdbd's own PrivateData without users: the probe lists every association (who is in which account)
+        dbd = "/etc/slurm/slurmdbd.conf"
+        ok(tb, ctl, f"cp -p {dbd} {dbd}.kept && sed -i 's/^PrivateData=.*/PrivateData=accounts,jobs,usage/' {dbd} "
+                    "&& systemctl restart slurmdbd")
+        try:
+            wait_for(lambda: on(tb, ctl, "sacctmgr -n show cluster").returncode == 0, timeout=60, what="slurmdbd back")
+            found = isolation(tb, tmp_path)
+        finally:
+            ok(tb, ctl, f"mv {dbd}.kept {dbd} && systemctl restart slurmdbd")
+            wait_for(lambda: on(tb, ctl, "sacctmgr -n show cluster").returncode == 0, timeout=60, what="slurmdbd back")
+        assert failing(found) == {"ISOLATION_ACCOUNTING"} and "alice" in found["ISOLATION_ACCOUNTING"][1], found
 
         ok(tb, ctl, "chmod 644 /etc/prometheus/kiln-password")
         found = isolation(tb, tmp_path)
@@ -76,8 +92,21 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
             found = isolation(tb, tmp_path)
         finally:
             ok(tb, ctl, "sacctmgr -i delete user name=kiln-probe-vision")
-        # an operator also sees every job: both probes fail
-        assert failing(found) == {"ISOLATION_SLURM_ADMIN", "ISOLATION_JOBS"}, found
+        # an operator also sees every job, usage line and association: those probes fail with it
+        assert failing(found) == {"ISOLATION_SLURM_ADMIN", "ISOLATION_JOBS", "ISOLATION_USAGE", "ISOLATION_ACCOUNTING"}, found
+        assert "took a reservation (slurmctld) and a new account (slurmdbd)" in found["ISOLATION_SLURM_ADMIN"][1], found
+
+        # a coordinator of the root account changes accounts below it (slurmdbd) but makes no reservation
+        ok(tb, ctl, "sacctmgr -i add user kiln-probe-vision account=vision && "
+                    "sacctmgr -i add coordinator account=root names=kiln-probe-vision")
+        try:
+            found = isolation(tb, tmp_path)
+        finally:
+            ok(tb, ctl, "sacctmgr -i delete user name=kiln-probe-vision")
+        assert "ISOLATION_SLURM_ADMIN" in failing(found) and failing(found) <= {
+            "ISOLATION_SLURM_ADMIN", "ISOLATION_JOBS", "ISOLATION_USAGE", "ISOLATION_ACCOUNTING"}, found
+        assert "Slurm took a new account (slurmdbd) from kiln-probe-vision" in found["ISOLATION_SLURM_ADMIN"][1], found
+        assert on(tb, ctl, "sacctmgr -n -P show account kiln-isolation-kiln-probe-vision").stdout.strip() == ""
 
         ok(tb, ctl, "sed -i 's/^PasswordAuthentication no$/PasswordAuthentication yes/' /etc/ssh/sshd_config.d/00-kiln.conf"
                     " && systemctl reload ssh")
@@ -201,8 +230,8 @@ def test_a_deploy_and_each_rollout_batch_run_the_isolation_suite_and_one_way_thr
     try:
         out = kiln("deploy", "-i", str(tb.inventory), "--roles", "base", "--limit", ctl)
         assert out.returncode == 1, out.stdout + out.stderr
-        assert f"isolation: FAILED {ctl} ISOLATION_SLURM_ADMIN: Slurm took a reservation from kiln-probe-vision" \
-            in out.stdout, out.stdout
+        assert f"isolation: FAILED {ctl} ISOLATION_SLURM_ADMIN: Slurm took a reservation (slurmctld) and a new account " \
+            "(slurmdbd) from kiln-probe-vision" in out.stdout, out.stdout
         out = kiln("patch", "-i", str(tb.inventory), "--roles", "base", "--limit", ",".join(tb.computes),
                    "--max-unavailable", "1", "--canary", "1", "--reboot", "never", "--json", timeout=900)
         report = json.loads(out.stdout)

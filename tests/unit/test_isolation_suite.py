@@ -24,6 +24,17 @@ EXPECT = {"isolation": {"probes": [PROBE], "probe_teams": {PROBE: "vision"},
                         "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"],
                         "monitoring_endpoints": ["http://10.0.0.1:9100/metrics", "http://10.0.0.9:9090/api/v1/query?query=up"]}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
+# sshare -a -P and sacctmgr show association on the testbed (Slurm 22.05.8), as root; under PrivateData the
+# probe account (no association of its own) gets sshare's header line and nothing from sacctmgr
+SSHARE_HEADER = "Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare\n"
+SSHARE = SSHARE_HEADER + ("root|||0.000000|0|1.000000|\n root|root|1|0.009901|0|0.000000|1.000000\n"
+                          " language||40|0.396040|0|0.000000|\n  language|bob|1|1.000000|0|0.000000|0.000000\n"
+                          " vision||60|0.594059|0|0.000000|\n  vision|alice|1|1.000000|0|0.000000|0.000000\n")
+ASSOCIATIONS = "root|\nroot|root\nlanguage|\nlanguage|bob\nvision|\nvision|alice\n"
+# sacctmgr -i add account as the probe (refused), and as an operator (taken)
+ACCOUNT_DENIED = ("", "sacctmgr: error: Access/permission denied\n Problem getting accounts from database.  Contact your admin.\n")
+ACCOUNT_ADDED = (" Adding Account(s)\n  kiln-isolation-kiln-probe-vision\n Settings\n  Description     = Account Name\n"
+                 "  Organization    = Parent/Account Name\n Associations\n  A = kiln-isola C = kexp      \n")
 
 
 def squeue_answer(command: str, jobs: list[tuple[str, str]]) -> Result:
@@ -38,8 +49,10 @@ class Cluster:
 
     def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
                  ssh="publickey", files="", sudo=(1, "sudo: a password is required\n", f"User {PROBE} is not allowed to run sudo on login01.\n"),
-                 http=("401", "401")):
+                 http=("401", "401"), usage_leaks=False, associations_leak=False, account_add=None):
         self.files, self.sudo, self.http = files, sudo, http
+        self.usage_leaks, self.associations_leak = usage_leaks, associations_leak
+        self.account_add = account_add or ((0, ACCOUNT_ADDED, "") if admin else (1, *ACCOUNT_DENIED))
         self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
         self.ssh = ssh
         self.asked: list[str] = []
@@ -52,6 +65,15 @@ class Cluster:
         if "squeue" in command:
             seen = self.queue if (self.leaks or not as_probe) else [j for j in self.queue if j[1] == PROBE]
             return squeue_answer(command, seen)
+        if "sshare -a -P" in command:
+            return Result(0, SSHARE if (self.usage_leaks or not as_probe) else SSHARE_HEADER)
+        if "sacctmgr -n -P show association" in command:
+            return Result(0, ASSOCIATIONS if (self.associations_leak or not as_probe) else "")
+        if command == f"runuser -u {PROBE} -- sacctmgr -i add account kiln-isolation-{PROBE}":
+            return Result(*self.account_add)
+        if command == f"sacctmgr -i delete account where name=kiln-isolation-{PROBE}":
+            assert self.account_add[0] == 0, "deleted an account the probe never got"
+            return Result(0, f" Deleting accounts...\n  kiln-isolation-{PROBE}\n")
         if "scontrol create reservation" in command and as_probe:
             return Result(0, f"Reservation created: kiln-isolation-{PROBE}\n") if self.admin else \
                 Result(1, "", "Error creating the reservation: Invalid user id\n")
@@ -84,6 +106,7 @@ def verdicts(cluster: Cluster) -> dict[str, tuple[str, str]]:
 def test_a_probe_that_reaches_nothing_passes_every_probe():
     found = verdicts(Cluster())
     assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
+                                                     "ISOLATION_USAGE": "ok", "ISOLATION_ACCOUNTING": "ok",
                                                      "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok",
                                                      "ISOLATION_FILES": "ok", "ISOLATION_SUDO": "ok",
                                                      "ISOLATION_MONITORING": "ok"}
@@ -93,25 +116,49 @@ def test_a_probe_that_reaches_nothing_passes_every_probe():
     assert [c for c in cluster.asked if "kiln-isolation-$$" in c][0].endswith(
         " sh own:/shared/projects/vision other:/shared/projects/language beside:/shared/projects")
     assert "none of the 2 job(s) of other users" in found["ISOLATION_JOBS"][1]
+    assert found["ISOLATION_USAGE"][1] == f"sshare shows {PROBE} none of the 3 usage line(s) of other users"
+    assert found["ISOLATION_ACCOUNTING"][1] == f"sacctmgr shows {PROBE} none of the 3 association(s) of other users"
+    assert found["ISOLATION_SLURM_ADMIN"][1] == f"Slurm refuses an operator's changes (a reservation, a new account) " \
+                                                f"from {PROBE}"
 
 
 def test_every_probe_runs_as_the_probe_account_and_root_only_counts():
     cluster = Cluster()
     verdicts(cluster)
-    probes = [c for c in cluster.asked if "squeue" in c or "reservation" in c.lower() or "head -c1" in c]
+    probes = [c for c in cluster.asked if any(w in c.lower() for w in ("squeue", "reservation", "head -c1", "sshare",
+                                                                       "sacctmgr"))]
     as_root = [c for c in probes if not c.startswith(f"runuser -u {PROBE} -- ")]
-    assert len(as_root) == 1 and as_root[0].startswith("squeue "), as_root
+    assert sorted(c.split()[0] for c in as_root) == ["sacctmgr", "squeue", "sshare"], as_root
+    assert all(" show " in c for c in as_root if c.startswith("sacctmgr")), as_root
 
 
 def test_a_reservation_the_probe_got_is_deleted_again():
     cluster = Cluster(admin=True)
-    verdicts(cluster)
+    found = verdicts(cluster)
     created = next(i for i, c in enumerate(cluster.asked) if "scontrol create reservation" in c)
     assert cluster.asked[created + 1] == f"scontrol delete ReservationName=kiln-isolation-{PROBE}"
+    added = next(i for i, c in enumerate(cluster.asked) if "add account" in c)
+    assert cluster.asked[added + 1] == f"sacctmgr -i delete account where name=kiln-isolation-{PROBE}"
+    assert "Slurm took a reservation (slurmctld) and a new account (slurmdbd) from" in found["ISOLATION_SLURM_ADMIN"][1]
+
+
+def test_an_account_slurmdbd_neither_took_nor_refused_fails_and_names_it():
+    """sacctmgr prints "Nothing new added." (exit 1) for an account that exists (seen on the testbed): one an
+    earlier run left says nothing about the probe's rights, so the probe fails naming it instead of passing."""
+    found = verdicts(Cluster(account_add=(1, " Nothing new added.\n", "")))
+    assert found["ISOLATION_SLURM_ADMIN"] == ("fail", f"slurmdbd neither took nor refused a new account from {PROBE} "
+                                              f"(Nothing new added.): an account kiln-isolation-{PROBE} left from an "
+                                              f"earlier run? sacctmgr -i delete account where name=kiln-isolation-{PROBE}")
 
 
 @pytest.mark.parametrize("fault, check, says", [
-    (dict(leaks=True), "ISOLATION_JOBS", "sees 2 job(s) of alice, bob: set PrivateData=jobs"),
+    (dict(leaks=True), "ISOLATION_JOBS", "squeue shows kiln-probe-vision 2 job(s) of alice, bob: set PrivateData=jobs"),
+    (dict(usage_leaks=True), "ISOLATION_USAGE", "sshare shows kiln-probe-vision 3 usage line(s) of alice, bob, root: "
+     "set PrivateData=usage"),
+    (dict(associations_leak=True), "ISOLATION_ACCOUNTING", "sacctmgr shows kiln-probe-vision 3 association(s) of "
+     "alice, bob, root: set PrivateData=users in slurmdbd.conf"),
+    (dict(account_add=(0, ACCOUNT_ADDED, "")), "ISOLATION_SLURM_ADMIN", "Slurm took a new account (slurmdbd) from "
+     "kiln-probe-vision"),
     (dict(readable=["/etc/munge/munge.key"]), "ISOLATION_SECRETS", "can read /etc/munge/munge.key"),
     (dict(admin=True), "ISOLATION_SLURM_ADMIN", "it is an operator or administrator"),
     (dict(ssh=f"{PROBE}@10.0.0.1: Permission denied (publickey,password).\n"), "ISOLATION_SSH_PASSWORD",
