@@ -27,10 +27,23 @@ def deploy_json(inventory: Path, *args: str) -> tuple[int, dict, str]:
     return out.returncode, data, out.stdout + out.stderr
 
 
+def suite_verdicts(inventory: Path, suite: str, node: str) -> dict[str, tuple[str, str]]:
+    """``kiln check --suite SUITE --limit NODE``'s verdicts on ``node``: check id -> (severity, message)."""
+    out = kiln("check", "-i", str(inventory), "--suite", suite, "--json", "-", "--limit", node, timeout=300)
+    try:
+        data = json.loads(out.stdout)
+    except ValueError:
+        raise AssertionError(f"kiln check printed no JSON (exit {out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return {c["id"]: (c["severity"], c["message"]) for c in data["nodes"][node]["checks"]}
+
+
 def on(tb, node: str, command: str, timeout: float = 120, user: str | None = None) -> subprocess.CompletedProcess:
+    """``command`` on ``node`` over SSH, as root or as ``user``: a user's is a login of its own each time (never
+    a master connection an earlier one left open, which would skip sshd's PAM stack: pam_access,
+    pam_slurm_adopt)."""
     cmd = tb.ssh_command(node, [command])
     if user:
-        cmd[1:1] = ["-l", user]
+        cmd[1:1] = ["-l", user, "-o", "ControlMaster=no", "-o", "ControlPath=none"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 

@@ -6,21 +6,17 @@ throughout."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from roles.platform import PLATFORMS
-from tests.testbed.slurm_helpers import deploy_json, kiln, ok, on, tcp_opens, wait_for
+from tests.testbed.slurm_helpers import deploy_json, ok, on, suite_verdicts, tcp_opens, wait_for
 
 CONF = PLATFORMS["debian12"].mariadb_conf
 
 
 def _database_check(tb) -> tuple[str, str]:
-    out = kiln("check", "-i", str(tb.inventory), "--suite", "system", "--limit", tb.controller, "--json", "-",
-               timeout=300)
-    found = json.loads(out.stdout)["nodes"][tb.controller]["checks"]
-    return next(((c["severity"], c["message"]) for c in found if c["id"] == "SYSTEM_DATABASE_SOCKET"), ("missing", ""))
+    return suite_verdicts(tb.inventory, "system", tb.controller).get("SYSTEM_DATABASE_SOCKET", ("missing", ""))
 
 
 @pytest.mark.proves("slurm", "kiln check", tier="nspawn")

@@ -5,19 +5,17 @@ kiln's line is taken out of sshd's PAM stack (bob is then let in), and kiln depl
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 
 from kiln.testbed.inventory import TESTBED_TEAMS
-from tests.testbed.slurm_helpers import copy_inventory, deploy_json, job_state, kiln, ok, on, submit, wait_for
+from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state, ok, on, submit, suite_verdicts,
+                                        wait_for)
 
 
 def _system(inventory, node: str) -> dict[str, tuple[str, str]]:
-    out = kiln("check", "-i", str(inventory), "--suite", "system", "--json", "-", "--limit", node, timeout=300)
-    data = json.loads(out.stdout)
-    return {c["id"]: (c["severity"], c["message"]) for c in data["nodes"][node]["checks"]}
+    return suite_verdicts(inventory, "system", node)
 
 
 def _ssh_as(tb, user: str, key) -> subprocess.CompletedProcess:
