@@ -17,6 +17,8 @@ them through ``runuser`` and fails on any probe that gets through:
 - ISOLATION_FILES: in the team directories the host mounts (a mount's ``team_directories``), the probe
   lists or creates a file in another team's directory, or creates one beside them (PATH/projects itself),
   or cannot create one in its own team's (missing, wrong group or mode). What it creates it removes;
+- ISOLATION_HOMES: the probe lists or creates a file in a user's home (``homes``: the teams' users' homes on
+  this host; one that is not there passes);
 - ISOLATION_MONITORING: a listener of kiln's monitoring (this host's node_exporter, Prometheus,
   Alertmanager) answers the probe without credentials (anything but 401; one it cannot reach from here
   passes, and the verdict says so);
@@ -36,7 +38,7 @@ failure: the operator chose it, and a deploy or rollout that runs this suite goe
 Expectations (``expect["isolation"]``): allowed (check id -> the setting that turns its protection off), probes (the probe accounts), probe_teams (each one's team), secrets (the paths of every
 secret kiln may place on a host), address (where the host's sshd listens: its inventory address),
 team_directories (``{path, team}`` of each team directory the host mounts), team_parents (the
-directories that hold them), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
+directories that hold them), homes (the teams' users' homes), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
 """
 
 from __future__ import annotations
@@ -139,6 +141,19 @@ def read_file_findings(out: str, targets: list[tuple[str, str]]) -> list[str]:
     return found
 
 
+def _homes(node: Node, probe: str, homes: list[str]) -> Verdict | None:
+    """The probe lists and creates a file in each user's home (none is its own: it has none)."""
+    if not homes:
+        return None
+    targets = [("other", home) for home in homes]
+    found = read_file_findings(node.run(files_command(probe, targets)).stdout, targets)
+    if found:
+        return fail("ISOLATION_HOMES", f"{probe}: " + "; ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4
+                    else "") + ": chmod o-rwx each (kiln deploy closes the homes it created); look for what was "
+                    "read or written there")
+    return ok("ISOLATION_HOMES", f"{probe} lists and writes none of the {len(homes)} users' homes")
+
+
 def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None:
     directories = isolation.get("team_directories") or []
     if not directories:
@@ -230,7 +245,7 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                      _sudo(node, probe, tuple(filter(None, [isolation.get("token")])))]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
-        for verdict in (_files(node, probe, teams.get(probe, ""), isolation),
+        for verdict in (_files(node, probe, teams.get(probe, ""), isolation), _homes(node, probe, isolation.get("homes") or []),
                         _monitoring(node, probe, isolation.get("monitoring_endpoints") or [],
                                     isolation.get("monitoring_ca_file") or "")):
             if verdict:

@@ -220,6 +220,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                         "beside the team directories, or cannot write its own team's directory",
                         "kiln deploy restores the team directories (root, the team's group, 2770); look for "
                         "what was written or read there", "kiln_storage_mounts"),
+    "ISOLATION_HOMES": ("isolation", "fail", "a team's user lists or writes another user's home directory",
+                        "chmod o-rwx the home (kiln deploy closes the homes it created); look for what was read or "
+                        "written there", "kiln_teams"),
     "ISOLATION_MONITORING": ("isolation", "fail", "a monitoring listener (node_exporter, Prometheus, "
                              "Alertmanager) answers a team's user without credentials",
                              "kiln deploy writes the listeners' basic auth; find what replaced it", ""),

@@ -10,7 +10,8 @@ Defaults (all from the inventory; see kiln/inventory/schema.py for each setting)
   package would create them with a random one.
 + each team's group (``gid``) and users (``uid``, personal group with GID = UID, member of the team
   group, /bin/bash where users log in or run jobs and no shell elsewhere, home created unless a storage
-  mount provides /home).
+  mount provides /home: 0700, and one kiln created is kept closed to other users, ``chmod o-rwx``, on
+  every deploy).
 + ``kiln_directory``: SSSD reads the directory teams' users and groups (roles/directory.py); kiln makes
   no local account for them.
 + who may log in over SSH (roles/login_access.py): pam_access with kiln's rules in sshd's account stack:
@@ -106,6 +107,9 @@ def _accounts(ctx: NodeContext, service: bool) -> None:
                  groups=[g for g in groups if g[0] in services], users=[u for u in users if u["system"]])
         return
     teams = [g for g in groups if g[0] not in services]
+    for user in users:
+        if user["create_home"] and not user["system"]:
+            ctx.watch_path(user["home"])  # closed to other users (operations.accounts)
     if teams:
         accounts(name=f"base: {len(users) - len(services)} team users, fixed IDs", ctx=ctx,
                  groups=teams, users=[u for u in users if not u["system"]])

@@ -476,6 +476,10 @@ def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
 
     An existing account with another UID/GID is changed to the inventory's (``usermod -u``,
     ``groupmod -g``); files owned by the old number keep it, which the message of the command says.
+    A home kiln creates for a user (``create_home``, not ``system``) is closed to other users: created 0700
+    (``HOME_MODE``, which Debian 12's login.defs leaves unset: 0755 from its umask), and one that has any
+    permission for others loses it (``chmod o-rwx``; the owner's and the group's bits are the user's: the
+    group is the user's own). Its path must be watched (``ctx.watch_path``).
     """
     snap = _snapshot(ctx)
     for name, gid, system in groups:
@@ -489,9 +493,10 @@ def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
         current = snap.users.get(u["name"])
         extra = u.get("groups") or []
         if current is None:
+            private = u["create_home"] and not u["system"]
             yield (f"useradd {'-r ' if u['system'] else ''}-u {quote(u['uid'])} -g {quote(u['group'])}"
                    f"{' -G ' + quote_all(extra, ',') if extra else ''} -s {quote(u['shell'])} -d {quote(u['home'])} "
-                   f"{'-m' if u['create_home'] else '-M'} {name}")
+                   f"{'-m' if u['create_home'] else '-M'}{' -K HOME_MODE=0700' if private else ''} {name}")
             continue
         if current.uid != u["uid"]:
             yield f"usermod -u {quote(u['uid'])} {name}"
@@ -504,6 +509,9 @@ def accounts(ctx, groups: list[tuple[str, int, bool]], users: list[dict]):
         missing = [g for g in extra if u["name"] not in snap.groups.get(g, (0, set()))[1]]
         if missing:
             yield f"usermod -a -G {quote_all(missing, ',')} {name}"
+        home = snap.files.get(u["home"]) if u["create_home"] and not u["system"] else None
+        if home is not None and home.kind == "directory" and int(home.mode, 8) & 0o007:
+            yield f"chmod o-rwx {quote(u['home'])}"
 
 
 def logs_of(service: str, log_file: str | None = None) -> str:

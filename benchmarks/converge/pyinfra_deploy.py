@@ -33,6 +33,8 @@ for g in json.load(open(f"{R}/groups.json")):
 for u in json.load(open(f"{R}/users.json")):
     server.user(name=f"user {u['name']}", user=u["name"], uid=u["uid"], group=u["group"], groups=u["groups"] or None,
                 shell=u["shell"], home=u["home"], create_home=u["create_home"], system=u["system"])
+    if u["create_home"] and not u["system"]:  # closed to other users, as kiln's accounts operation keeps it
+        files.directory(name=f"home of {u['name']}", path=u["home"], user=u["name"], group=u["group"], mode="700")
 put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 sshd = put("sshd.conf", "/etc/ssh/sshd_config.d/00-kiln.conf")
 server.shell(name="reload sshd", commands=["systemctl is-active -q ssh || exit 0; /usr/sbin/sshd -t && systemctl reload ssh"],

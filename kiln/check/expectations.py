@@ -96,7 +96,8 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
             "probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
             "secrets": secret_files(cluster), "address": host.address,
             "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
-            "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."]}
+            "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."],
+            "homes": [f"/home/{u.name}" for t in cluster.teams if not t.directory for u in t.users]}
 
 
 def _allowed_through(cluster: Cluster) -> dict[str, str]:

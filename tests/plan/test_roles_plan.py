@@ -92,7 +92,7 @@ def test_apt_systems_install_exact_pins_and_hold_them(os, monkeypatch):
     assert "echo 'account    required     pam_slurm_adopt.so' >> /etc/pam.d/sshd" in text
     assert "systemctl start slurmd.service" in text
     assert "useradd -r -u 980 -g slurm -s /usr/sbin/nologin -d /var/lib/slurm -M slurm" in text
-    assert "useradd -u 3101 -g alice -G vision -s /bin/bash -d /home/alice -m alice" in text
+    assert "useradd -u 3101 -g alice -G vision -s /bin/bash -d /home/alice -m -K HOME_MODE=0700 alice" in text
 
 
 def test_rocky_release_packages_are_installed_once(monkeypatch):
@@ -166,6 +166,24 @@ def test_containers_leave_the_clock_to_the_host(monkeypatch):
     inside = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch, in_container=True))
     outside = dict(plan_host(cluster, "gpu01", "debian12", fresh("debian12"), monkeypatch))
     assert "base: chrony running" not in inside and outside["base: chrony running"]
+
+
+@pytest.mark.proves("base", "isolation", tier="plan")
+def test_a_users_home_is_created_closed_and_one_open_to_others_is_closed_on_the_next_deploy(monkeypatch):
+    """useradd makes the home 0700 (Debian 12's login.defs leaves HOME_MODE unset: 0755); an existing home with
+    any permission for others loses it, one with the owner's and group's bits only is left as it is."""
+    from roles.snapshot import Account, FileState
+    plan = dict(plan_host(cluster_for("debian12"), "login1", "debian12", fresh("debian12"), monkeypatch))
+    assert plan["base: 1 team users, fixed IDs"][-1] == \
+        "useradd -u 3101 -g alice -G vision -s /bin/bash -d /home/alice -m -K HOME_MODE=0700 alice"
+    for mode, expected in (("755", ["chmod o-rwx /home/alice"]), ("701", ["chmod o-rwx /home/alice"]),
+                           ("750", []), ("700", [])):
+        snap = fresh("debian12")
+        snap.users["alice"] = Account(3101, 3101, "/home/alice", "/bin/bash")
+        snap.groups.update({"alice": (3101, {"alice"}), "vision": (3001, {"alice"})})
+        snap.files["/home/alice"] = FileState("directory", mode, "alice", "alice", "")
+        plan = dict(plan_host(cluster_for("debian12"), "login1", "debian12", snap, monkeypatch))
+        assert plan["base: 1 team users, fixed IDs"] == expected, mode
 
 
 def test_sysctls_are_written_and_applied_when_changed(monkeypatch):

@@ -168,6 +168,19 @@ def test_a_team_writes_its_own_directory_from_jobs_on_both_nodes_and_the_other_t
     out = kiln("deploy", "-i", str(tb.inventory))
     assert out.returncode == 0, out.stdout + out.stderr
     assert ok(tb, ctl, f"stat -c %a {language}").strip() == "2770"  # kiln deploy closed it again
+    found = isolation(tb, tmp_path)
+    assert not failing(found), found
+
+    # the users' homes: created closed to others (Debian 12's own default is 0755); one opened is found and
+    # closed again by kiln deploy, the owner's and group's bits left as they were
+    assert found["ISOLATION_HOMES"] == ("ok", "kiln-probe-vision lists and writes none of the 2 users' homes"), found
+    assert ok(tb, ctl, "stat -c %a /home/alice /home/bob").split() == ["700", "700"]
+    ok(tb, ctl, "chmod 755 /home/bob")
+    found = isolation(tb, tmp_path)
+    assert failing(found) == {"ISOLATION_HOMES"} and "listed /home/bob" in found["ISOLATION_HOMES"][1], found
+    out = kiln("deploy", "-i", str(tb.inventory), "--roles", "base", "--limit", ctl)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ok(tb, ctl, "stat -c %a /home/bob").strip() == "750"
     assert not failing(isolation(tb, tmp_path))
 
 

@@ -22,6 +22,7 @@ TEAM_DIRECTORIES = [{"path": "/shared/projects/vision", "team": "vision"},
 EXPECT = {"isolation": {"probes": [PROBE], "probe_teams": {PROBE: "vision"},
                         "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"], "address": "10.0.0.1",
                         "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"],
+                        "homes": ["/home/alice", "/home/bob"],
                         "monitoring_endpoints": ["http://10.0.0.1:9100/metrics", "http://10.0.0.9:9090/api/v1/query?query=up"]}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
 # sshare -a -P and sacctmgr show association on the testbed (Slurm 22.05.8), as root; under PrivateData the
@@ -49,9 +50,9 @@ class Cluster:
 
     def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
                  ssh="publickey", files="", sudo=(1, "sudo: a password is required\n", f"User {PROBE} is not allowed to run sudo on login01.\n"),
-                 http=("401", "401"), usage_leaks=False, associations_leak=False, account_add=None):
+                 http=("401", "401"), usage_leaks=False, associations_leak=False, account_add=None, homes=""):
         self.files, self.sudo, self.http = files, sudo, http
-        self.usage_leaks, self.associations_leak = usage_leaks, associations_leak
+        self.usage_leaks, self.associations_leak, self.homes = usage_leaks, associations_leak, homes
         self.account_add = account_add or ((0, ACCOUNT_ADDED, "") if admin else (1, *ACCOUNT_DENIED))
         self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
         self.ssh = ssh
@@ -95,6 +96,8 @@ class Cluster:
         if command == f"env LC_ALL=C sudo -l -U {PROBE}":
             return Result(0, self.sudo[2])
         if "kiln-isolation-$$" in command and as_probe:
+            if command.endswith(" sh other:/home/alice other:/home/bob"):
+                return Result(0, self.homes)
             return Result(0, self.files)
         raise AssertionError(f"unexpected command {command!r}")
 
@@ -107,10 +110,12 @@ def test_a_probe_that_reaches_nothing_passes_every_probe():
     found = verdicts(Cluster())
     assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
                                                      "ISOLATION_USAGE": "ok", "ISOLATION_ACCOUNTING": "ok",
+                                                     "ISOLATION_HOMES": "ok",
                                                      "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok",
                                                      "ISOLATION_FILES": "ok", "ISOLATION_SUDO": "ok",
                                                      "ISOLATION_MONITORING": "ok"}
     assert found["ISOLATION_FILES"][1] == f"{PROBE} writes its team's 1 director(ies) and none of the other 2"
+    assert found["ISOLATION_HOMES"][1] == f"{PROBE} lists and writes none of the 2 users' homes"
     cluster = Cluster()
     verdicts(cluster)
     assert [c for c in cluster.asked if "kiln-isolation-$$" in c][0].endswith(
@@ -183,6 +188,12 @@ def test_an_account_slurmdbd_neither_took_nor_refused_fails_and_names_it():
     (dict(files="other-wrote /shared/projects/language\n"), "ISOLATION_FILES", "created a file in /shared/projects/language"),
     (dict(files="own-unwritable /shared/projects/vision\n"), "ISOLATION_FILES", "cannot create a file in its own team's"),
     (dict(files="beside-wrote /shared/projects\n"), "ISOLATION_FILES", "beside the team directories"),
+    (dict(homes="other-listed /home/bob\n"), "ISOLATION_HOMES", "kiln-probe-vision: listed /home/bob: chmod o-rwx each"),
+    (dict(homes="other-wrote /home/alice\nother-listed /home/alice\n"), "ISOLATION_HOMES",
+     "created a file in /home/alice; listed /home/alice"),
+    # a home named like a finding, or a finding for a path it was not asked about, adds nothing
+    (dict(homes="other-listed /home/carol\n", files="other-listed /shared/projects/language\n"), "ISOLATION_FILES",
+     "listed /shared/projects/language"),
     (dict(ssh=f"Permission denied (publickey).\nssh: connect to host 10.0.0.1 port 22: Connection timed out\n"),
      "ISOLATION_SSH_PASSWORD", "did not list its methods"),
 ])
