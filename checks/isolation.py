@@ -2,7 +2,8 @@
 of others', probed as a real unprivileged user of each team, never read off a configuration file.
 
 kiln creates a probe account for each team with a ``probe_uid`` (``kiln-probe-<team>``: the team's group,
-no login shell, no password, no Slurm association; roles/base.py). The suite runs each probe as each of
+no login shell, no password, no Slurm association; roles/base.py); a directory team names its own, a user
+of the directory outside the team's users (``probe_user``). The suite runs each probe as each of
 them through ``runuser`` and fails on any probe that gets through:
 
 - ISOLATION_PROBE_ACCOUNT: the probe account is missing (the probes below could not run);
@@ -65,10 +66,15 @@ def readable_secrets(paths: list[str]) -> str:
         '; do head -c1 -- "$p" >/dev/null 2>&1 && printf "%s\\n" "$p"; done; true'
 
 
+def account_command(probe: str) -> str:
+    """Whether the probe account exists on the host, and its uid (a directory account's is the directory's)."""
+    return f"id -u {shlex.quote(probe)}"
+
+
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks before anything else: each probe account's existence. The probes themselves are
     asked as the suite reaches them (squeue's separator is made for each call)."""
-    return [f"id -u {shlex.quote(p)}" for p in (expect.get("isolation") or {}).get("probes", [])]
+    return [account_command(p) for p in (expect.get("isolation") or {}).get("probes", [])]
 
 
 def _secrets(node: Node, probe: str, paths: list[str]) -> Verdict:
@@ -236,9 +242,10 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     root = RootView(node)
     teams = isolation.get("probe_teams") or {}
     for probe in isolation.get("probes", []):
-        if node.run(f"id -u {shlex.quote(probe)}").rc != 0:
+        if node.run(account_command(probe)).rc != 0:
             verdicts.append(fail("ISOLATION_PROBE_ACCOUNT", f"no account {probe} on this host: kiln deploy "
-                                 "creates it (the team's probe_uid)"))
+                                 "creates it (the team's probe_uid; a directory team's probe_user is the "
+                                 "directory's, read through SSSD)"))
             continue
         verdicts += [listing(node, probe, check, root) for check in LISTINGS]
         verdicts += [_secrets(node, probe, isolation.get("secrets", [])), slurm_admin(node, probe),

@@ -106,27 +106,46 @@ def listing(node: Node, probe: str, check: str, root: RootView) -> Verdict:
     return ok(check, f"{tool} shows {probe} none of the {others} {what} of other users")
 
 
+def _account_exists(node: Node, name: str) -> bool | None:
+    """Whether slurmdbd holds account ``name``, asked as root (None: no answer kiln reads)."""
+    out = node.run(shlex.join(sacctmgr.show_command("account", name, fields=("Account",))))
+    if out.rc != 0:
+        return None
+    rows, left = sacctmgr.read(out.stdout, ("Account",))
+    return None if left.bad else any(row["Account"] == name for row in rows)
+
+
 def slurm_admin(node: Node, probe: str) -> Verdict:
     """An operator's change asked for as the probe: of slurmctld, a reservation ten years out and one minute
     long; of slurmdbd, a new account (what limits, shares and QoS are set on; a QoS itself takes an
     administrator, an account an operator already). Each is taken only from an operator or administrator
-    (or SlurmUser), and one taken is deleted again at once, as root."""
+    (or SlurmUser), and one taken is deleted again at once, as root. Whether slurmdbd took the account is
+    asked of slurmdbd, as root, never read off sacctmgr's words to the probe (which differ between releases:
+    "Access/permission denied" on 22.05, "Only admins/operators/coordinators can add accounts" on 24.11);
+    one an earlier run left is deleted first."""
     name = f"kiln-isolation-{probe}"
+    delete = shlex.join(["sacctmgr", "-i", "delete", "account", "where", f"name={name}"])
     took = []
     out = node.run(as_user(probe, "scontrol", "create", "reservation", f"ReservationName={name}",
                            "StartTime=now+3650days", "Duration=1", "Users=root", "NodeCnt=1"))
     if out.rc == 0:
         node.run(shlex.join(["scontrol", "delete", f"ReservationName={name}"]))
         took.append("a reservation (slurmctld)")
-    out = node.run(as_user(probe, "sacctmgr", "-i", "add", "account", name))
-    said = f"{out.stdout}\n{out.stderr}"
-    if out.rc == 0:
-        node.run(shlex.join(["sacctmgr", "-i", "delete", "account", "where", f"name={name}"]))
+    before = _account_exists(node, name)
+    if before:
+        node.run(delete)
+        before = _account_exists(node, name)
+    if before is not False:
+        return fail("ISOLATION_SLURM_ADMIN", f"root could not tell whether slurmdbd holds account {name} (is slurmdbd "
+                    f"up?){': it is still there after ' + delete if before else ''}")
+    node.run(as_user(probe, "sacctmgr", "-i", "add", "account", name))
+    after = _account_exists(node, name)
+    if after is None:
+        return fail("ISOLATION_SLURM_ADMIN", f"root could not tell whether slurmdbd took account {name} from {probe} "
+                    "(is slurmdbd up?)")
+    if after:
+        node.run(delete)
         took.append("a new account (slurmdbd)")
-    elif "permission denied" not in said.lower():
-        return fail("ISOLATION_SLURM_ADMIN", f"slurmdbd neither took nor refused a new account from {probe} "
-                    f"({' '.join(said.split())[-200:] or f'exit {out.rc}'}): an account {name} left from an "
-                    f"earlier run? sacctmgr -i delete account where name={name}")
     if took:
         return fail("ISOLATION_SLURM_ADMIN", f"Slurm took {' and '.join(took)} from {probe}: it is an operator or "
                     f"administrator, or coordinates an account (sacctmgr show user {probe} withcoord; set "

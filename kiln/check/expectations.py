@@ -87,13 +87,13 @@ def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
 def _isolation(cluster: Cluster, host: Host) -> dict:
     """On login hosts (the controllers where there are none), the teams' probe accounts, the secrets kiln
     may place and the team directories the host mounts: the isolation suite's; {} elsewhere."""
-    probes = [t.probe().name for t in cluster.teams if t.probe_uid is not None]
+    probes = [t.probe().name for t in cluster.teams if t.probe()]
     if not probes or host.name not in {h.name for h in cluster.user_logins}:
         return {}
     mounts = [m for m in host.storage_mounts if m.team_directories]
     return {"allowed": _allowed_through(cluster), "monitoring_endpoints": _monitoring_endpoints(cluster, host),
             "monitoring_ca_file": CA_FILE if host.monitored and cluster.setting("monitoring_tls") else "",
-            "probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe_uid is not None},
+            "probes": probes, "probe_teams": {t.probe().name: t.name for t in cluster.teams if t.probe()},
             "secrets": secret_files(cluster), "address": host.address,
             "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
             "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."],
@@ -116,11 +116,9 @@ def _allowed_through(cluster: Cluster) -> dict[str, str]:
 
 def _logins(cluster: Cluster, host: Host) -> list[dict]:
     """Who sshd's PAM stack on ``host`` must admit or keep out: one user of each team (not an operator, whom
-    kiln admits everywhere). On compute nodes pam_slurm_adopt decides by the user's jobs: there each team's
-    probe account, which never runs a job (no Slurm association), must be kept out (``no_job``)."""
+    kiln admits everywhere); none on compute nodes, where pam_slurm_adopt decides by the user's jobs."""
     if host.is_compute:
-        return [{"user": t.probe().name, "team": t.name, "allowed": False, "no_job": True}
-                for t in cluster.teams if t.probe_uid is not None]
+        return []
     operators = cluster.setting("operators")
     exempt = set(operators.users) if operators else set()
     admitted = {t.name for t in admitted_teams(cluster, host)}

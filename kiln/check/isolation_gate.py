@@ -4,7 +4,7 @@ probe that gets through fails the deploy (exit 1) and stops the rollout: the cha
 not undone), and the operator is told what got through and how to look again (``kiln check --suite
 isolation``). A protection the inventory itself turns off only warns (the suite's ``allowed``).
 
-Where the inventory has no probe account (no team with a ``probe_uid``) there is nothing to run: the gate
+Where the inventory has no probe account (no team with a ``probe_uid`` or a ``probe_user``) there is nothing to run: the gate
 says so once and passes.
 """
 
@@ -20,7 +20,7 @@ UNREACHABLE = "NODE_UNREACHABLE"  # kiln check's verdict for a host SSH did not 
 
 def gate_hosts(cluster: Cluster, names: list[str]) -> list[Host]:
     """The login hosts among ``names`` where the suite has probes to run (none without a probe account)."""
-    if not any(t.probe_uid is not None for t in cluster.teams):
+    if not any(t.probe() for t in cluster.teams):
         return []
     wanted = set(names)
     return [h for h in cluster.user_logins if h.name in wanted]

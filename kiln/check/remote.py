@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from testinfra.backend.ssh import SshBackend
 
-from checks.isolation import no_rule
+from checks.isolation import account_command, no_rule
 from checks.node import C_LOCALE_SH, Node, Result
 from checks.suites import run_suites, suite_commands
 from checks.verdict import Verdict, fail, ok
@@ -266,6 +266,11 @@ class RemoteCheck(SharedStorage):
                 tried[h.name] = (h, probes)
         if tried:
             uids = {t.probe().name: t.probe_uid for t in self.cluster.teams if t.probe_uid is not None}
+            for name, (_, probes) in tried.items():  # a directory team's probe: its uid is the directory's
+                for probe in probes:
+                    said = self.outputs[name].get(account_command(probe))
+                    if probe not in uids and said is not None and said.stdout.strip().isdigit():
+                        uids[probe] = int(said.stdout.strip())
             found = audit_trail(self.node(receiver), receiver.name, tried, uids, self.token, self.started)
             for name, v in found.items():
                 self.results[name].append(Verdict(v.id, v.severity, v.message, "isolation"))

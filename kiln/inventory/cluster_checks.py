@@ -248,6 +248,12 @@ def check_teams(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
             if user.uid is not None and uids.setdefault(user.name, user.uid) != user.uid:
                 add(file, f"kiln_teams[{i}].users[{j}].uid", f"user {user.name!r} has uid {user.uid} "
                     f"here and {uids[user.name]} in another team", line)
+    for i, team in enumerate(teams):  # a probe account never runs a job: no user of any team
+        member = local.get(team.probe_user) or remote.get(team.probe_user) if team.probe_user else None
+        if member is not None:
+            add(file, f"kiln_teams[{i}].probe_user", f"the probe account {team.probe_user!r} is a user of team "
+                f"{member!r}, which gets a Slurm association and runs jobs: name a directory account that is in "
+                "no team's users", line)
 
 
 def check_team_logins(raw: RawInventory, hosts: dict[str, model.Host], values: dict[str, Any], add: Any) -> None:

@@ -120,17 +120,19 @@ def check_ids(raw: RawInventory, values: dict[str, Any], add: Any) -> None:
             gids.setdefault(team.gid, f"team {team.name}")
             group_names.setdefault(team.name, f"team {team.name}")
         probe = team.probe()
+        probe_key = f"{where}.probe_uid" if team.probe_uid is not None else f"{where}.probe_user"
         for key, user in [(f"{where}.users[{j}]", u) for j, u in enumerate(team.users)] + \
-                ([(f"{where}.probe_uid", probe)] if probe else []):
+                ([(probe_key, probe)] if probe else []):
             me = f"user {user.name}"
             if user.name in SYSTEM_GROUPS or group_names.get(user.name, me) != me:
-                add(file, f"{where}.name" if key.endswith("probe_uid") else f"{key}.name", f"user {user.name!r} would take the name of "
+                named = (f"{where}.name" if key.endswith("probe_uid") else key) if key == probe_key else f"{key}.name"
+                add(file, named, f"user {user.name!r} would take the name of "
                     f"{group_names.get(user.name, 'a system group')} (each user gets a group of its own name)", line)
             for table, what in ((uids, "uid"), (gids, "gid (each user's own group has the user's uid)")):
                 if user.uid is None:  # a directory team's user: the directory holds the number
                     continue
                 if table.get(user.uid, me) != me:
-                    add(file, key if key.endswith("probe_uid") else f"{key}.uid", f"uid {user.uid} of {user.name!r} is "
+                    add(file, key if key == probe_key else f"{key}.uid", f"uid {user.uid} of {user.name!r} is "
                         f"already the {what.split(' ')[0]} of {table[user.uid]}: give every user and group its own number",
                         line)
                 table.setdefault(user.uid, me)

@@ -146,6 +146,11 @@ class Team(_Strict):
     probe_uid: int | None = Field(None, ge=1000, le=2**31 - 2, description="uid (and gid of its own group) of the "
                                   "team's probe account kiln-probe-<team>: no shell, no password, no Slurm "
                                   "association; the isolation suite runs as it. Unset: the team is not probed")
+    probe_user: PosixName | None = Field(None, description="a directory team's probe account: a user of the team's "
+                                         "group in the directory, made by the site (kiln never writes the "
+                                         "directory) with no password and left out of users (so no Slurm "
+                                         "association); the isolation suite runs as it. Only with directory: true "
+                                         "(other teams: probe_uid)")
     login_hosts: list[Token] | None = Field(None, max_length=1000, description="the login hosts its users may "
                                             "log in on over SSH (pam_access); unset: every login host; []: none "
                                             "(jobs still run on compute nodes, where pam_slurm_adopt decides)")
@@ -177,6 +182,9 @@ class Team(_Strict):
                 raise ValueError(f"team {self.name!r} comes from the directory, which holds its users' uids: leave "
                                  f"uid unset for {', '.join(given)}")
         else:
+            if self.probe_user is not None:
+                raise ValueError(f"team {self.name!r}: probe_user names a directory account, and the team is no "
+                                 "directory team: give probe_uid (kiln makes kiln-probe-<team>)")
             missing = [u.name for u in self.users if u.uid is None]
             if missing:
                 raise ValueError(f"team {self.name!r}: kiln makes its users' local accounts and needs a uid for "
@@ -191,8 +199,11 @@ class Team(_Strict):
         return self
 
     def probe(self) -> TeamUser | None:
-        """The team's probe account, when it has a probe_uid."""
-        return None if self.probe_uid is None else TeamUser(name=PROBE_PREFIX + self.name, uid=self.probe_uid)
+        """The team's probe account: kiln-probe-<team> (probe_uid), a directory team's probe_user (its uid
+        the directory's), or None: the team is not probed."""
+        if self.probe_uid is not None:
+            return TeamUser(name=PROBE_PREFIX + self.name, uid=self.probe_uid)
+        return None if self.probe_user is None else TeamUser(name=self.probe_user)
 
 
 class Qos(_Strict):

@@ -20,7 +20,9 @@ from tests.testbed.slurm_helpers import copy_inventory, deploy_json, job_state, 
 TEAMS = {"optics": 3001, "acoustics": 3002}
 PEOPLE = [Person("carol", 3101, "optics"), Person("dave", 3102, "acoustics"),
           Person("mallory", 0, "none")]  # uid 0 in the directory: below min_id, never a user of a node
+PROBE = Person("probe-optics", 3191, "optics")  # optics' probe account: the site's, in no team's users
 DIRECTORY_TEAMS = [{"name": team, "shares": 10, "directory": True, "qos": ["normal"],
+                    **({"probe_user": PROBE.name} if team == PROBE.team else {}),
                     "users": [{"name": p.name} for p in PEOPLE if p.team == team]} for team in TEAMS]
 PROJECTS = "/srv/kiln-shared/projects"
 SSSD_PACKAGES_LEFT = "dpkg-query -W -f='${Package}\\n' | sort"
@@ -41,7 +43,14 @@ def _directory_check(inventory) -> dict[str, tuple[str, str]]:
             for node, found in data["nodes"].items()}
 
 
-@pytest.mark.proves("base", "kiln check", tier="nspawn")
+def _probe_verdicts(inventory, node: str) -> list[tuple[str, str, str]]:
+    """The isolation suite's verdicts on ``node`` that name optics' probe account: (check, severity, message)."""
+    out = kiln("check", "-i", str(inventory), "--suite", "isolation", "--json", "-", "--limit", node, timeout=300)
+    checks = json.loads(out.stdout)["nodes"][node]["checks"]
+    return [(c["id"], c["severity"], c["message"]) for c in checks if PROBE.name in c["message"]]
+
+
+@pytest.mark.proves("base", "kiln check", "isolation", tier="nspawn")
 def test_a_directory_user_logs_in_runs_on_both_nodes_and_writes_only_her_teams_directory(slurm, tmp_path):
     tb = slurm
     ctl, nodes = tb.controller, [tb.controller, *tb.computes]
@@ -52,7 +61,7 @@ def test_a_directory_user_logs_in_runs_on_both_nodes_and_writes_only_her_teams_d
     public = key.with_suffix(".pub").read_text().strip()
     inventory = tmp_path / "inv"
     try:
-        directory_server.serve(tb, ctl, address, TEAMS, PEOPLE, tmp_path / "directory-ca.pem")
+        directory_server.serve(tb, ctl, address, TEAMS, [*PEOPLE, PROBE], tmp_path / "directory-ca.pem")
         # the server itself refuses clear text: whatever reads it, reads it over TLS
         clear = on(tb, ctl, f"ldapsearch -x -H ldap://{ctl} -b {directory_server.BASE_DN} uid=carol uid")
         assert clear.returncode == 13 and "onfidentiality required" in clear.stdout + clear.stderr, clear
@@ -69,6 +78,20 @@ def test_a_directory_user_logs_in_runs_on_both_nodes_and_writes_only_her_teams_d
         found = _directory_check(inventory)
         assert all(severity == "ok" and "carol 3101" in message for severity, message in found.values()), found
         assert ok(tb, ctl, f"stat -c '%g %a' {PROJECTS}/optics").split() == ["3001", "2770"]
+
+        # optics' probe account is the directory's: the isolation suite runs as it on the login host (its refused
+        # sudo found on the log host by the directory's uid)
+        probed = _probe_verdicts(inventory, ctl)
+        assert probed and all(severity == "ok" for _, severity, _ in probed), probed
+        assert any(c == "ISOLATION_FILES" and m.startswith("probe-optics writes its team's 2 director(ies) and none of "
+                                                           "the other") for c, _, m in probed), probed
+        assert any(check == "ISOLATION_AUDIT_TRAIL" for check, _, _ in probed), probed
+        ok(tb, ctl, f"chmod o+rx {PROJECTS}/acoustics")
+        try:
+            probed = _probe_verdicts(inventory, ctl)
+        finally:
+            ok(tb, ctl, f"chmod o-rx {PROJECTS}/acoustics")
+        assert ("ISOLATION_FILES", "fail") in {(c, s) for c, s, m in probed if f"listed {PROJECTS}/acoustics" in m}, probed
 
         for user, node in [("carol", ctl), ("dave", ctl), ("dave", tb.computes[0])]:
             ok(tb, node, f"install -d -o {user} -g {user} -m 700 /home/{user} /home/{user}/.ssh && "

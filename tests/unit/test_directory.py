@@ -101,7 +101,26 @@ def test_a_directory_team_loads_with_no_ids_of_its_own(tmp_path):
     cluster = load_cluster(_inventory(tmp_path, TEAMS + _directory_yml()))
     gamma = next(t for t in cluster.teams if t.name == "gamma")
     assert gamma.directory and gamma.has_group and gamma.gid is None and [u.uid for u in gamma.users] == [None, None]
-    assert cluster.setting("directory").uris == ["ldap://10.0.0.1"]
+    assert cluster.setting("directory").uris == ["ldap://10.0.0.1"] and gamma.probe() is None
+
+
+def test_a_directory_teams_probe_account_is_the_directorys_and_the_isolation_suite_runs_as_it(tmp_path):
+    """probe_user: a directory account kiln never makes (no local account on any node), probed like
+    kiln-probe-<team> by the isolation suite on the login host."""
+    from kiln.check.expectations import node_expectations
+    from roles.base import account_specs
+    from roles.platform import PLATFORMS
+    yml = TEAMS.replace("directory: true,", "directory: true, probe_user: probe-gamma,")
+    assert yml != TEAMS
+    cluster = load_cluster(_inventory(tmp_path, yml + _directory_yml()))
+    gamma = next(t for t in cluster.teams if t.name == "gamma")
+    assert gamma.probe().name == "probe-gamma" and gamma.probe().uid is None
+    for host in cluster.hosts.values():
+        _, users = account_specs(cluster, PLATFORMS["debian12"], host)
+        assert "probe-gamma" not in {u["name"] for u in users}, host.name
+    login = next(h for h in cluster.user_logins)
+    isolation = node_expectations(cluster, login)["isolation"]
+    assert "probe-gamma" in isolation["probes"] and isolation["probe_teams"]["probe-gamma"] == "gamma"
 
 
 @pytest.mark.parametrize("yml, key, said", [
@@ -127,6 +146,19 @@ kiln_teams:
     (TEAMS + """
 kiln_operators: {gid: 2050, users: [cara]}
 """, "kiln_operators.users[0]", "comes from the directory"),
+    ("""
+kiln_teams:
+  - {name: gamma, shares: 30, directory: true, probe_user: cara, users: [{name: cara}]}
+""", "kiln_teams[0].probe_user", "the probe account 'cara' is a user of team 'gamma'"),
+    ("""
+kiln_teams:
+  - {name: alpha, shares: 70, probe_user: probe-alpha, users: [{name: cara, uid: 3001}]}
+""", "kiln_teams", "give probe_uid"),
+    ("""
+kiln_teams:
+  - {name: alpha, shares: 70, users: [{name: cara, uid: 3001}]}
+  - {name: gamma, shares: 30, directory: true, probe_user: cara, users: [{name: cole}]}
+""", "kiln_teams[1].probe_user", "the probe account 'cara' is a user of team 'alpha'"),
 ])
 def test_a_directory_team_that_cannot_work_is_refused_naming_the_file_and_key(tmp_path, yml, key, said):
     needs_directory = "sets no kiln_directory" not in said

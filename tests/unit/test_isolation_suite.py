@@ -34,6 +34,7 @@ SSHARE = SSHARE_HEADER + ("root|||0.000000|0|1.000000|\n root|root|1|0.009901|0|
 ASSOCIATIONS = "root|\nroot|root\nlanguage|\nlanguage|bob\nvision|\nvision|alice\n"
 # sacctmgr -i add account as the probe (refused), and as an operator (taken)
 ACCOUNT_DENIED = ("", "sacctmgr: error: Access/permission denied\n Problem getting accounts from database.  Contact your admin.\n")
+ACCOUNT_DENIED_24_11 = ("", " error: Only admins/operators/coordinators can add accounts\n")  # Debian 13's Slurm 24.11
 ACCOUNT_ADDED = (" Adding Account(s)\n  kiln-isolation-kiln-probe-vision\n Settings\n  Description     = Account Name\n"
                  "  Organization    = Parent/Account Name\n Associations\n  A = kiln-isola C = kexp      \n")
 
@@ -50,10 +51,12 @@ class Cluster:
 
     def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
                  ssh="publickey", files="", sudo=(1, "sudo: a password is required\n", f"User {PROBE} is not allowed to run sudo on login01.\n"),
-                 http=("401", "401"), usage_leaks=False, associations_leak=False, account_add=None, homes=""):
+                 http=("401", "401"), usage_leaks=False, associations_leak=False, account_add=None, homes="",
+                 leftover=False):
         self.files, self.sudo, self.http = files, sudo, http
         self.usage_leaks, self.associations_leak, self.homes = usage_leaks, associations_leak, homes
         self.account_add = account_add or ((0, ACCOUNT_ADDED, "") if admin else (1, *ACCOUNT_DENIED))
+        self.accounts = {f"kiln-isolation-{PROBE}"} if leftover else set()  # what slurmdbd holds
         self.queue, self.leaks, self.readable, self.admin, self.account = list(queue), leaks, readable, admin, account
         self.ssh = ssh
         self.asked: list[str] = []
@@ -71,9 +74,14 @@ class Cluster:
         if "sacctmgr -n -P show association" in command:
             return Result(0, ASSOCIATIONS if (self.associations_leak or not as_probe) else "")
         if command == f"runuser -u {PROBE} -- sacctmgr -i add account kiln-isolation-{PROBE}":
+            if self.account_add[0] == 0:
+                self.accounts.add(f"kiln-isolation-{PROBE}")
             return Result(*self.account_add)
+        if command == f"sacctmgr -n -P show account kiln-isolation-{PROBE} format=Account":
+            return Result(0, "".join(f"{a}\n" for a in self.accounts))
         if command == f"sacctmgr -i delete account where name=kiln-isolation-{PROBE}":
-            assert self.account_add[0] == 0, "deleted an account the probe never got"
+            assert self.accounts, "deleted an account slurmdbd does not hold"
+            self.accounts.clear()
             return Result(0, f" Deleting accounts...\n  kiln-isolation-{PROBE}\n")
         if "scontrol create reservation" in command and as_probe:
             return Result(0, f"Reservation created: kiln-isolation-{PROBE}\n") if self.admin else \
@@ -133,7 +141,8 @@ def test_every_probe_runs_as_the_probe_account_and_root_only_counts():
     probes = [c for c in cluster.asked if any(w in c.lower() for w in ("squeue", "reservation", "head -c1", "sshare",
                                                                        "sacctmgr"))]
     as_root = [c for c in probes if not c.startswith(f"runuser -u {PROBE} -- ")]
-    assert sorted(c.split()[0] for c in as_root) == ["sacctmgr", "squeue", "sshare"], as_root
+    # root reads each listing once, and asks slurmdbd whether the probe's account is there (before and after)
+    assert sorted(c.split()[0] for c in as_root) == ["sacctmgr"] * 3 + ["squeue", "sshare"], as_root
     assert all(" show " in c for c in as_root if c.startswith("sacctmgr")), as_root
 
 
@@ -143,17 +152,27 @@ def test_a_reservation_the_probe_got_is_deleted_again():
     created = next(i for i, c in enumerate(cluster.asked) if "scontrol create reservation" in c)
     assert cluster.asked[created + 1] == f"scontrol delete ReservationName=kiln-isolation-{PROBE}"
     added = next(i for i, c in enumerate(cluster.asked) if "add account" in c)
-    assert cluster.asked[added + 1] == f"sacctmgr -i delete account where name=kiln-isolation-{PROBE}"
+    assert cluster.asked[added + 2] == f"sacctmgr -i delete account where name=kiln-isolation-{PROBE}"
+    assert not cluster.accounts
     assert "Slurm took a reservation (slurmctld) and a new account (slurmdbd) from" in found["ISOLATION_SLURM_ADMIN"][1]
 
 
-def test_an_account_slurmdbd_neither_took_nor_refused_fails_and_names_it():
-    """sacctmgr prints "Nothing new added." (exit 1) for an account that exists (seen on the testbed): one an
-    earlier run left says nothing about the probe's rights, so the probe fails naming it instead of passing."""
-    found = verdicts(Cluster(account_add=(1, " Nothing new added.\n", "")))
-    assert found["ISOLATION_SLURM_ADMIN"] == ("fail", f"slurmdbd neither took nor refused a new account from {PROBE} "
-                                              f"(Nothing new added.): an account kiln-isolation-{PROBE} left from an "
-                                              f"earlier run? sacctmgr -i delete account where name=kiln-isolation-{PROBE}")
+@pytest.mark.parametrize("refusal", [ACCOUNT_DENIED, ACCOUNT_DENIED_24_11, ("", "")])
+def test_whether_slurmdbd_took_the_account_is_asked_of_slurmdbd_not_read_off_its_words(refusal):
+    """Slurm 22.05 and 24.11 word the refusal differently (seen on the testbed, Debian 12 and 13): whatever
+    sacctmgr says to the probe, root asks slurmdbd whether the account is there."""
+    found = verdicts(Cluster(account_add=(1, *refusal)))
+    assert found["ISOLATION_SLURM_ADMIN"][0] == "ok", found
+
+
+def test_an_account_an_earlier_run_left_is_deleted_before_the_probe_asks():
+    """sacctmgr prints "Nothing new added." (exit 1) for an account that exists: left by an earlier run it would
+    read as taken; root deletes it first, and the probe's own attempt decides."""
+    cluster = Cluster(leftover=True)
+    found = verdicts(cluster)
+    assert found["ISOLATION_SLURM_ADMIN"][0] == "ok" and not cluster.accounts, found
+    added = next(i for i, c in enumerate(cluster.asked) if "add account" in c)
+    assert f"sacctmgr -i delete account where name=kiln-isolation-{PROBE}" in cluster.asked[:added]
 
 
 @pytest.mark.parametrize("fault, check, says", [
@@ -207,7 +226,8 @@ def test_a_missing_probe_account_fails_and_probes_nothing_as_root_in_its_place()
     cluster = Cluster(account=False)
     found = verdicts(cluster)
     assert found == {"ISOLATION_PROBE_ACCOUNT": ("fail", f"no account {PROBE} on this host: kiln deploy creates it "
-                                                          "(the team's probe_uid)")}
+                                                          "(the team's probe_uid; a directory team's probe_user is "
+                                                          "the directory's, read through SSSD)")}
     assert cluster.asked == [f"id -u {PROBE}"]
 
 
