@@ -147,6 +147,11 @@ def read_file_findings(out: str, targets: list[tuple[str, str]]) -> list[str]:
     return found
 
 
+def _first_four(found: list[str]) -> str:
+    """What got through, for a verdict: the first four findings and how many more."""
+    return "; ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+
+
 def _homes(node: Node, probe: str, homes: list[str]) -> Verdict | None:
     """The probe lists and creates a file in each user's home (none is its own: it has none)."""
     if not homes:
@@ -154,9 +159,8 @@ def _homes(node: Node, probe: str, homes: list[str]) -> Verdict | None:
     targets = [("other", home) for home in homes]
     found = read_file_findings(node.run(files_command(probe, targets)).stdout, targets)
     if found:
-        return fail("ISOLATION_HOMES", f"{probe}: " + "; ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4
-                    else "") + ": chmod o-rwx each (kiln deploy closes the homes it created); look for what was "
-                    "read or written there")
+        return fail("ISOLATION_HOMES", f"{probe}: {_first_four(found)}: chmod o-rwx each (kiln deploy closes the "
+                    "homes it created); look for what was read or written there")
     return ok("ISOLATION_HOMES", f"{probe} lists and writes none of the {len(homes)} users' homes")
 
 
@@ -168,8 +172,8 @@ def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None
               [("beside", p) for p in isolation.get("team_parents") or []]
     found = read_file_findings(node.run(files_command(probe, targets)).stdout, targets)
     if found:
-        return fail("ISOLATION_FILES", f"{probe}: " + "; ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
-                    + ": kiln deploy restores the team directories (root, the team's group, 2770)")
+        return fail("ISOLATION_FILES", f"{probe}: {_first_four(found)}: kiln deploy restores the team directories "
+                    "(root, the team's group, 2770)")
     return ok("ISOLATION_FILES", f"{probe} writes its team's {sum(1 for k, _ in targets if k == 'own')} "
               f"director(ies) and none of the other {len(targets) - sum(1 for k, _ in targets if k == 'own')}")
 
