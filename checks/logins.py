@@ -4,11 +4,14 @@ For a user of each team, the check runs sshd's PAM account stack on the node (``
 ``pam_acct_mgmt``, as sshd does after a key is accepted; from a documentation address, RFC 5737) through
 libpam with ctypes: whatever stands in sshd's stack (kiln's pam_access rules, a line someone removed, a
 rules file edited by hand) answers, not a reading of the files. It fails where a user kiln's rules keep
-out is let in, or one they admit is refused. Compute nodes are not asked (pam_slurm_adopt decides there,
-by the user's jobs). Nothing logs in: no session is opened, no credential is used.
+out is let in, or one they admit is refused. On compute nodes pam_slurm_adopt decides, by the user's jobs
+on the node: there the check asks for each team's probe account, which never runs a job, and fails where
+it is let in (``no_job``: pam_slurm_adopt gone from the stack, or told to let users without a job in).
+Nothing logs in: no session is opened, no credential is used (and a user with no job on the node has no
+job for pam_slurm_adopt to adopt the asking process into).
 
-Expectations (``expect["system"]["logins"]``): ``[{user, team, allowed}]`` (kiln/check/expectations.py,
-from roles/login_access.py's rules).
+Expectations (``expect["system"]["logins"]``): ``[{user, team, allowed, no_job?}]``
+(kiln/check/expectations.py, from roles/login_access.py's rules).
 """
 
 from __future__ import annotations
@@ -67,10 +70,19 @@ def judge(logins: list[dict], output: str) -> Verdict:
         if entry["allowed"] and rc != PAM_SUCCESS:
             wrong.append(f"{entry['user']} ({entry['team']}) is refused (PAM {rc}) though kiln's rules admit the team")
         elif not entry["allowed"] and rc == PAM_SUCCESS:
-            wrong.append(f"{entry['user']} ({entry['team']}) is let in though kiln's rules keep the team out")
+            wrong.append(f"{entry['user']} ({entry['team']}) is let in " + (
+                "with no job on this node" if entry.get("no_job") else "though kiln's rules keep the team out"))
     if wrong:
+        if all(e.get("no_job") for e in logins):
+            return fail("SYSTEM_LOGIN_ACCESS", "; ".join(wrong) + ": pam_slurm_adopt must be in the account stack "
+                        "of /etc/pam.d/sshd (account required pam_slurm_adopt.so), before anything there that can end "
+                        "the stack early (@include common-account, where SSSD puts a sufficient pam_localuser); "
+                        "kiln deploy --roles slurm puts it in its place")
         return fail("SYSTEM_LOGIN_ACCESS", "; ".join(wrong) + ": compare /etc/security/kiln-access.conf and "
                     "/etc/pam.d/sshd with kiln_teams' login_hosts; kiln deploy writes both")
+    if logins and all(e.get("no_job") for e in logins):
+        return ok("SYSTEM_LOGIN_ACCESS", "sshd keeps out " + ", ".join(e["user"] for e in logins) + ", with no job "
+                  "on this node (pam_slurm_adopt)")
     admitted = sorted({e["team"] for e in logins if e["allowed"]})
     kept_out = sorted({e["team"] for e in logins if not e["allowed"]})
     return ok("SYSTEM_LOGIN_ACCESS", "as kiln's rules say, sshd admits " + (", ".join(admitted) or "no team asked")

@@ -175,8 +175,9 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                         "(a warn: none confirmed here yet)", "systemctl restart kiln-firewall, or kiln deploy",
                         "kiln_firewall"),
     "SYSTEM_LOGIN_ACCESS": ("system", "fail", "sshd's PAM stack lets in a team's user that kiln's rules keep out "
-                            "of the host, or refuses one they admit", "kiln deploy (roles/login_access.py)",
-                            "kiln_teams"),
+                            "of the host, or refuses one they admit; on compute nodes, lets in a team's probe "
+                            "account, which has no job there (pam_slurm_adopt)",
+                            "kiln deploy (roles/login_access.py; pam_slurm_adopt: the slurm role)", "kiln_teams"),
     "SYSTEM_DIRECTORY": ("system", "fail", "sssd is not running, a local account or group hides a directory one, or "
                          "NSS does not ask SSSD (a warn: the directory lacks a user or group the inventory names)",
                          "systemctl start sssd, userdel the local account, or kiln deploy (roles/directory.py)",

@@ -21,7 +21,8 @@ import jinja2
 
 from kiln.inventory.formats import CONTROL
 from kiln.inventory.model import Cluster, Host, Secrets
-from roles.operations import changed_any, managed_file, secret_file, validated_file, when_changed  # noqa: F401
+from roles.operations import (changed_any, line_placed_before, managed_file, secret_file, validated_file,  # noqa: F401
+                              when_changed)
 from roles.platform import Platform
 
 TEMPLATES = Path(str(files("templates")))  # package data: a source checkout and an installed kiln alike
@@ -77,6 +78,7 @@ class NodeContext:
     paths: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list)
+    line_anchors: dict[int, str] = field(default_factory=dict)  # watched line -> what it must come before
     modules: list[str] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
     users: list[str] = field(default_factory=list)
@@ -119,6 +121,21 @@ class NodeContext:
     def watch_line(self, path: str, regex: str) -> int:
         self.lines.append((path, regex))
         return len(self.lines) - 1
+
+    def watch_line_before(self, path: str, regex: str, anchor: str) -> int:
+        """``watch_line`` for a line that counts as there only where it comes before the first line matching
+        ``anchor`` (or where no line does): a PAM stack is read top down, and a line after a module that
+        ends the stack early is never reached."""
+        index = self.watch_line(path, regex)
+        self.line_anchors[index] = anchor
+        return index
+
+    def pam_account_line(self, line: str, regex: str, name: str) -> Any:
+        """``line`` (matched by ``regex``) in sshd's account stack, before anything there that can end the
+        stack early or hand it to another file (``Platform.pam_account_anchor``)."""
+        pam, anchor = self.platform.pam_sshd, self.platform.pam_account_anchor
+        return line_placed_before(name=name, ctx=self, path=pam, line=line, regex=regex, anchor=anchor,
+                                  index=self.watch_line_before(pam, regex, anchor))
 
     def watch_exact_line(self, path: str, line: str) -> int:
         """``watch_line`` for exactly ``line`` (grep -E's special characters escaped, nothing else)."""

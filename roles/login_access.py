@@ -1,8 +1,10 @@
 """Who may log in where over SSH: pam_access in sshd's account stack, with kiln's own rules file.
 
 Part of the base role's configure stage (never in an image: a node booted from one would read a rules
-file that is not there yet). On every host kiln writes ``ACCESS_FILE`` first, then adds ``PAM_LINE`` to
-sshd's PAM file; pam_access reads the rules top down and the first that matches decides:
+file that is not there yet). On every host kiln writes ``ACCESS_FILE`` first, then puts ``PAM_LINE`` in
+sshd's PAM file before anything in its account stack that can end it early or hand it to another file
+(``Platform.pam_account_anchor``: Debian's ``@include common-account``, where SSSD's profile puts
+``account sufficient pam_localuser.so``; appended after it, a local user never reached it); pam_access reads the rules top down and the first that matches decides:
 
 + root, the user kiln connects as (``ansible_user``) and the operators group (``kiln_operators``): always;
 + on hosts where users log in (the login group, or the controllers where there is none): the groups of
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 from kiln.inventory.model import Cluster, Host
 from roles.context import NodeContext
-from roles.operations import line_present
 
 ACCESS_FILE = "/etc/security/kiln-access.conf"
 PAM_LINE = f"account    required     pam_access.so accessfile={ACCESS_FILE}"
@@ -75,6 +76,4 @@ def access_file(cluster: Cluster, host: Host) -> str:
 
 def configure(ctx: NodeContext) -> None:
     ctx.put(ACCESS_FILE, access_file(ctx.cluster, ctx.node), mode="644", name="base: who may log in over SSH")
-    pam = ctx.platform.pam_sshd
-    line_present(name="base: pam_access for sshd (kiln's rules)", ctx=ctx, path=pam, line=PAM_LINE,
-                 index=ctx.watch_line(pam, PAM_REGEX))
+    ctx.pam_account_line(PAM_LINE, PAM_REGEX, name="base: pam_access for sshd (kiln's rules)")

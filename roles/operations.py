@@ -315,6 +315,36 @@ def line_present(ctx, index: int, path: str, line: str, replace_regex: str | Non
 
 
 @operation()
+def line_placed_before(ctx, index: int, path: str, line: str, regex: str, anchor: str):
+    r"""
+    Put ``line`` in ``path`` before the first line matching ``anchor`` (at the end where none does), unless
+    a line matching the watched regex is there already: ``index`` comes from ``ctx.watch_line_before``, so a
+    line that is present but after the anchor is taken out and put back in its place.
+
+    + ctx: the node's NodeContext
+    + index: what ``ctx.watch_line_before(path, regex, anchor)`` returned
+    + path: the file
+    + line: the exact line
+    + regex: the watched regex: lines matching it are removed before ``line`` is put in
+    + anchor: an extended regex (no ``/`` needed) of the line it must come before
+
+    .. code:: python
+
+        line_placed_before(ctx=ctx, index=i, path="/etc/pam.d/sshd", line="account required pam_x.so",
+                           regex=r"^account\s+required\s+pam_x\.so", anchor=r"^@include\s+common-account")
+    """
+    if index in _snapshot(ctx).lines:
+        return
+    slash = chr(92) + "/"
+    yield f"sed -i -E {quote('/' + regex.replace('/', slash) + '/d')} {quote(path)}"
+    text = line.replace(chr(92), chr(92) * 2).replace("&", chr(92) + "&").replace("/", slash)
+    at = anchor.replace("/", slash)
+    yield (f"if grep -qE {quote(anchor)} {quote(path)}; then "
+           f"sed -i -E {quote('0,/' + at + '/s//' + text + chr(92) + 'n&/')} {quote(path)}; "
+           f"else echo {quote(line)} >> {quote(path)}; fi")
+
+
+@operation()
 def line_removed(ctx, index: int, command: str):
     """
     Run ``command`` (which takes a line out of a file) while the watched line is there.

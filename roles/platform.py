@@ -44,6 +44,12 @@ class Platform:
     nologin: str = "/usr/sbin/nologin"
     slurm_conf_dir: str = "/etc/slurm"
     pam_sshd: str = "/etc/pam.d/sshd"
+    # The first line of sshd's account stack that may end it early or hands it to another file (Debian's
+    # common-account, Rocky's password-auth, a site's own `sufficient` module): kiln's `required` account
+    # lines go before it. With SSSD on, common-account starts with `account sufficient pam_localuser.so`,
+    # and a line after it is never reached by a local user.
+    pam_account_anchor: str = (r"^[[:space:]]*(@include[[:space:]]+common-account|"
+                               r"-?account[[:space:]]+(include|substack|sufficient|\[))")
     ssh_service: str = "ssh"
     # PAM files sshd's session stack includes, and the command that takes pam_systemd out of each (it
     # would move an ssh session out of the job's cgroup that pam_slurm_adopt put it in)

@@ -37,7 +37,9 @@ Defaults, in one place:
 + slurmd is ordered after nvidia-persistenced and munge (a drop-in), so after ``scontrol reboot``
   it never starts before the GPU device files exist.
 + pam_slurm_adopt on compute nodes: a user with no job on the node cannot ssh in; with a job the
-  session is adopted into it. root is never affected. pam_systemd is taken out of sshd's session stack
+  session is adopted into it. root is never affected. Its line stands in sshd's account stack before
+  anything that can end the stack early (``Platform.pam_account_anchor``: with SSSD on, Debian's
+  common-account begins with ``account sufficient pam_localuser.so``). pam_systemd is taken out of sshd's session stack
   there, as Slurm's documentation requires (it would move the session into a logind scope, out of the
   job's cgroup); on Debian and Ubuntu with ``pam-auth-update --disable systemd``, which survives
   package upgrades. systemd-logind itself keeps running (Slurm suggests masking it; kiln leaves that
@@ -161,9 +163,7 @@ def _files(ctx: NodeContext, which: set[str]) -> None:
         ctx.mark("slurmd_unit", ctx.put("/etc/systemd/system/slurmd.service.d/kiln.conf",
                                         render("slurm/slurmd-kiln.conf.j2"), mode="644",
                                         name="slurm: slurmd after nvidia-persistenced"))
-        pam = ctx.platform.pam_sshd
-        line_present(name="slurm: pam_slurm_adopt for sshd", ctx=ctx, path=pam, line=PAM_LINE,
-                     index=ctx.watch_line(pam, r"^account\s+required\s+pam_slurm_adopt\.so"))
+        ctx.pam_account_line(PAM_LINE, r"^account\s+required\s+pam_slurm_adopt\.so", name="slurm: pam_slurm_adopt for sshd")
         for path, command in ctx.platform.pam_systemd_off:
             line_removed(name=f"slurm: no pam_systemd in {path} (pam_slurm_adopt)", ctx=ctx, command=command,
                          index=ctx.watch_line(path, PAM_SYSTEMD))

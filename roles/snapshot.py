@@ -67,7 +67,7 @@ class NodeSnapshot:
         asked = self.asked
         return (len(wanted.lines) <= len(asked.lines)
                 and all(set(getattr(wanted, name)) <= set(getattr(asked, name))
-                        for name in ("paths", "units", "modules", "packages", "users", "groups")))
+                        for name in ("paths", "units", "modules", "anchors", "packages", "users", "groups")))
 
     def unit(self, name: str) -> UnitState:
         return self.units.get(name, UnitState("not-found", "inactive", ""))
@@ -82,6 +82,7 @@ class Watched:
     units: tuple[str, ...] = ()
     lines: tuple[tuple[str, str], ...] = ()
     modules: tuple[str, ...] = ()
+    anchors: tuple[tuple[int, str], ...] = ()  # (index in lines, regex): that line counts only before it
     packages: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
@@ -89,7 +90,7 @@ class Watched:
     @classmethod
     def of(cls, ctx) -> "Watched":
         return cls(tuple(ctx.paths), tuple(ctx.units), tuple(ctx.lines), tuple(ctx.modules),
-                   tuple(ctx.packages), tuple(ctx.users), tuple(ctx.groups))
+                   tuple(sorted(ctx.line_anchors.items())), tuple(ctx.packages), tuple(ctx.users), tuple(ctx.groups))
 
 
 def snapshot_command(watched: Watched) -> str:
@@ -119,8 +120,14 @@ def snapshot_command(watched: Watched) -> str:
         parts.append(f"for u in {' '.join(q(u) for u in units)}; do echo \"Unit=$u\"; "
                      "systemctl show -p LoadState -p ActiveState -p UnitFileState \"$u\" 2>/dev/null; echo; done")
     parts.append(f"echo '{MARK}lines'")
+    anchors = dict(w.anchors)
     for i, (path, regex) in enumerate(lines):
-        parts.append(f"grep -qE {q(regex)} {q(path)} 2>/dev/null && echo {i}")
+        if i in anchors:  # the first matching line's number, before the anchor's first (or no anchor)
+            parts.append(f"l=$(grep -nE {q(regex)} {q(path)} 2>/dev/null | head -n1 | cut -d: -f1); "
+                         f"a=$(grep -nE {q(anchors[i])} {q(path)} 2>/dev/null | head -n1 | cut -d: -f1); "
+                         f"[ -n \"$l\" ] && {{ [ -z \"$a\" ] || [ \"$l\" -lt \"$a\" ]; }} && echo {i}")
+        else:
+            parts.append(f"grep -qE {q(regex)} {q(path)} 2>/dev/null && echo {i}")
     parts.append(f"echo '{MARK}modules'")
     if modules:
         parts.append(f"for m in {' '.join(q(m) for m in modules)}; do [ -d /sys/module/$m ] && "

@@ -9,6 +9,7 @@ Files are the ones kiln renders (RENDERED), so every tool writes identical bytes
 
 import json
 import os
+import shlex
 
 from pyinfra import host
 from pyinfra.facts.server import Command
@@ -39,11 +40,26 @@ put("limits.conf", "/etc/security/limits.d/90-kiln.conf")
 sshd = put("sshd.conf", "/etc/ssh/sshd_config.d/00-kiln.conf")
 server.shell(name="reload sshd", commands=["systemctl is-active -q ssh || exit 0; /usr/sbin/sshd -t && systemctl reload ssh"],
              _if=sshd.did_change)
+# A line in sshd's account stack before `@include common-account` (where SSSD's profile puts a sufficient
+# pam_localuser), as kiln places it; files.line has no position, so a shell command that moves it there
+# unless it already stands before it.
+PAM_ANCHOR = r"^[[:space:]]*(@include[[:space:]]+common-account|-?account[[:space:]]+(include|substack|sufficient|\[))"
+
+
+def pam_account_line(name, regex, line):
+    q = shlex.quote
+    server.shell(name=name, commands=[
+        f"l=$(grep -nE {q(regex)} /etc/pam.d/sshd | head -n1 | cut -d: -f1); "
+        f"a=$(grep -nE {q(PAM_ANCHOR)} /etc/pam.d/sshd | head -n1 | cut -d: -f1); "
+        '[ -n "$l" ] && { [ -z "$a" ] || [ "$l" -lt "$a" ]; } && exit 0; '
+        f"sed -i -E {q('/' + regex.replace('/', chr(92) + '/') + '/d')} /etc/pam.d/sshd; "
+        f"sed -i -E {q('0,/' + PAM_ANCHOR + '/s//' + line.replace('/', chr(92) + '/') + chr(92) + 'n&/')} /etc/pam.d/sshd"])
+
+
 # who may log in over SSH: kiln's pam_access rules for this host, then the line in sshd's account stack
 put(f"access-{host.name}.conf", "/etc/security/kiln-access.conf")
-files.line(name="pam_access", path="/etc/pam.d/sshd",
-           line=r"^account\s+required\s+pam_access\.so\s+accessfile=/etc/security/kiln-access\.conf\s*$",
-           replace="account    required     pam_access.so accessfile=/etc/security/kiln-access.conf")
+pam_account_line("pam_access", r"^account\s+required\s+pam_access\.so\s+accessfile=/etc/security/kiln-access\.conf\s*$",
+                 "account    required     pam_access.so accessfile=/etc/security/kiln-access.conf")
 if os.path.exists(f"{R}/sudoers"):
     # sudo for the operators group (kiln_operators), the file checked by visudo before it is used
     apt.packages(name="sudo", packages=["sudo"], update=True, cache_time=3600, no_recommends=True)
@@ -97,8 +113,7 @@ if is_compute:
     files.directory(name="dropin dir", path="/etc/systemd/system/slurmd.service.d", mode="755", user="root", group="root")
     node_conf.append(put("slurmd-kiln.conf", "/etc/systemd/system/slurmd.service.d/kiln.conf"))
     node_conf.append(put("slurmd-conf-wait.conf", "/etc/systemd/system/slurmd.service.d/00-kiln-slurm-conf.conf"))
-    files.line(name="pam", path="/etc/pam.d/sshd", line=r"^account\s+required\s+pam_slurm_adopt\.so",
-               replace="account    required     pam_slurm_adopt.so")
+    pam_account_line("pam", r"^account\s+required\s+pam_slurm_adopt\.so", "account    required     pam_slurm_adopt.so")
 systemd.service(name="munge", service="munge", running=True, enabled=True)
 systemd.service(name="restart munge", service="munge", restarted=True, _if=key.did_change)
 if is_dbd:

@@ -116,9 +116,11 @@ def _allowed_through(cluster: Cluster) -> dict[str, str]:
 
 def _logins(cluster: Cluster, host: Host) -> list[dict]:
     """Who sshd's PAM stack on ``host`` must admit or keep out: one user of each team (not an operator, whom
-    kiln admits everywhere); none on compute nodes, where pam_slurm_adopt decides by the user's jobs."""
+    kiln admits everywhere). On compute nodes pam_slurm_adopt decides by the user's jobs: there each team's
+    probe account, which never runs a job (no Slurm association), must be kept out (``no_job``)."""
     if host.is_compute:
-        return []
+        return [{"user": t.probe().name, "team": t.name, "allowed": False, "no_job": True}
+                for t in cluster.teams if t.probe()]
     operators = cluster.setting("operators")
     exempt = set(operators.users) if operators else set()
     admitted = {t.name for t in admitted_teams(cluster, host)}

@@ -2,7 +2,8 @@
 over StartTLS (tests/testbed/directory_server.py); kiln deploys SSSD on every node from kiln_directory.
 carol (optics), from the directory only, logs in on the login host, runs a job on both compute nodes and
 writes her team's project directory; dave (acoustics) can neither read nor write it, sees none of her
-jobs and cannot reach a node her job runs on; a directory entry with uid 0 is no user on any node.
+jobs and cannot reach a node her job runs on, nor can a local user without a job there (SSSD's PAM profile
+on); a directory entry with uid 0 is no user on any node.
 SYSTEM_DIRECTORY passes, and fails on a local account that hides carol and on sssd stopped."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from kiln.testbed.inventory import TESTBED_TEAMS
 from tests.testbed import directory_server
 from tests.testbed.directory_server import Person
-from tests.testbed.slurm_helpers import copy_inventory, deploy_json, job_state, kiln, ok, on, wait_for
+from tests.testbed.slurm_helpers import copy_inventory, deploy_json, job_state, kiln, ok, on, suite_verdicts, wait_for
 
 TEAMS = {"optics": 3001, "acoustics": 3002}
 PEOPLE = [Person("carol", 3101, "optics"), Person("dave", 3102, "acoustics"),
@@ -117,6 +118,15 @@ def test_a_directory_user_logs_in_runs_on_both_nodes_and_writes_only_her_teams_d
         assert dave.stderr.count("Permission denied") == 3 and job_id not in dave.stdout, dave.stdout + dave.stderr
         adopt = _ssh_as(tb, "dave", key, tb.computes[0], "id -un")
         assert adopt.returncode != 0 and "dave" not in adopt.stdout, adopt.stdout + adopt.stderr  # pam_slurm_adopt
+        # a local user (alice) with no job there is refused too: SSSD's profile begins common-account with
+        # `account sufficient pam_localuser.so`, and kiln's pam_slurm_adopt line stands before that include
+        idle = tb.computes[1]
+        stack = ok(tb, idle, "grep -nE '^(account|@include)' /etc/pam.d/sshd /etc/pam.d/common-account")
+        assert "pam_localuser.so" in stack and stack.index("pam_slurm_adopt.so") < stack.index("@include common-account"), stack
+        local = on(tb, idle, "id -un", user="alice")
+        assert local.returncode != 0 and "alice" not in local.stdout, local.stdout + local.stderr
+        severity, message = suite_verdicts(inventory, "system", idle)["SYSTEM_LOGIN_ACCESS"]
+        assert severity == "ok" and "kiln-probe-vision" in message and PROBE.name in message, message
         ok(tb, ctl, f"scancel {job_id}")
 
         # a local account that hides carol's, then sssd stopped: each fails the node it is on

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state, kiln, ok, on, submit,
+from tests.testbed.slurm_helpers import (copy_inventory, deploy_json, job_state, kiln, ok, on, submit, suite_verdicts,
                                          wait_for)
 
 pytestmark = pytest.mark.testbed
@@ -130,6 +130,21 @@ def test_pam_slurm_adopt_lets_in_only_users_with_a_job(slurm):
         on(slurm, slurm.controller, f"scancel {job}")
     # root is never affected
     assert on(slurm, node, "true").returncode == 0
+    # SYSTEM_LOGIN_ACCESS asks the node's own PAM stack for each team's probe account (never a job): kept out;
+    # with pam_slurm_adopt's line gone, a user without a job is let in and the check names the probe accounts
+    found = suite_verdicts(slurm.inventory, "system", node)
+    assert found["SYSTEM_LOGIN_ACCESS"] == ("ok", "sshd keeps out kiln-probe-vision, kiln-probe-language, with no job "
+                                                  "on this node (pam_slurm_adopt)"), found
+    ok(slurm, node, "sed -i '/pam_slurm_adopt\\.so/d' /etc/pam.d/sshd")
+    try:
+        assert on(slurm, node, "true", user="alice").returncode == 0, "alice not let in without pam_slurm_adopt"
+        severity, message = suite_verdicts(slurm.inventory, "system", node)["SYSTEM_LOGIN_ACCESS"]
+        assert severity == "fail" and "kiln-probe-vision (vision) is let in with no job on this node" in message, message
+    finally:
+        rc, _, text = deploy_json(slurm.inventory, "--roles", "slurm", "--limit", node)
+    assert rc == 0, text
+    assert on(slurm, node, "true", user="alice").returncode != 0, "alice got in with no job after kiln deploy"
+    assert suite_verdicts(slurm.inventory, "system", node)["SYSTEM_LOGIN_ACCESS"][0] == "ok"
 
 
 def test_second_deploy_changes_nothing(slurm):

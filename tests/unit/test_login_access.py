@@ -71,12 +71,35 @@ def test_a_teams_login_hosts_narrow_where_it_logs_in_and_users_have_no_shell_whe
                         ("nas1", platform.nologin)):
         _, users = account_specs(cluster, platform, cluster.hosts[name])
         assert {u["name"]: u["shell"] for u in users if not u["system"]}["alice"] == shell, name
-    # kiln check asks sshd's PAM on the login host for one user of each team; not on compute nodes
+    # kiln check asks sshd's PAM on the login host for one user of each team; on compute nodes only the teams'
+    # probe accounts (none here)
     expect = node_expectations(cluster, cluster.hosts["login1"])["system"]["logins"]
     assert expect == [{"user": "alice", "team": "vision", "allowed": True},
                       {"user": "bob", "team": "language", "allowed": False}]
     assert node_expectations(cluster, cluster.hosts["gpu01"])["system"]["logins"] == []
     assert all(not e["allowed"] for e in node_expectations(cluster, cluster.hosts["ctl1"])["system"]["logins"])
+
+
+def test_on_compute_nodes_each_teams_probe_account_is_asked_and_must_be_kept_out_for_want_of_a_job(tmp_path):
+    """pam_slurm_adopt decides on compute nodes by the user's jobs there: the probe accounts never run one, so
+    PAM must refuse them; one let in fails naming pam_slurm_adopt (what lets a user without a job in)."""
+    inventory = _inventory(tmp_path)
+    path = inventory / "group_vars" / "all" / "cluster.yml"
+    data = yaml.safe_load(path.read_text())
+    data["kiln_teams"][0]["probe_uid"] = 3191
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster = load_cluster(inventory)
+    expect = node_expectations(cluster, cluster.hosts["gpu01"])["system"]["logins"]
+    assert expect == [{"user": "kiln-probe-vision", "team": "vision", "allowed": False, "no_job": True}]
+    assert {"user": "alice", "team": "vision", "allowed": True} in \
+        node_expectations(cluster, cluster.hosts["login1"])["system"]["logins"]  # a team's own user off compute nodes
+    kept_out = logins.judge(expect, f"kiln-login kiln-probe-vision {logins.PAM_PERM_DENIED}\n")
+    assert (kept_out.severity, kept_out.message) == ("ok", "sshd keeps out kiln-probe-vision, with no job on this node "
+                                                           "(pam_slurm_adopt)")
+    let_in = logins.judge(expect, "kiln-login kiln-probe-vision 0\n")
+    assert let_in.severity == "fail" and let_in.message.startswith(
+        "kiln-probe-vision (vision) is let in with no job on this node: pam_slurm_adopt must be in the account stack")
+    assert logins.judge(expect, "").severity == "fail"  # nothing asked is nothing kept out
 
 
 def test_an_operator_is_not_the_user_asked_for_a_team(tmp_path):
