@@ -1,5 +1,5 @@
 """Shared fixtures: paths of the repository and a guard that proves no connection is opened; the run's
-three lanes (tests/lanes.py); what each tier and lane took, printed when the run ends."""
+two lanes (tests/lanes.py); what each tier and lane took, printed when the run ends."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def tier_of(nodeid: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """The three lanes, one a worker (``--dist loadscope``, pyproject.toml's default)."""
+    """The two lanes, one a worker (``--dist loadscope``, pyproject.toml's default)."""
     if config.getvalue("dist") == "loadscope":
         return lanes.LaneScheduling(config, log)
     return None
@@ -53,7 +53,7 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logfinish(nodeid, location):  # noqa: ARG001 - the hook's signature
-    """Each finished test is written to the run's shared log: the VM tier waits on lanes b and c (tests/lanes.py)."""
+    """Each finished test is written to the run's shared log: the VM tier waits on lane b's (tests/lanes.py)."""
     if _CONFIG:
         lanes.note_finished(_CONFIG[0], nodeid)
 

@@ -15,7 +15,7 @@ from kiln.testbed.testbed import Testbed
 from tests.lanes import worker
 from tests.testbed.slurm_helpers import deploy_json, on, wait_for
 
-SHARED_NAMES = {"main": "kilntest", "gw0": "kilntest", "gw1": "kilnlb", "gw2": "kilnl3"}  # per pytest-xdist worker (tests/lanes.py)
+SHARED_NAMES = {"main": "kilntest", "gw0": "kilntest", "gw1": "kilnlb"}  # per pytest-xdist worker (tests/lanes.py)
 NODES = 5  # 1 controller + 4 compute: enough for rolling patches with a node drained by a person
 TOOLS = ("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "unshare", "nsenter")
 
