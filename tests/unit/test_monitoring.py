@@ -116,7 +116,8 @@ def _validated_file_commands(monkeypatch, path: str, content: bytes, check: str)
         yield f"cat > {dest} <<'EOF'\n{src.read().decode()}EOF"
     monkeypatch.setattr(operations, "files", SimpleNamespace(put=SimpleNamespace(_inner=upload)))
     snap = SimpleNamespace(files={}, covers=lambda _: True)
-    ctx = SimpleNamespace(snapshot=snap, paths=[], units=[], lines=[], modules=[], packages=[], users=[], groups=[])
+    ctx = SimpleNamespace(snapshot=snap, paths=[], units=[], lines=[], line_anchors={}, modules=[], packages=[], users=[],
+                          groups=[])
     return list(operations.validated_file._inner(ctx=ctx, path=path, content=content, mode="640", user="root",
                                                  group="root", check=check))
 
