@@ -223,8 +223,10 @@ def test_the_probe_tells_open_reset_and_dropped_apart_against_real_rules(tmp_pat
     rules.write_text("table inet t {\n chain input {\n  type filter hook input priority filter; policy accept;\n"
                      "  tcp dport 7003 drop\n }\n}\n")
     wanted = [{"host": "h", "address": "127.0.0.1", "port": port, "allowed": port != 7003} for port in (7001, 7002, 7003)]
+    ready = tmp_path / "listening"  # the listener says when it listens: a fixed sleep lost the race on a busy machine
     script = (f"ip link set lo up && nft -f {rules} && (python3 -c 'import socket,time; s=socket.socket(); "
-              "s.bind((\"127.0.0.1\", 7001)); s.listen(); time.sleep(20)' >/dev/null 2>&1 &) && sleep 0.5 && "
+              f"s.bind((\"127.0.0.1\", 7001)); s.listen(); open(\"{ready}\", \"w\").close(); time.sleep(20)' "
+              f">/dev/null 2>&1 &) && for i in $(seq 300); do [ -e {ready} ] && break; sleep 0.1; done && "
               + zones.probe_command(wanted))
     out = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=60)
     found = zones.parse_probes(out.stdout)
