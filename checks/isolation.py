@@ -20,6 +20,9 @@ them through ``runuser`` and fails on any probe that gets through:
   or cannot create one in its own team's (missing, wrong group or mode). What it creates it removes;
 - ISOLATION_HOMES: the probe lists or creates a file in a user's home (``homes``: the teams' users' homes on
   this host; one that is not there passes);
+- ISOLATION_WRITES: the probe may write a directory or file outside its own space: its own walk of the host's
+  local filesystems (sticky directories like /tmp, homes, team directories and shared filesystems aside) and
+  of the top of each shared filesystem, asked of the kernel for it (``find -writable``), nothing written;
 - ISOLATION_MONITORING: a listener of kiln's monitoring (this host's node_exporter, Prometheus,
   Alertmanager) answers the probe without credentials (anything but 401; one it cannot reach from here
   passes, and the verdict says so);
@@ -39,7 +42,8 @@ failure: the operator chose it, and a deploy or rollout that runs this suite goe
 Expectations (``expect["isolation"]``): allowed (check id -> the setting that turns its protection off), probes (the probe accounts), probe_teams (each one's team), secrets (the paths of every
 secret kiln may place on a host), address (where the host's sshd listens: its inventory address),
 team_directories (``{path, team}`` of each team directory the host mounts), team_parents (the
-directories that hold them), homes (the teams' users' homes), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
+directories that hold them), homes (the teams' users' homes), writes_prune (what the probe's walk for writable paths does not descend into:
+the shared filesystems, the team directories' parents, /home), shared_roots (the shared filesystems' mount points), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
 """
 
 from __future__ import annotations
@@ -178,6 +182,38 @@ def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None
               f"director(ies) and none of the other {len(targets) - sum(1 for k, _ in targets if k == 'own')}")
 
 
+# The probe's own walk of what it may write (find -writable: access(2) for the probe, so its permissions, ACLs
+# and read-only mounts decide, and what it cannot enter it never sees), nothing written: the host's local
+# filesystems, not descending into sticky directories (/tmp's kind: their contents are their users'),
+# the pseudo-filesystems, users' homes, team directories or shared filesystems (``prune``: ISOLATION_HOMES and
+# ISOLATION_FILES probe those), then the top of each shared filesystem (``shallow``). A name with a control
+# character is printed as ODD_NAME: it could not be told from two names, and it is a finding all the same.
+ODD_NAME = "kiln-odd-name"
+WRITABLE_LIMIT = 200  # paths printed at most
+
+
+def writable_command(probe: str, prune: list[str], shallow: list[str]) -> str:
+    """The probe lists what it may write outside its own space, a path a line."""
+    skip = " -o ".join(f"-path {shlex.quote(p)}" for p in ["/proc", "/sys", "/dev", "/run", *prune])
+    pick = f"\\( -type d -o -type f \\) -writable \\( -path '*[[:cntrl:]]*' -printf '{ODD_NAME}\\n' -o -printf '%p\\n' \\)"
+    walks = [f"find / -xdev \\( {skip} -o -type d -perm -1000 \\) -prune -o {pick}"]
+    walks += [f"find {shlex.quote(m)} -maxdepth 1 \\( -type d -perm -1000 \\) -prune -o {pick}" for m in shallow]
+    return as_user(probe, "/bin/sh", "-c", "{ " + "; ".join(w + " 2>/dev/null" for w in walks)
+                   + f"; }} | head -n {WRITABLE_LIMIT}; true")
+
+
+def _writes(node: Node, probe: str, isolation: dict, own: set[str]) -> Verdict:
+    out = node.run(writable_command(probe, isolation.get("writes_prune") or [], isolation.get("shared_roots") or []))
+    lines = out.stdout.split("\n")
+    found = [p for p in lines if p.startswith("/") and p not in own]
+    found += [f"{lines.count(ODD_NAME)} path(s) with a control character in the name"] if ODD_NAME in lines else []
+    if found:
+        return fail("ISOLATION_WRITES", f"{probe} can write {_first_four(found)}, outside its own space: chmod g-w,o-w "
+                    "each (or chgrp it away from the team), and look for what was written there")
+    return ok("ISOLATION_WRITES", f"{probe} can write nothing outside its own space on this host's local filesystems "
+              f"and the top of its {len(isolation.get('shared_roots') or [])} shared one(s)")
+
+
 # Each URL's HTTP status for a client with no credentials, "untrusted" (an https listener whose certificate
 # the cluster CA, argument 1, did not sign for its address) or "unreachable": "STATUS URL", a line each
 _HTTP = ("import ssl, sys, urllib.request, urllib.error\n"
@@ -256,6 +292,8 @@ def run(node: Node, expect: dict) -> list[Verdict]:
                      _sudo(node, probe, tuple(filter(None, [isolation.get("token")])))]
         if isolation.get("address"):
             verdicts.append(_ssh_password(node, probe, isolation["address"]))
+        own = {d["path"] for d in isolation.get("team_directories") or [] if d["team"] == teams.get(probe)}
+        verdicts.append(_writes(node, probe, isolation, own))
         for verdict in (_files(node, probe, teams.get(probe, ""), isolation), _homes(node, probe, isolation.get("homes") or []),
                         _monitoring(node, probe, isolation.get("monitoring_endpoints") or [],
                                     isolation.get("monitoring_ca_file") or "")):

@@ -223,6 +223,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
     "ISOLATION_HOMES": ("isolation", "fail", "a team's user lists or writes another user's home directory",
                         "chmod o-rwx the home (kiln deploy closes the homes it created); look for what was read or "
                         "written there", "kiln_teams"),
+    "ISOLATION_WRITES": ("isolation", "fail", "a team's user may write a directory or file outside its own space "
+                         "(its own walk of the host's local filesystems and the top of its shared ones; sticky "
+                         "directories like /tmp, homes and team directories aside)",
+                         "chmod g-w,o-w the path (or chgrp it away from the team); look for what was written there",
+                         ""),
     "ISOLATION_MONITORING": ("isolation", "fail", "a monitoring listener (node_exporter, Prometheus, "
                              "Alertmanager) answers a team's user without credentials",
                              "kiln deploy writes the listeners' basic auth; find what replaced it", ""),

@@ -87,6 +87,20 @@ def test_one_teams_user_sees_nothing_of_anothers_and_the_isolation_suite_fails_o
         ok(tb, ctl, "chmod 640 /etc/prometheus/kiln-password")
         assert failing(found) == {"ISOLATION_SECRETS"} and "/etc/prometheus/kiln-password" in found["ISOLATION_SECRETS"][1]
 
+        # a directory and a file outside any team's space made writable (a package's or a person's chmod)
+        writes = found["ISOLATION_WRITES"]
+        assert writes[0] == "ok" and "can write nothing outside its own space" in writes[1], found
+        ok(tb, ctl, "chmod o+w /usr/local/bin && install -d -m 2775 -g vision /opt/kiln-open-to-vision")
+        try:
+            found = isolation(tb, tmp_path)
+        finally:
+            ok(tb, ctl, "chmod o-w /usr/local/bin && rmdir /opt/kiln-open-to-vision")
+        assert failing(found) == {"ISOLATION_WRITES"}, found
+        assert "/usr/local/bin" in found["ISOLATION_WRITES"][1] and "outside its own space" in found["ISOLATION_WRITES"][1]
+        wrote = [c for c in json.loads((tmp_path / "c.json").read_text())["nodes"][ctl]["checks"]
+                 if c["id"] == "ISOLATION_WRITES" and "/opt/kiln-open-to-vision" in c["message"]]
+        assert [c["message"].split()[0] for c in wrote] == ["kiln-probe-vision"], wrote  # its group's only
+
         ok(tb, ctl, "sacctmgr -i add user kiln-probe-vision account=vision adminlevel=operator")
         try:
             found = isolation(tb, tmp_path)

@@ -22,7 +22,8 @@ TEAM_DIRECTORIES = [{"path": "/shared/projects/vision", "team": "vision"},
 EXPECT = {"isolation": {"probes": [PROBE], "probe_teams": {PROBE: "vision"},
                         "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"], "address": "10.0.0.1",
                         "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"],
-                        "homes": ["/home/alice", "/home/bob"],
+                        "homes": ["/home/alice", "/home/bob"], "writes_prune": ["/home", "/shared"],
+                        "shared_roots": ["/shared"],
                         "monitoring_endpoints": ["http://10.0.0.1:9100/metrics", "http://10.0.0.9:9090/api/v1/query?query=up"]}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
 # sshare -a -P and sacctmgr show association on the testbed (Slurm 22.05.8), as root; under PrivateData the
@@ -52,8 +53,9 @@ class Cluster:
     def __init__(self, queue=(("41", "alice"), ("42", "bob")), leaks=False, readable=(), admin=False, account=True,
                  ssh="publickey", files="", sudo=(1, "sudo: a password is required\n", f"User {PROBE} is not allowed to run sudo on login01.\n"),
                  http=("401", "401"), usage_leaks=False, associations_leak=False, account_add=None, homes="",
-                 leftover=False):
+                 leftover=False, writes="/shared/projects/vision\n"):
         self.files, self.sudo, self.http = files, sudo, http
+        self.writes = writes
         self.usage_leaks, self.associations_leak, self.homes = usage_leaks, associations_leak, homes
         self.account_add = account_add or ((0, ACCOUNT_ADDED, "") if admin else (1, *ACCOUNT_DENIED))
         self.accounts = {f"kiln-isolation-{PROBE}"} if leftover else set()  # what slurmdbd holds
@@ -103,6 +105,9 @@ class Cluster:
             return Result(self.sudo[0], self.sudo[1])
         if command == f"env LC_ALL=C sudo -l -U {PROBE}":
             return Result(0, self.sudo[2])
+        if "-writable" in command and as_probe:
+            assert " -o -path /home -o -path /shared -o " in command and "; find /shared -maxdepth 1 " in command
+            return Result(0, self.writes)
         if "kiln-isolation-$$" in command and as_probe:
             if command.endswith(" sh other:/home/alice other:/home/bob"):
                 return Result(0, self.homes)
@@ -118,12 +123,14 @@ def test_a_probe_that_reaches_nothing_passes_every_probe():
     found = verdicts(Cluster())
     assert {k: s for k, (s, _) in found.items()} == {"ISOLATION_JOBS": "ok", "ISOLATION_SECRETS": "ok",
                                                      "ISOLATION_USAGE": "ok", "ISOLATION_ACCOUNTING": "ok",
-                                                     "ISOLATION_HOMES": "ok",
+                                                     "ISOLATION_HOMES": "ok", "ISOLATION_WRITES": "ok",
                                                      "ISOLATION_SLURM_ADMIN": "ok", "ISOLATION_SSH_PASSWORD": "ok",
                                                      "ISOLATION_FILES": "ok", "ISOLATION_SUDO": "ok",
                                                      "ISOLATION_MONITORING": "ok"}
     assert found["ISOLATION_FILES"][1] == f"{PROBE} writes its team's 1 director(ies) and none of the other 2"
     assert found["ISOLATION_HOMES"][1] == f"{PROBE} lists and writes none of the 2 users' homes"
+    assert found["ISOLATION_WRITES"][1] == (f"{PROBE} can write nothing outside its own space on this host's local "
+                                            "filesystems and the top of its 1 shared one(s)")  # its own team's is its own
     cluster = Cluster()
     verdicts(cluster)
     assert [c for c in cluster.asked if "kiln-isolation-$$" in c][0].endswith(
@@ -417,3 +424,50 @@ def test_a_probe_the_inventory_lets_through_warns_naming_the_setting_and_others_
     assert found["ISOLATION_SECRETS"][0] == "fail"
     held = {v.id: v.severity for v in run(Node("login01", Cluster().answer), expect)}
     assert held["ISOLATION_JOBS"] == "ok"
+
+
+def test_a_path_outside_its_own_space_the_probe_may_write_fails_and_so_does_a_name_it_cannot_pass():
+    found = verdicts(Cluster(writes="/shared/projects/vision\n/var/local\n/usr/local/bin\n"))
+    assert found["ISOLATION_WRITES"][0] == "fail" and found["ISOLATION_WRITES"][1].startswith(
+        f"{PROBE} can write /var/local; /usr/local/bin, outside its own space"), found["ISOLATION_WRITES"]
+    odd = verdicts(Cluster(writes="kiln-odd-name\n"))["ISOLATION_WRITES"]
+    assert odd[0] == "fail" and "1 path(s) with a control character in the name" in odd[1], odd
+    # its shell's other words are no path
+    assert verdicts(Cluster(writes="find: '/root': Permission denied\n"))["ISOLATION_WRITES"][0] == "ok"
+
+
+def test_the_walk_finds_what_its_user_may_write_and_no_sticky_directorys_contents(tmp_path):
+    """The probe's own find expression, run here on a tree made here (its walk of / moved to the tree), as
+    ``nobody`` where the test runs as root (root may write anything), else as the test's own user."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from checks.isolation import writable_command
+    root = os.geteuid() == 0
+    top = Path(tempfile.mkdtemp(dir="/var/tmp")) if root else tmp_path
+    dirs = (("etc", 0o555), ("opt", 0o777), ("tmp", 0o1777), ("var/local", 0o2775), ("var", 0o555), ("home", 0o755),
+            ("home/alice", 0o777), ("odd\nname", 0o777))
+    try:
+        for d, _ in dirs:
+            (top / d).mkdir(parents=True, exist_ok=True)
+        for f, mode in (("etc/conf", 0o444), ("etc/open", 0o666), ("tmp/theirs", 0o666), ("opt/run.sh", 0o775)):
+            (top / f).write_text("x")
+            os.chmod(top / f, mode)
+        for d, mode in dirs:
+            os.chmod(top / d, mode)
+        os.chmod(top, 0o755)
+        script = shlex.split(writable_command("nobody", [str(top / "home")], []))[-1].replace(
+            "find / -xdev", f"find {top} -xdev")
+        argv = ["runuser", "-u", "nobody", "--", "sh", "-c", script] if root else ["sh", "-c", script]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.split("\n")
+    finally:
+        for d in ("etc", "var", "tmp"):
+            os.chmod(top / d, 0o755)
+        if root:
+            shutil.rmtree(top)
+    found = sorted(p.removeprefix(str(top)) for p in out if p.startswith(str(top) + "/"))
+    # nobody: only what others may write; the tree's owner: also its own files, not the read-only directory
+    assert found == (["/etc/open", "/opt"] if root else ["/etc/open", "/opt", "/opt/run.sh", "/var/local"]), out
+    assert out.count("kiln-odd-name") == 1  # the 0777 directory with a newline in its name
