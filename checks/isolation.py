@@ -42,8 +42,7 @@ failure: the operator chose it, and a deploy or rollout that runs this suite goe
 Expectations (``expect["isolation"]``): allowed (check id -> the setting that turns its protection off), probes (the probe accounts), probe_teams (each one's team), secrets (the paths of every
 secret kiln may place on a host), address (where the host's sshd listens: its inventory address),
 team_directories (``{path, team}`` of each team directory the host mounts), team_parents (the
-directories that hold them), homes (the teams' users' homes), writes_prune (what the probe's walk for writable paths does not descend into:
-the shared filesystems, the team directories' parents, /home), shared_roots (the shared filesystems' mount points), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
+directories that hold them), homes (the teams' users' homes), shared_roots (the shared filesystems' mount points), token (this run's, given by kiln check: in the probe's sudo command). Never in the node-local runner: these probes are the operator's.
 """
 
 from __future__ import annotations
@@ -185,25 +184,26 @@ def _files(node: Node, probe: str, team: str, isolation: dict) -> Verdict | None
 # The probe's own walk of what it may write (find -writable: access(2) for the probe, so its permissions, ACLs
 # and read-only mounts decide, and what it cannot enter it never sees), nothing written: the host's local
 # filesystems, not descending into sticky directories (/tmp's kind: their contents are their users'),
-# the pseudo-filesystems, users' homes, team directories or shared filesystems (``prune``: ISOLATION_HOMES and
-# ISOLATION_FILES probe those), then the top of each shared filesystem (``shallow``). A name with a control
+# the pseudo-filesystems, /home or the shared filesystems (which hold the team directories: ISOLATION_HOMES and
+# ISOLATION_FILES probe those), then the top of each shared filesystem. A name with a control
 # character is printed as ODD_NAME: it could not be told from two names, and it is a finding all the same.
 ODD_NAME = "kiln-odd-name"
 WRITABLE_LIMIT = 200  # paths printed at most
 
 
-def writable_command(probe: str, prune: list[str], shallow: list[str]) -> str:
-    """The probe lists what it may write outside its own space, a path a line."""
-    skip = " -o ".join(f"-path {shlex.quote(p)}" for p in ["/proc", "/sys", "/dev", "/run", *prune])
+def writable_command(probe: str, shared: list[str]) -> str:
+    """The probe lists what it may write outside its own space, a path a line (``shared``: the mount points
+    of the host's shared filesystems)."""
+    skip = " -o ".join(f"-path {shlex.quote(p)}" for p in ["/proc", "/sys", "/dev", "/run", "/home", *shared])
     pick = f"\\( -type d -o -type f \\) -writable \\( -path '*[[:cntrl:]]*' -printf '{ODD_NAME}\\n' -o -printf '%p\\n' \\)"
     walks = [f"find / -xdev \\( {skip} -o -type d -perm -1000 \\) -prune -o {pick}"]
-    walks += [f"find {shlex.quote(m)} -maxdepth 1 \\( -type d -perm -1000 \\) -prune -o {pick}" for m in shallow]
+    walks += [f"find {shlex.quote(m)} -maxdepth 1 \\( -type d -perm -1000 \\) -prune -o {pick}" for m in shared]
     return as_user(probe, "/bin/sh", "-c", "{ " + "; ".join(w + " 2>/dev/null" for w in walks)
                    + f"; }} | head -n {WRITABLE_LIMIT}; true")
 
 
 def _writes(node: Node, probe: str, isolation: dict, own: set[str]) -> Verdict:
-    out = node.run(writable_command(probe, isolation.get("writes_prune") or [], isolation.get("shared_roots") or []))
+    out = node.run(writable_command(probe, isolation.get("shared_roots") or []))
     lines = out.stdout.split("\n")
     found = [p for p in lines if p.startswith("/") and p not in own]
     found += [f"{lines.count(ODD_NAME)} path(s) with a control character in the name"] if ODD_NAME in lines else []

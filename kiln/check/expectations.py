@@ -98,8 +98,6 @@ def _isolation(cluster: Cluster, host: Host) -> dict:
             "team_directories": [{"path": path, "team": team} for m in mounts for path, team in m.team_paths(cluster.teams)],
             "team_parents": [m.team_parent(d) for m in mounts for d in m.team_directories if d != "."],
             "homes": [f"/home/{u.name}" for t in cluster.teams if not t.directory for u in t.users],
-            "writes_prune": sorted({"/home", *(m.path for m in host.storage_mounts),
-                                    *(m.team_parent(d) for m in mounts for d in m.team_directories)}),
             "shared_roots": sorted({m.path for m in host.storage_mounts})}
 
 

@@ -22,7 +22,7 @@ TEAM_DIRECTORIES = [{"path": "/shared/projects/vision", "team": "vision"},
 EXPECT = {"isolation": {"probes": [PROBE], "probe_teams": {PROBE: "vision"},
                         "secrets": ["/etc/munge/munge.key", "/etc/slurm/slurmdbd.conf"], "address": "10.0.0.1",
                         "team_directories": TEAM_DIRECTORIES, "team_parents": ["/shared/projects"],
-                        "homes": ["/home/alice", "/home/bob"], "writes_prune": ["/home", "/shared"],
+                        "homes": ["/home/alice", "/home/bob"],
                         "shared_roots": ["/shared"],
                         "monitoring_endpoints": ["http://10.0.0.1:9100/metrics", "http://10.0.0.9:9090/api/v1/query?query=up"]}}
 SEP = re.compile(r"JobID:(\|k[0-9a-f]{16}\|)")
@@ -458,8 +458,8 @@ def test_the_walk_finds_what_its_user_may_write_and_no_sticky_directorys_content
         for d, mode in dirs:
             os.chmod(top / d, mode)
         os.chmod(top, 0o755)
-        script = shlex.split(writable_command("nobody", [str(top / "home")], []))[-1].replace(
-            "find / -xdev", f"find {top} -xdev")
+        script = shlex.split(writable_command("nobody", []))[-1].replace(
+            "find / -xdev", f"find {top} -xdev").replace("-path /home ", f"-path {top}/home ")
         argv = ["runuser", "-u", "nobody", "--", "sh", "-c", script] if root else ["sh", "-c", script]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.split("\n")
     finally:
