@@ -14,7 +14,9 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
   restarts before they may open files again; a change restarts the server.
 + ``kiln_storage_gluster_volumes``: ``glusterfs-server``, ``glusterd`` enabled and running, each volume one
   brick on this server (``gluster volume create NAME HOST:BRICK force``: a lab's brick may sit on the root
-  filesystem), started; Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
+  filesystem), started; the brick's parent directory root's only (0700: users of the server never write into
+  a brick, past the volume's quotas and behind GlusterFS's back; validation keeps that parent out of ``/``'s
+  first level and away from the host's NFS exports); Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
   says it is not, so a no-op deploy asks nothing of gluster; those commands first wait until glusterd
   answers (``gluster pool list``: the unit is active before glusterd listens).
 + team quotas (a team's ``quotas`` on a mount of a volume this host serves, kiln/inventory/quotas.py): the
@@ -33,6 +35,7 @@ from __future__ import annotations
 from pyinfra.operations import server
 
 from kiln.inventory.quotas import nfs_quotas_here, served_here
+from kiln.inventory.storage_schema import brick_parent
 from kiln.shell import quote
 from roles.context import NodeContext, when_changed
 from roles.operations import (answers, logs_of, managed_directory, pinned_packages, recorded_commands, service_running,
@@ -151,6 +154,12 @@ def _gluster(ctx: NodeContext, volumes) -> None:
     glusterd = answers("glusterd", "gluster --mode=script pool list", ctx.cluster.setting("service_start_timeout"),
                        "the volume was not created or started", logs_of(unit))
     for v in volumes:
+        # a brick is written through its volume only: its parent is closed to all but root, so no user of this
+        # host reaches the brick's files (the team directories, 2770, would be theirs to write past the quota)
+        parent = brick_parent(v.brick)
+        ctx.watch_path(parent)
+        managed_directory(name=f"storage_server: brick parent {parent} root's only", ctx=ctx, path=parent,
+                          user="root", group="root", mode="700")
         ctx.watch_path(v.brick)
         managed_directory(name=f"storage_server: brick {v.brick}", ctx=ctx, path=v.brick, user="root", group="root",
                           mode="755")

@@ -14,6 +14,7 @@ from kiln.inventory import model
 from kiln.inventory.formats import CONTROL, is_this_machine
 from kiln.inventory.loader import RawInventory
 from kiln.inventory.schema import CLUSTER_NAME, SERVICE_ACCOUNTS, SETTINGS
+from kiln.inventory.storage_schema import brick_parent
 from kiln.inventory.suggest import suggest
 from kiln.versions import PINS, required_pins
 
@@ -91,6 +92,15 @@ def check_storage_servers(raw: RawInventory, hosts: dict[str, model.Host], add: 
             if key == "kiln_storage_gluster_volumes" and host.os == "rocky9":
                 add(file, key, f"{host.name} runs rocky9, whose repositories have no glusterfs-server (only the "
                         "client): serve GlusterFS from a Debian or Ubuntu storage server", line)
+            if key == "kiln_storage_gluster_volumes":
+                for v in items:
+                    parent = brick_parent(v.brick)
+                    near = [e.path for e in exports or [] if e.path == parent or e.path.startswith(parent + "/")
+                            or parent.startswith(e.path.rstrip("/") + "/")]
+                    if near:
+                        add(file, key, f"{host.name}: brick {v.brick} and NFS export {near[0]} overlap: kiln closes "
+                                f"the brick's parent {parent} to all but root, and a brick must not be reachable over "
+                                "NFS; give them directories apart", line)
             names = [getattr(item, ident) for item in items]
             for dup in sorted(n for n, c in Counter(names).items() if c > 1):
                 add(file, key, f"{host.name}: {ident} {dup} is listed twice", line)

@@ -115,17 +115,33 @@ class NfsExport(_Strict):
     mode: Annotated[str, Field(pattern=r"^[0-7]?[0-7]{3}$")] = Field("755", description="the directory's mode")
 
 
+def brick_parent(brick: str) -> str:
+    """The directory holding a GlusterFS brick: the storage_server role closes it to all but root."""
+    return brick.rstrip("/").rsplit("/", 1)[0] or "/"
+
+
 class GlusterVolume(_Strict):
     """A GlusterFS volume of one brick on its storage server (labs and testbeds: no replication)."""
 
     name: Token = Field(description="the volume's name, what clients mount as SERVER:/NAME")
-    brick: MountPoint = Field(description="the brick directory on the server, made if missing")
+    brick: MountPoint = Field(description="the brick directory on the server, made if missing; its parent is made "
+                              "root's only (0700), so it must be a directory of its own, e.g. /srv/gluster/NAME")
     quota_soft_timeout: int = Field(60, ge=0, le=1800, description="team quotas only: seconds a brick trusts its "
                                     "count of a directory's use while under 80% of the limit (gluster's soft-timeout; "
                                     "a write within it may pass the limit by what lands meanwhile; 0: counted at "
                                     "every write, slower)")
     quota_hard_timeout: int = Field(5, ge=0, le=60, description="team quotas only: the same above 80% of the limit "
                                     "(gluster's hard-timeout)")
+
+    @field_validator("brick")
+    @classmethod
+    def _own_parent(cls, brick: str) -> str:
+        parent = brick_parent(brick)
+        if parent.count("/") < 2:
+            raise ValueError(f"{brick}: kiln closes a brick's parent directory to all but root (0700), and {parent} "
+                             f"is / or a directory of its first level: put the brick in a directory of its own, "
+                             f"e.g. {parent.rstrip('/')}/gluster/{brick.rstrip('/').rsplit('/', 1)[-1]}")
+        return brick
 
 
 

@@ -168,8 +168,15 @@ CASES = [
          "        nfs1: {ansible_host: 10.0.0.40, kiln_storage_nfs_exports: [{path: /home, clients: ['*(rw,no_root_squash)']}]}\n    login:")},
          "hosts.yml", "kiln_storage_nfs_exports[0].clients[0]", "not a valid NFS export client"),
     Case("gluster_server_on_rocky", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
-         "        nas1: {ansible_host: 10.0.0.40, kiln_os: rocky9, kiln_storage_gluster_volumes: [{name: scratch, brick: /srv/scratch}]}\n    login:")},
+         "        nas1: {ansible_host: 10.0.0.40, kiln_os: rocky9, kiln_storage_gluster_volumes: [{name: scratch, brick: /srv/gluster/scratch}]}\n    login:")},
          "hosts.yml", "kiln_storage_gluster_volumes", "no glusterfs-server"),
+    Case("gluster_brick_in_a_first_level_directory", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
+         "        nas1: {ansible_host: 10.0.0.40, kiln_storage_gluster_volumes: [{name: scratch, brick: /data/scratch}]}\n    login:")},
+         "hosts.yml", "kiln_storage_gluster_volumes[0].brick", "put the brick in a directory of its own"),
+    Case("gluster_brick_beside_an_nfs_export", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
+         "        nas1: {ansible_host: 10.0.0.40, kiln_storage_nfs_exports: [{path: /srv/share/nfs, clients: [10.0.0.0/24]}], "
+         "kiln_storage_gluster_volumes: [{name: scratch, brick: /srv/share/scratch}]}\n    login:")},
+         "hosts.yml", "kiln_storage_gluster_volumes", "brick /srv/share/scratch and NFS export /srv/share/nfs overlap"),
     Case("mount_of_a_path_the_server_does_not_export", {"hosts.yml": HOSTS.replace("    login:", "    storage_servers:\n      hosts:\n"
          "        nfs1: {ansible_host: 10.0.0.40, kiln_storage_nfs_exports: [{path: /export/home, clients: [10.0.0.0/24]}]}\n    login:")},
          "group_vars/all/cluster.yml", "kiln_storage_mounts[0].source", "nfs1 exports /export/home"),

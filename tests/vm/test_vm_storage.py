@@ -2,7 +2,8 @@
 its kernel's NFS server) and the GlusterFS volume ``kiln`` (glusterd, one brick), and every compute VM
 mounts them at /nfs (hard, NFS 4.2) and /gluster (the FUSE client), through /etc/fstab (the storage role).
 
-Shown here: data written on one client is read on the other and by a job on both, on each filesystem;
+Shown here: data written on one client is read on the other and by a job on both, on each filesystem; a
+team's user on the server cannot write into the GlusterFS brick (its parent is root's only);
 kiln check's storage suite passes, its shared-data check included; with the server stopped, kiln check
 fails the mount on both clients (STORAGE_RESPONDING) within its bound (the healthy run's time plus the
 storage timeout) instead of hanging, and Slurm's HealthCheckProgram drains both within one interval;
@@ -87,6 +88,12 @@ def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_v
     ok(vms, b, f"echo {token} > {GLUSTER_MOUNT}/from-{b}")
     assert ok(vms, a, f"cat {GLUSTER_MOUNT}/from-{b}").strip() == token
     assert ok(vms, vms.controller, f"cat {GLUSTER_BRICK}/from-{b}").strip() == token  # in the brick
+    # the brick is written through the volume only: a team's user on the server never reaches it, not even her
+    # own team's directory in it (a write there would pass the volume's quota, behind GlusterFS's back)
+    parent = GLUSTER_BRICK.rsplit("/", 1)[0]
+    assert ok(vms, vms.controller, f"stat -c '%U %a' {parent}").split() == ["root", "700"]
+    direct = on(vms, vms.controller, f"runuser -u alice -- touch {GLUSTER_BRICK}/projects/vision/direct")
+    assert direct.returncode != 0 and "Permission denied" in direct.stderr, direct
     out, data, _ = _check(vms, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     for node in vms.computes:
