@@ -1,5 +1,6 @@
 """The run's two lanes (tests/lanes.py): every live module has a lane, the VM tier follows lane a's nspawn
-tests, and the VM tier's wait for lane b ends once lane b's nspawn tests are in the run's finished log."""
+tests, the Vagrant cluster's test ends lane b, and the VM tier's wait for lane b ends once lane b's live
+tests (its nspawn tests and the Vagrant cluster's) are in the run's finished log."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ def test_every_module_has_one_lane_and_the_vm_tier_is_lane_as():
     assert lanes.lane_of("tests/vm/test_vm.py::t") == "a" and lanes.lane_of("tests/unit/test_lanes.py::t") == "b"
     assert lanes.lane_of("tests/testbed/test_checks.py::t") == "a"
     assert lanes.lane_of("tests/testbed/test_remediation.py::t") == "b"
+    assert lanes.lane_of("tests/vm/test_vagrant.py::t") == "b"
 
 
-def test_the_vm_tier_waits_until_lane_bs_nspawn_tests_are_in_the_finished_log(tmp_path, monkeypatch):
+def test_the_vm_tier_waits_until_lane_bs_live_tests_are_in_the_finished_log(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     config = SimpleNamespace(option=SimpleNamespace(basetemp=str(tmp_path / "popen-gw0")))
     items = [SimpleNamespace(nodeid=n) for n in ("tests/testbed/test_remediation.py::a", "tests/testbed/test_checks.py::b",
-                                                 "tests/unit/test_lanes.py::c", "tests/vm/test_vm.py::d")]
+                                                 "tests/unit/test_lanes.py::c", "tests/vm/test_vm.py::d",
+                                                 "tests/vm/test_vagrant.py::e")]
     said = []
     done = threading.Event()
     waited = []
@@ -35,12 +38,15 @@ def test_the_vm_tier_waits_until_lane_bs_nspawn_tests_are_in_the_finished_log(tm
 
     threading.Thread(target=wait, daemon=True).start()
     time.sleep(0.2)
-    assert not done.is_set() and said == ["the VM tier waits for lane b's 1 remaining nspawn tests"]
+    assert not done.is_set() and said == ["the VM tier waits for lane b's 2 remaining live tests"]
     other = SimpleNamespace(option=SimpleNamespace(basetemp=str(tmp_path / "popen-gw1")))
     lanes.note_finished(other, "tests/unit/test_lanes.py::c")  # a unit test: not waited for
     time.sleep(0.1)
     assert not done.is_set()
     lanes.note_finished(other, "tests/testbed/test_remediation.py::a")
-    assert done.wait(5) and waited[0] > 0.2
+    time.sleep(0.1)
+    assert not done.is_set()  # the Vagrant cluster's VMs are still up
+    lanes.note_finished(other, "tests/vm/test_vagrant.py::e")
+    assert done.wait(5) and waited[0] > 0.3
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "main")  # one process: nothing to wait for, no log written
     assert lanes.wait_for_lane_b(config, items, said.append) == 0.0 and lanes.finished_log(config) is None
