@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 from kiln import tls
+from kiln.inventory import gluster
 from kiln.inventory.model import Cluster, Secrets
 
 MUNGE_KEY = "munge.key"
@@ -200,14 +201,19 @@ def serves_tls(cluster: Cluster) -> bool:
 
 
 def _cluster_tls(cluster: Cluster, path: Path, create: bool) -> tls.ClusterTls | None:
-    """The CA and every host's certificate (kiln/tls.py) where the monitoring listeners serve TLS."""
-    if not serves_tls(cluster):
+    """The CA and every host's certificate (kiln/tls.py) where the monitoring listeners or GlusterFS serve TLS."""
+    if not serves_tls(cluster) and not gluster_tls_hosts(cluster):
         return None
     try:
         return tls.cluster_tls(cluster.name, path, {h.name: [h.address] for h in cluster.hosts.values()},
                                cluster.setting("tls_certificate_days"), cluster.setting("tls_renew_days"), create)
     except tls.TlsError as e:
         raise SecretsError(f"{e}; nothing was changed on any node") from None
+
+
+def gluster_tls_hosts(cluster: Cluster) -> list[str]:
+    """The hosts that speak TLS to the GlusterFS volumes kiln serves (kiln/inventory/gluster.py)."""
+    return gluster.tls_hosts(cluster.hosts, bool(cluster.setting("storage_gluster_tls")))
 
 
 def ca_file(cluster: Cluster) -> Path | None:

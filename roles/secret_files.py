@@ -16,12 +16,18 @@ REMEDIATION_KEY = "/etc/kiln/remediation/id_ed25519"  # kiln-remediate's SSH key
 REMEDIATION_ALERTMANAGER_PASSWORD = "/etc/kiln/remediation/alertmanager.password"
 REMEDIATION_BMC_PASSWORD = "/etc/kiln/remediation/bmc.password"  # the compute nodes' BMCs' (power cycles)
 BEEGFS_CONNAUTH_FILE = "/etc/beegfs/connauthfile"
+# the host's key for GlusterFS's TLS (roles/gluster_tls.py), beside its certificate and the CA: glusterfs reads
+# them in its build's OpenSSL directory, /usr/lib/ssl for Debian's and Ubuntu's glusterfs 10 and 11 (the VM tier's
+# 10.3 logs "could not load our cert at /usr/lib/ssl/glusterfs.pem" with them in /etc/ssl), /etc/ssl for the
+# glusterfs 6 client of Rocky's repositories
+GLUSTER_TLS_KEYS = {"debian": "/usr/lib/ssl/glusterfs.key", "redhat": "/etc/ssl/glusterfs.key"}
 
 
 def secret_files(cluster: Cluster) -> list[str]:
     """The paths, whichever hosts hold them (the suite reads those a host has)."""
     paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, MONITORING_TLS_KEY, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
-             REMEDIATION_ALERTMANAGER_PASSWORD, REMEDIATION_BMC_PASSWORD, BEEGFS_CONNAUTH_FILE]
+             REMEDIATION_ALERTMANAGER_PASSWORD, REMEDIATION_BMC_PASSWORD, BEEGFS_CONNAUTH_FILE,
+             *GLUSTER_TLS_KEYS.values()]
     ceph = cluster.setting("ceph")
     if ceph:
         paths.append(f"/etc/ceph/{ceph_keyring(ceph.client_name)}")

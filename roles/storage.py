@@ -26,6 +26,10 @@ Defaults:
 + a team's ``quotas`` on a Lustre mount (a project quota, the team's gid the project id) or a BeeGFS mount (a
   group quota on its gid), set from that same host and recorded in ``QUOTAS_DIR``; set again only when the
   record differs (kiln/inventory/quotas.py; GlusterFS quotas are the volume server's, roles/storage_server.py).
++ GlusterFS over TLS (``kiln_storage_gluster_tls``, on by default) where a host mounts a volume an inventory host
+  serves: its certificate of the cluster CA, key, CA and /var/lib/glusterd/secure-access (roles/gluster_tls.py),
+  before the mount; a mount made before they changed is unmounted and mounted again (a busy mount fails the
+  deploy on that host, naming it).
 + on compute nodes slurmd requires every network filesystem kiln mounts (``RequiresMountsFor``, written
   by the slurm role): a node whose storage did not mount at boot never takes jobs.
 """
@@ -36,10 +40,12 @@ import re
 
 from pyinfra.operations import server
 
+from kiln.inventory.gluster import mount_server
 from kiln.inventory.quotas import client_units, on_mount
 from kiln.shell import quote
 from roles import filesystems
 from roles.context import NodeContext, when_changed
+from roles.gluster_tls import speaks_tls, tls_files
 from roles.operations import line_present, managed_directory, pinned_packages, recorded_commands
 
 CLIENTS = {"debian": {"nfs": "nfs-common", "glusterfs": "glusterfs-client", "sshfs": "sshfs"},
@@ -154,8 +160,17 @@ def install(ctx: NodeContext) -> None:
     filesystems.install(ctx)
 
 
+def _gluster_tls(ctx: NodeContext) -> list:
+    """A GlusterFS client's TLS files (roles/gluster_tls.py), where it mounts a volume an inventory host serves;
+    a server has them from the storage_server role."""
+    if ctx.node.setting("storage_gluster_volumes") or not speaks_tls(ctx):
+        return []
+    return tls_files(ctx, "storage")
+
+
 def configure(ctx: NodeContext) -> None:
     filesystems.configure(ctx)
+    tls = _gluster_tls(ctx)
     for m in ctx.node.storage_mounts:
         if (m.type == "bind" and m.source == m.path) or m.type in NOT_IN_FSTAB:
             # provided by the machine itself (the testbed's shared directory), or mounted by its own service
@@ -176,4 +191,10 @@ def configure(ctx: NodeContext) -> None:
         server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
                      commands=[f"mount -o remount {quote(m.path)}"],
                      _if=lambda i=mounted, e=entry: i in ctx.snapshot.lines and when_changed(e)())
+        if m.type == "glusterfs" and tls and mount_server(ctx.cluster.hosts, m) is not None:
+            # a FUSE client reads its certificate and secure-access when it starts: a mount made before they
+            # changed (in clear text, or with the old certificate) is made again
+            server.shell(name=f"storage: mount {m.path} again over TLS (if its TLS files changed)",
+                         commands=[f"umount {quote(m.path)}", mount_command(m)],
+                         _if=lambda i=mounted: i in ctx.snapshot.lines and when_changed(*tls)())
         team_directories(ctx, m)

@@ -19,6 +19,10 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
   first level and away from the host's NFS exports); Debian and Ubuntu only (Rocky's repositories have no glusterfs-server). Created and started only when glusterd's own state (/var/lib/glusterd/vols/NAME/info)
   says it is not, so a no-op deploy asks nothing of gluster; those commands first wait until glusterd
   answers (``gluster pool list``: the unit is active before glusterd listens).
++ GlusterFS over TLS (``kiln_storage_gluster_tls``, on by default; roles/gluster_tls.py): the host's certificate,
+  key, the CA and /var/lib/glusterd/secure-access before glusterd starts (glusterd restarted when one changed),
+  and each volume's ``client.ssl``, ``server.ssl`` on and ``auth.ssl-allow`` the names of the inventory hosts
+  that mount it, set before the volume starts; a volume that ran without TLS is stopped and started again.
 + team quotas (a team's ``quotas`` on a mount of a volume this host serves, kiln/inventory/quotas.py): the
   volume's quota on, each team's directory made through a short mount of the volume here (root, the team's
   group, 2770: a quota needs its directory, and the clients' deploys make theirs later), the volume's
@@ -32,12 +36,16 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
 
 from __future__ import annotations
 
+import re
+
 from pyinfra.operations import server
 
+from kiln.inventory.gluster import volume_clients
 from kiln.inventory.quotas import nfs_quotas_here, served_here
 from kiln.inventory.storage_schema import brick_parent
 from kiln.shell import quote
 from roles.context import NodeContext, when_changed
+from roles.gluster_tls import speaks_tls, tls_files, volume_option_values
 from roles.operations import (answers, logs_of, managed_directory, pinned_packages, recorded_commands, service_running,
                               tcp_answers)
 
@@ -149,7 +157,15 @@ def _gluster(ctx: NodeContext, volumes) -> None:
     if not volumes:
         return
     unit = ctx.watch_unit("glusterd")
-    service_running(name="storage_server: glusterd enabled and running", ctx=ctx, unit=unit)
+    tls = speaks_tls(ctx)
+    restarted = []  # what (re)starts glusterd's daemons in this run (quotad among them)
+    if tls:
+        files = tls_files(ctx, "storage_server")
+        # glusterd reads secure-access and its certificate when it starts
+        restarted.append(server.shell(name="storage_server: restart glusterd (if its TLS files changed)",
+                                      commands=[f"systemctl restart {unit}"],
+                                      _if=lambda: ctx.snapshot.unit(unit).active == "active" and when_changed(*files)()))
+    restarted.append(service_running(name="storage_server: glusterd enabled and running", ctx=ctx, unit=unit))
     # the gluster command talks to glusterd, which is "active" before it listens (TCP 24007)
     glusterd = answers("glusterd", "gluster --mode=script pool list", ctx.cluster.setting("service_start_timeout"),
                        "the volume was not created or started", logs_of(unit))
@@ -170,12 +186,65 @@ def _gluster(ctx: NodeContext, volumes) -> None:
         server.shell(name=f"storage_server: GlusterFS volume {v.name} created", commands=[
             glusterd, f"gluster --mode=script volume create {name} {brick} force"],
             _if=lambda i=info: ctx.snapshot.files.get(i) is None)
-        server.shell(name=f"storage_server: GlusterFS volume {v.name} started", commands=[
+        if tls:
+            restarted.append(_volume_tls(ctx, v, info, started, glusterd))
+        restarted.append(server.shell(name=f"storage_server: GlusterFS volume {v.name} started", commands=[
             glusterd, f"gluster --mode=script volume start {name}"],
-            _if=lambda i=started: i not in ctx.snapshot.lines)
-        _gluster_quotas(ctx, v, answers("glusterd", "gluster --mode=script pool list",
-                                             ctx.cluster.setting("service_start_timeout"), "the team quotas were not set",
-                                             logs_of(unit)))
+            _if=lambda i=started: i not in ctx.snapshot.lines))
+        restarted.append(_gluster_quotas(ctx, v, answers("glusterd", "gluster --mode=script pool list",
+                                                         ctx.cluster.setting("service_start_timeout"),
+                                                         "the team quotas were not set", logs_of(unit))))
+    if any(served_here(ctx.cluster, ctx.node, v.name) for v in volumes):
+        _quotad_serving(ctx, unit, [op for op in restarted if op is not None])
+
+
+QUOTAD_SOCKET = "/var/run/gluster/quotad.socket"  # where each brick asks quotad for a directory's use
+
+
+def quotad_serving_command(unit: str, tries: int = 3, seconds: int = 45) -> str:
+    """Wait for quotad listening on its socket; restart glusterd (which starts quotad again) when it does not come, up to ``tries``
+    times, then fail with glusterd's and quotad's last lines."""
+    listening = f"ss -xlnH | grep -qF {QUOTAD_SOCKET}"  # a socket file a killed quotad left proves nothing
+    wait = f"n=0; until {listening} || [ $n -ge {seconds} ]; do n=$((n+1)); sleep 1; done; {listening}"
+    return (f"t=0; until {wait}; do t=$((t+1)); if [ $t -ge {tries} ]; then "
+            f"echo 'quotad did not serve ({QUOTAD_SOCKET} missing) after {tries} starts of glusterd: team quotas are "
+            f"not enforced; last lines of quotad.log:' >&2; tail -n 15 /var/log/glusterfs/quotad.log >&2; exit 1; fi; "
+            f"echo 'quotad is not serving after {seconds} s (it got no volume file from glusterd): restarting "
+            f"{unit}' >&2; systemctl restart {quote(unit)}; done")
+
+
+def _quotad_serving(ctx: NodeContext, unit: str, restarted: list) -> None:
+    """quotad serves where a volume has team quotas: without it a brick's quota check fails every write under a
+    limit with ENOTCONN ("Transport endpoint is not connected"). On the VM tier's glusterfs 10.3 with TLS on the
+    management path, quotad once got no reply to its volume-file request (glusterd logged "writev ... failed
+    (Resource temporarily unavailable)") and waited for ever; a restart of glusterd served it. Asked when quotad is
+    not serving at the start of the run, or was (re)started in it."""
+    # /proc/net/unix's line of a socket listening there (flags __SO_ACCEPTCON, state unconnected): a socket file a
+    # killed quotad left proves nothing
+    listening = ctx.watch_line("/proc/net/unix", "^[0-9a-f]+: [0-9A-F]+ [0-9A-F]+ 00010000 0001 01 [0-9]+ "
+                               + re.escape(QUOTAD_SOCKET) + "$")
+    server.shell(name="storage_server: quotad serving (team quotas enforced)", commands=[quotad_serving_command(unit)],
+                 _if=lambda: listening not in ctx.snapshot.lines or when_changed(*restarted)())
+
+
+def _volume_tls(ctx: NodeContext, volume, info: str, started: int, glusterd: str):
+    """The volume's TLS options (roles/gluster_tls.py), set when /var/lib/glusterd/vols/NAME/info lacks one; a
+    volume that was started without TLS is stopped and started, its bricks then listen with TLS."""
+    values = volume_option_values(volume_clients(ctx.cluster.hosts, ctx.node, volume.name))
+    lines = {key: ctx.watch_line(info, "^" + re.escape(f"{key}={value}") + "$") for key, value in values.items()}
+    name = quote(volume.name)
+    options = server.shell(
+        name=f"storage_server: GlusterFS volume {volume.name} speaks TLS to its clients' certificates only",
+        commands=[glusterd, *(f"gluster --mode=script volume set {name} {key} {quote(value)}"
+                              for key, value in values.items())],
+        _if=lambda: any(i not in ctx.snapshot.lines for i in lines.values()))
+    # a brick listens with TLS only from its start: a volume that ran in clear text starts again (its clients
+    # reconnect; the storage role remounts them with their own certificates)
+    ssl = (lines["client.ssl"], lines["server.ssl"])
+    return server.shell(name=f"storage_server: restart GlusterFS volume {volume.name} (if it ran without TLS)",
+                 commands=[glusterd, f"gluster --mode=script volume stop {name}", f"gluster --mode=script volume start {name}"],
+                 _if=lambda: (started in ctx.snapshot.lines and any(i not in ctx.snapshot.lines for i in ssl)
+                              and when_changed(options)()))
 
 
 QUOTAS_DIR = "/etc/kiln/gluster-quotas"
@@ -210,10 +279,10 @@ def quota_commands(volume, quotas) -> list[str]:
     ]
 
 
-def _gluster_quotas(ctx: NodeContext, volume, glusterd: str) -> None:
+def _gluster_quotas(ctx: NodeContext, volume, glusterd: str):
     quotas = served_here(ctx.cluster, ctx.node, volume.name)
     if not quotas:
-        return  # a quota taken out of the inventory stays: gluster volume quota VOLUME remove PATH
-    recorded_commands(name=f"storage_server: team quotas on GlusterFS volume {volume.name}", ctx=ctx,
+        return None  # a quota taken out of the inventory stays: gluster volume quota VOLUME remove PATH
+    return recorded_commands(name=f"storage_server: team quotas on GlusterFS volume {volume.name}", ctx=ctx,
                       record=f"{QUOTAS_DIR}/{volume.name}", content=quota_record(volume, quotas),
                       commands=[glusterd, *quota_commands(volume, quotas)])

@@ -11,6 +11,14 @@ from pyinfra.api.state import BaseStateCallback
 from kiln.deploy.plan import op_name
 
 
+def real_host(host):
+    """The host itself where pyinfra hands a callback its context proxy (``pyinfra.context.host``): the greenlet
+    that reports the operation later has no context, and the proxy's attributes would raise there (a deploy
+    once printed "'gevent._gevent_clocal.local' object has no attribute 'module'" and lost that report)."""
+    get = getattr(type(host), "_get_module", None)
+    return get(host) if get is not None else host
+
+
 class OperationEvents(BaseStateCallback):
     """Each operation as it starts and ends on a host: to the command's progress display (``events``:
     step/finish, kiln.cli.progress.Progress) and the run's log (each operation with its result and
@@ -37,9 +45,11 @@ class OperationEvents(BaseStateCallback):
     # pyinfra calls these before it marks the operation complete (its change and output are set just
     # after, in the same greenlet): what needs them runs in a greenlet of its own, a moment later.
     def operation_host_success(self, state, host, op_hash, retry_count=0):
+        host = real_host(host)
         self.pending.append(gevent.spawn(self._ended, state, host, op_hash, self._seconds(host, op_hash), True))
 
     def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+        host = real_host(host)
         self.pending.append(gevent.spawn(self._ended, state, host, op_hash, self._seconds(host, op_hash), False))
 
     def wait(self) -> None:

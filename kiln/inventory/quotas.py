@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.inventory.gluster import server_of
+
 SUPPORTED = ("glusterfs", "lustre", "beegfs", "nfs")
 
 
@@ -70,18 +72,6 @@ def _parents(hosts) -> dict[str, tuple[Any, str]]:
             for directory in mount.team_directories:
                 found.setdefault(mount.team_parent(directory), (mount, directory))
     return found
-
-
-def _serves(host, volume: str) -> bool:
-    return any(v.name == volume for v in host.setting("storage_gluster_volumes") or [])
-
-
-def _server(hosts: dict, name: str, volume: str):
-    """The inventory host serving ``volume`` under ``name`` (its inventory name or address), or None."""
-    for host in hosts.values():
-        if name in (host.name, host.address) and _serves(host, volume):
-            return host
-    return None
 
 
 def team_quotas(cluster) -> list[TeamQuota]:
@@ -163,7 +153,7 @@ def check(raw, hosts: dict, values: dict[str, Any], add: Any) -> None:
             if mount.type != "glusterfs":
                 continue
             quota = TeamQuota(team.name, parent, "", mount, "")
-            if _server(hosts, quota.server, quota.volume) is None:
+            if server_of(hosts, quota.server, quota.volume) is None:
                 add(file, key, f"{mount.source}: no host of the inventory serves GlusterFS volume {quota.volume!r} "
                     f"as {quota.server} (kiln_storage_gluster_volumes): kiln sets the quota from the volume's "
                     "server", line)

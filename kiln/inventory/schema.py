@@ -510,6 +510,10 @@ SETTINGS: dict[str, Setting] = {
            "they may open files again"),
         _s("storage_gluster_volumes", list[GlusterVolume], [], "host",
            "GlusterFS volumes of a storage server (hosts in storage_servers only; see GlusterVolume)"),
+        _s("storage_gluster_tls", bool, True, "cluster",
+           "GlusterFS volumes an inventory host serves speak TLS on their I/O and management paths, with each "
+           "host's certificate of the cluster's CA (kiln/tls.py); a volume admits only the inventory hosts that "
+           "mount it (kiln/inventory/gluster.py); off: file contents cross the network readable"),
         _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),
         _s("ssh_known_hosts_file", FilePath, None, "host",
            "known_hosts file for this host (strict checking is always on; relative paths from the inventory directory)"),

@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from kiln.inventory import cluster_checks, identities, model, monitoring_checks, nvidia_stack, quotas, ssh_config, tls_checks
+from kiln.inventory import (cluster_checks, gluster, identities, model, monitoring_checks, nvidia_stack, quotas, ssh_config,
+                            tls_checks)
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.formats import CONTROL, ascii_digits
 from kiln.inventory.loader import RawHost, RawInventory, load_raw
@@ -106,6 +107,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     identities.check_slurm_names(raw, cluster_values, out.add)
     identities.check_team_directories(raw, hosts, cluster_values, out.add)
     quotas.check(raw, hosts, cluster_values, out.add)
+    gluster.check(raw, hosts, cluster_values, out.add)
     versions = cluster_checks.check_versions(raw, hosts, cluster_values, out.add)
     tls_checks.check_tls(raw, cluster_values, versions, out.add)
     if not out.errors:

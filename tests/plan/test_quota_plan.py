@@ -5,6 +5,7 @@ with that record on the node, a deploy asks nothing of gluster."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import pytest
 from hashlib import sha1
@@ -22,12 +23,13 @@ from tests.plan.harness import plan_host
 OP = "storage_server: team quotas on GlusterFS volume scratch"
 
 
-def _cluster(tmp_path):
+def _cluster(tmp_path, **settings):
     inv = tmp_path / "inv"
     shutil.copytree(INVENTORIES / "storage", inv)
     path = inv / "group_vars" / "all" / "cluster.yml"
     data = yaml.safe_load(path.read_text())
     data["kiln_teams"][0]["quotas"] = {"/scratch": "2TB"}
+    data.update(settings)
     path.write_text(yaml.safe_dump(data))
     return load_cluster(inv)
 
@@ -49,6 +51,33 @@ def test_the_server_sets_the_quota_once_and_records_it(tmp_path, monkeypatch):
                                                         sha1(record.encode()).hexdigest())
     assert dict(plan_host(cluster, "nas1", "debian12", snapshot, monkeypatch))[OP] == []
     assert OP not in dict(plan_host(cluster, "cpu01", "debian12", fresh("debian12"), monkeypatch))
+
+
+QUOTAD = "storage_server: quotad serving (team quotas enforced)"
+
+
+def test_quotad_is_asked_to_serve_where_it_is_not_listening_or_was_restarted(tmp_path, monkeypatch):
+    """Without quotad a brick fails every write under a limit with ENOTCONN: a fresh server waits for it (and
+    restarts glusterd when it does not come); a server with quotad listening and nothing restarted asks nothing;
+    one where only a socket file is left (a killed quotad) is asked again."""
+    # TLS off: its files, absent from these recorded facts, would restart glusterd (and quotad with it)
+    cluster = _cluster(tmp_path, kiln_storage_gluster_tls=False)
+    [command] = dict(plan_host(cluster, "nas1", "debian12", fresh("debian12"), monkeypatch))[QUOTAD]
+    assert "ss -xlnH | grep -qF /var/run/gluster/quotad.socket" in command and "systemctl restart glusterd.service" in command
+    assert "exit 1" in command and "team quotas are not enforced" in command
+    snapshot = fresh("debian12")
+    record = quota_record(cluster.hosts["nas1"].setting("storage_gluster_volumes")[0], team_quotas(cluster))
+    snapshot.files[f"{QUOTAS_DIR}/scratch"] = FileState("regular file", "644", "root", "root",
+                                                        sha1(record.encode()).hexdigest())
+    snapshot.files["/var/run/gluster/quotad.socket"] = FileState("socket", "755", "root", "root", "")
+    _, ctx = plan_host(cluster, "nas1", "debian12", snapshot, monkeypatch, with_context=True)
+    # everything kiln reads of the volume is there: created and started, glusterd running
+    snapshot.lines.update(i for i, (path, _) in enumerate(ctx.lines) if path.endswith("scratch/info"))
+    for unit in ("glusterd.service",):
+        snapshot.units[unit] = replace(snapshot.unit(unit), load="loaded", active="active", enabled="enabled")
+    assert dict(plan_host(cluster, "nas1", "debian12", snapshot, monkeypatch))[QUOTAD] != []  # a file, no listener
+    snapshot.lines.add(next(i for i, (path, _) in enumerate(ctx.lines) if path == "/proc/net/unix"))
+    assert dict(plan_host(cluster, "nas1", "debian12", snapshot, monkeypatch))[QUOTAD] == []
 
 
 def _client_cluster(tmp_path):

@@ -97,10 +97,27 @@ def test_a_volume_that_exists_and_runs_is_left_alone(monkeypatch):
     snap = fresh("debian12")
     snap.files["/var/lib/glusterd/vols/scratch/info"] = FileState("regular file", "600", "root", "root", "x")
     plan, ctx = plan_host(cluster_for("debian12"), "nas1", "debian12", snap, monkeypatch, with_context=True)
-    started = next(i for i, (path, regex) in enumerate(ctx.lines) if path.endswith("scratch/info"))
-    snap.lines.add(started)
+    # started, and its TLS options set: every line kiln reads of the volume's info
+    snap.lines.update(i for i, (path, regex) in enumerate(ctx.lines) if path.endswith("scratch/info"))
     text = commands(plan_host(cluster_for("debian12"), "nas1", "debian12", snap, monkeypatch))
-    assert "volume create" not in text and "volume start" not in text
+    assert "volume create" not in text and "volume start" not in text and "volume set" not in text
+
+
+def test_a_volume_that_runs_in_clear_text_gets_tls_and_starts_again(monkeypatch):
+    """kiln_storage_gluster_tls on a volume that ran without it: its TLS options set, then the volume stopped
+    and started (a brick listens with TLS only from its start); clients remount (roles/storage.py)."""
+    from roles.snapshot import FileState
+    snap = fresh("debian12")
+    snap.files["/var/lib/glusterd/vols/scratch/info"] = FileState("regular file", "600", "root", "root", "x")
+    plan, ctx = plan_host(cluster_for("debian12"), "nas1", "debian12", snap, monkeypatch, with_context=True)
+    snap.lines.add(next(i for i, (path, regex) in enumerate(ctx.lines)
+                        if path.endswith("scratch/info") and regex == "^status=1$"))
+    text = commands(plan_host(cluster_for("debian12"), "nas1", "debian12", snap, monkeypatch))
+    assert "volume create" not in text
+    assert "gluster --mode=script volume set scratch server.ssl on" in text
+    assert "gluster --mode=script volume set scratch auth.ssl-allow nas1,cpu01,cpu02" in text
+    assert text.index("volume set scratch server.ssl on") < text.index("volume stop scratch") < \
+        text.index("volume start scratch")
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))

@@ -17,11 +17,14 @@ import pytest
 
 import json
 import re
+import shutil
+import subprocess
 import time
 import uuid
 
 from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME, NFS_EXPORT, NFS_MOUNT,
                                     VM_HEALTH_CHECK_INTERVAL, VM_MONITORING_SETTINGS, VM_STORAGE_TIMEOUT)
+from roles.gluster_tls import SECURE_ACCESS, tls_paths
 from tests.testbed.slurm_helpers import alerts_firing, copy_inventory, kiln, ok, on, wait_for
 
 STORAGE_TIMEOUT = VM_STORAGE_TIMEOUT  # kiln_check_storage_timeout on the VM tier
@@ -99,6 +102,76 @@ def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_v
     for node in vms.computes:
         shared = {c["message"].split(":")[0]: c["severity"] for c in _verdicts(data, node, "STORAGE_SHARED")}
         assert shared.get(NFS_MOUNT) == shared.get(GLUSTER_MOUNT) == "ok", data["nodes"][node]
+
+
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="needs tcpdump for the capture on the testbed's bridge "
+                    "(apt-get install tcpdump; .ci/run installs it)")
+@pytest.mark.proves("storage", "storage_server", tier="vm")
+def test_glusterfs_speaks_tls_only_admits_its_clients_and_a_capture_of_a_file_written_through_it_holds_none_of_it(
+        vms, tmp_path):
+    """kiln_storage_gluster_tls (on by default): the volume's I/O and management paths are TLS with the hosts'
+    certificates of the cluster CA; a capture on the bridge of a file written through /gluster holds none of its
+    content while the same capture holds a control written over NFS (clear text); a client whose name the volume's
+    auth.ssl-allow does not list is refused its mount."""
+    a, b = vms.computes
+    address = {n.name: n.address for n in vms.recorded_nodes()}
+    info = ok(vms, vms.controller, f"gluster --mode=script volume info {GLUSTER_VOLUME}")
+    for option in ("client.ssl: on", "server.ssl: on", f"auth.ssl-allow: {vms.controller},{a},{b}"):
+        assert option in info, info
+    cert, key, ca = tls_paths("debian")
+    for node in (vms.controller, a, b):
+        files = ok(vms, node, f"stat -c '%n %U %a' {key} {SECURE_ACCESS}")
+        assert files.split() == [key, "root", "600", SECURE_ACCESS, "root", "644"], files
+        subject = ok(vms, node, f"openssl x509 -noout -subject -in {cert}")
+        assert subject.strip().replace(" ", "") == f"subject=CN={node}", subject
+        verified = ok(vms, node, f"openssl verify -CAfile {ca} {cert}")
+        assert verified.strip() == f"{cert}: OK", verified
+    # the FUSE client's own word: TLS on both paths
+    said = ok(vms, a, f"grep -h 'SSL support' /var/log/glusterfs/{GLUSTER_MOUNT.strip('/')}.log | tail -1")
+    assert "SSL support for MGMT is ENABLED IO path is ENABLED" in said, said
+    content, control = f"kiln-gluster-{uuid.uuid4().hex}", f"kiln-nfs-{uuid.uuid4().hex}"
+    capture = tmp_path / "storage.pcap"
+    dump = subprocess.Popen(["tcpdump", "-i", vms.bridge, "-U", "-s", "0", "-w", str(capture),
+                             f"tcp and host {address[vms.controller]} and not port 22"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)  # tcpdump listening
+        # 256 KiB of the content through the FUSE client, read back on the other client; the control over NFS
+        ok(vms, a, f"yes {content} | head -n 6000 > {GLUSTER_MOUNT}/tls-probe")
+        assert ok(vms, b, f"sort -u {GLUSTER_MOUNT}/tls-probe").strip() == content
+        ok(vms, a, f"echo {control} > {NFS_MOUNT}/tls-control")
+        assert ok(vms, vms.controller, f"cat {NFS_EXPORT}/tls-control").strip() == control
+        time.sleep(2)
+    finally:
+        dump.terminate()
+        dump.wait(timeout=30)
+        on(vms, a, f"rm -f {GLUSTER_MOUNT}/tls-probe {NFS_MOUNT}/tls-control")
+    data = capture.read_bytes()
+    assert control.encode() in data, "the capture saw no clear text at all: it proves nothing"
+    assert len(data) > 2 * 6000 * (len(content) + 1), f"only {len(data)} bytes captured: the file did not cross the bridge"
+    assert content.encode() not in data and content[:20].encode() not in data, \
+        "the capture of the GlusterFS traffic holds the file's content"
+    print(f"capture on {vms.bridge}: {len(data)} bytes; the file written through {GLUSTER_MOUNT} "
+          f"({6000 * (len(content) + 1)} bytes, written on {a}, read on {b}) not in it; the NFS control seen")
+    # authorization: a certificate of the cluster's CA whose name auth.ssl-allow does not list is refused. The
+    # controller's name leaves the list for a moment (it holds no lasting mount: a client whose name leaves it is
+    # cut off at once, gluster checks connected clients again), and its own mount of the volume is refused
+    # while both compute VMs go on reading
+    ok(vms, vms.controller, f"gluster --mode=script volume set {GLUSTER_VOLUME} auth.ssl-allow {a},{b}")
+    try:
+        refused = on(vms, vms.controller, f"mkdir -p /mnt/kiln-tls && mount -t glusterfs localhost:/{GLUSTER_VOLUME} "
+                                          "/mnt/kiln-tls && ls /mnt/kiln-tls", timeout=120)
+        assert refused.returncode != 0, refused.stdout + refused.stderr
+        why = ok(vms, vms.controller, "grep -h 'SETVOLUME on remote-host failed' /var/log/glusterfs/mnt-kiln-tls.log "
+                                      "| tail -1")
+        assert "Authentication failed" in why, why
+        for node in (a, b):
+            assert ok(vms, node, f"ls {GLUSTER_MOUNT}/projects").split() == ["language", "vision"]
+        print(f"{vms.controller} left out of auth.ssl-allow: {why.strip()[-120:]}")
+    finally:
+        on(vms, vms.controller, "umount /mnt/kiln-tls; rmdir /mnt/kiln-tls")
+        ok(vms, vms.controller, f"gluster --mode=script volume set {GLUSTER_VOLUME} auth.ssl-allow "
+                                f"{vms.controller},{a},{b}")
 
 
 @pytest.mark.proves("storage_server", tier="vm")
