@@ -25,6 +25,7 @@ import uuid
 from kiln.testbed.inventory import (GLUSTER_BRICK, GLUSTER_MOUNT, GLUSTER_VOLUME, NFS_EXPORT, NFS_MOUNT,
                                     VM_HEALTH_CHECK_INTERVAL, VM_MONITORING_SETTINGS, VM_STORAGE_TIMEOUT)
 from roles.gluster_tls import SECURE_ACCESS, tls_paths
+from roles.storage_server import quotad_serving_command
 from tests.testbed.slurm_helpers import alerts_firing, copy_inventory, kiln, ok, on, wait_for
 
 STORAGE_TIMEOUT = VM_STORAGE_TIMEOUT  # kiln_check_storage_timeout on the VM tier
@@ -172,6 +173,11 @@ def test_glusterfs_speaks_tls_only_admits_its_clients_and_a_capture_of_a_file_wr
         on(vms, vms.controller, "umount /mnt/kiln-tls; rmdir /mnt/kiln-tls")
         ok(vms, vms.controller, f"gluster --mode=script volume set {GLUSTER_VOLUME} auth.ssl-allow "
                                 f"{vms.controller},{a},{b}")
+        # quotad, the controller's own client of the brick, was cut off with its name and does not come back by
+        # itself (the next test's writes under vision's quota then fail with ENOTCONN): glusterd starts it anew, and
+        # kiln's wait for quotad (the storage_server role's) says when it serves again
+        ok(vms, vms.controller, "systemctl restart glusterd.service && " + quotad_serving_command("glusterd.service"),
+           timeout=900)
 
 
 @pytest.mark.proves("storage_server", tier="vm")
