@@ -199,12 +199,15 @@ def _gluster(ctx: NodeContext, volumes) -> None:
 
 
 QUOTAD_SOCKET = "/var/run/gluster/quotad.socket"  # where each brick asks quotad for a directory's use
+# /proc/net/unix's line of a socket listening there (flags __SO_ACCEPTCON, state unconnected): a socket file a
+# killed quotad left proves nothing. Read by the snapshot and by the wait alike.
+QUOTAD_LISTENING = "^[0-9a-f]+: [0-9A-F]+ [0-9A-F]+ 00010000 0001 01 [0-9]+ " + re.escape(QUOTAD_SOCKET) + "$"
 
 
 def quotad_serving_command(unit: str, tries: int = 3, seconds: int = 45) -> str:
     """Wait for quotad listening on its socket; restart glusterd (which starts quotad again) when it does not come, up to ``tries``
     times, then fail with glusterd's and quotad's last lines."""
-    listening = f"ss -xlnH | grep -qF {QUOTAD_SOCKET}"  # a socket file a killed quotad left proves nothing
+    listening = f"grep -qE {quote(QUOTAD_LISTENING)} /proc/net/unix"
     wait = f"n=0; until {listening} || [ $n -ge {seconds} ]; do n=$((n+1)); sleep 1; done; {listening}"
     return (f"t=0; until {wait}; do t=$((t+1)); if [ $t -ge {tries} ]; then "
             f"echo 'quotad did not serve ({QUOTAD_SOCKET} missing) after {tries} starts of glusterd: team quotas are "
@@ -219,10 +222,7 @@ def _quotad_serving(ctx: NodeContext, unit: str, restarted: list) -> None:
     management path, quotad once got no reply to its volume-file request (glusterd logged "writev ... failed
     (Resource temporarily unavailable)") and waited for ever; a restart of glusterd served it. Asked when quotad is
     not serving at the start of the run, or was (re)started in it."""
-    # /proc/net/unix's line of a socket listening there (flags __SO_ACCEPTCON, state unconnected): a socket file a
-    # killed quotad left proves nothing
-    listening = ctx.watch_line("/proc/net/unix", "^[0-9a-f]+: [0-9A-F]+ [0-9A-F]+ 00010000 0001 01 [0-9]+ "
-                               + re.escape(QUOTAD_SOCKET) + "$")
+    listening = ctx.watch_line("/proc/net/unix", QUOTAD_LISTENING)
     server.shell(name="storage_server: quotad serving (team quotas enforced)", commands=[quotad_serving_command(unit)],
                  _if=lambda: listening not in ctx.snapshot.lines or when_changed(*restarted)())
 

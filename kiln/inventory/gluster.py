@@ -47,7 +47,8 @@ def volume_clients(hosts: dict, server, volume: str) -> list[str]:
     names = [server.name]
     for host in hosts.values():
         for mount in host.storage_mounts:
-            if mount.type == "glusterfs" and host.name not in names and mount_server(hosts, mount) is server \
+            served_by = mount_server(hosts, mount) if mount.type == "glusterfs" else None
+            if served_by is not None and served_by.name == server.name and host.name not in names \
                     and split_source(mount.source)[1] == volume:
                 names.append(host.name)
     return names

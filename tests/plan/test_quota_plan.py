@@ -63,7 +63,8 @@ def test_quotad_is_asked_to_serve_where_it_is_not_listening_or_was_restarted(tmp
     # TLS off: its files, absent from these recorded facts, would restart glusterd (and quotad with it)
     cluster = _cluster(tmp_path, kiln_storage_gluster_tls=False)
     [command] = dict(plan_host(cluster, "nas1", "debian12", fresh("debian12"), monkeypatch))[QUOTAD]
-    assert "ss -xlnH | grep -qF /var/run/gluster/quotad.socket" in command and "systemctl restart glusterd.service" in command
+    assert "grep -qE '^[0-9a-f]+: [0-9A-F]+ [0-9A-F]+ 00010000 0001 01 [0-9]+ /var/run/gluster/quotad\\.socket$' " \
+        "/proc/net/unix" in command and "systemctl restart glusterd.service" in command
     assert "exit 1" in command and "team quotas are not enforced" in command
     snapshot = fresh("debian12")
     record = quota_record(cluster.hosts["nas1"].setting("storage_gluster_volumes")[0], team_quotas(cluster))
