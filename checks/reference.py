@@ -99,6 +99,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                                  "run kiln check again; read the node's log", ""),
     "STORAGE_MOUNTED": ("storage", "fail", "a filesystem the node must have is not mounted",
                         "mount it (kiln deploy writes its fstab line)", "kiln_storage_mounts"),
+    "STORAGE_LOCKED": ("storage", "fail", "an encrypted volume of the node is locked: clevis got no answer from any "
+                       "tang server (at boot, or since), so its filesystem is not mounted",
+                       "start tang on a controller (systemctl status tangd.socket) and check the network to it: the "
+                       "volume unlocks and mounts by itself once one answers; by hand, cryptsetup open with the "
+                       "volume's recovery passphrase (kiln's secrets, luks/HOST.NAME)", "kiln_encrypted_volumes"),
     "STORAGE_TYPE": ("storage", "fail", "a mount has another filesystem type", "fix the mount or the inventory",
                      "kiln_storage_mounts[].type"),
     "STORAGE_SOURCE": ("storage", "fail", "a mount comes from another source", "fix the mount or the inventory",

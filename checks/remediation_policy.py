@@ -247,6 +247,9 @@ def decide(view: NodeView, n: NodeHistory, s: Settings, now: float, breaker_open
                             f"{s.repeat_offender_days} days", check=ep.check)
     index = len(ep.steps)
     step = ladder[min(index, len(ladder) - 1)]
+    if step == repairs.WAIT:
+        return Decision("hold", f"{ep.check}: nothing on the node to repair; it returns by itself once what it waits "
+                        "for answers (see the check's reason)")
     if step == repairs.ESCALATE:
         tried = ", ".join(x["step"] for x in ep.steps) or "none"
         return Decision("escalate", f"no automatic repair left for {ep.check} (tried: {tried})", check=ep.check)

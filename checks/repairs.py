@@ -11,10 +11,14 @@ Steps:
 + ``power_cycle``: not a rung of any ladder: a node that answers neither Slurm nor SSH (its power, its
   network or a hung kernel) is drained with kiln's reason and power-cycled through its BMC (Redfish,
   checks/redfish.py) where the inventory names one; it comes back drained, like a reboot;
++ ``wait``: nothing to repair on the node: it comes back by itself once something outside it does (an
+  encrypted volume unlocks as soon as a tang server answers, and the node's health check resumes it); held,
+  never escalated;
 + ``escalate``: no more automatic repair; the node stays drained with a reason that says a person is
   needed (``kiln: escalated ...``), and an alert fires where monitoring is deployed.
 
-A fault that survives a step goes to the next step on its next look; the last step is always escalate.
+A fault that survives a step goes to the next step on its next look; the last step is always escalate, but
+for ``wait``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ RESET = "reset"
 REBOOT = "reboot"
 POWER_CYCLE = "power_cycle"  # out of band, through the node's BMC
 ESCALATE = "escalate"
+WAIT = "wait"  # held for what the node waits on outside itself; no step, no escalation
 SAFE_UNDER_JOBS = {"restart:slurmd", "restart:munge"}  # jobs keep running when these restart
 
 # Slurm's own reasons for a node it took out of service (not a person's)
@@ -71,6 +76,7 @@ LADDERS: dict[str, tuple[str, ...]] = {
     "SYSTEM_KERNEL_SAME": (REBOOT, ESCALATE),
     "STORAGE_MOUNTED": (REBOOT, ESCALATE),
     "STORAGE_RESPONDING": (REBOOT, ESCALATE),
+    "STORAGE_LOCKED": (WAIT,),  # tang is down: no step on the node helps, and it returns by itself
     "FABRIC_PORT_DOWN": (REBOOT, ESCALATE),
 }
 # anything else (a wrong model, a full filesystem, a slow link: configuration or hardware) goes to a person
@@ -88,7 +94,7 @@ def check_of(reason: str) -> str | None:
 
 
 def ladder(check: str) -> tuple[str, ...]:
-    """The steps for a check id, the last always ``escalate``."""
+    """The steps for a check id, the last always ``escalate`` (or ``wait``)."""
     if check in LADDERS:
         return LADDERS[check]
     m = re.fullmatch(r"GPU_XID_(\d{1,6})", check)

@@ -12,9 +12,14 @@ Opt-in, per mount with a ``min_throughput_mbps``: STORAGE_THROUGHPUT writes a te
 the page cache) and compares both rates with the floor; a figure per node either way. Slurm's health
 check never runs it (the health role sets the size to 0): it loads the filesystem every node shares.
 
+An encrypted volume (``kiln_encrypted_volumes``, roles/disk_encryption.py) is a mount of its /dev/mapper device
+like any other, and first STORAGE_LOCKED: opened (unlocked through tang) or not; a locked one's mount is not
+judged (it cannot be mounted).
+
 Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent,
 min_throughput_mbps}; ``expect["storage_timeout"]``: seconds a mount has to answer (default 10);
-``expect["storage_throughput_mib"]``: the test file's size (0: no throughput check).
+``expect["storage_throughput_mib"]``: the test file's size (0: no throughput check);
+``expect["encrypted_volumes"]``: a list of {name, device, path, tang} (tang: the servers' URLs).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ OWN_SOURCE = ("bind", "tmpfs", "beegfs", "cephfs", "gpfs")
 NOT_IN_FSTAB = ("beegfs", "gpfs")
 
 FINDMNT = "findmnt --json --list -o TARGET,SOURCE,FSTYPE,OPTIONS"
+MAPPER = "ls -1 /dev/mapper"  # the opened device-mapper volumes: an unlocked encrypted volume is one
 FSTAB = "cat /etc/fstab"
 TIMEOUT = 10
 CLEANUP_SECONDS = 5  # removing a cut-off throughput test's file
@@ -106,7 +112,8 @@ def commands(expect: dict) -> list[str]:
     if not mounts:
         return []
     name = expect.get("node", "")  # what run's node.name is, in both runners
-    return [FINDMNT, FSTAB, probe_command(mounts, name, expect.get("storage_timeout", TIMEOUT))] + \
+    return [FINDMNT, FSTAB, *([MAPPER] if expect.get("encrypted_volumes") else []),
+            probe_command(mounts, name, expect.get("storage_timeout", TIMEOUT))] + \
         [command for _, _, command in _throughput_plan(expect)]
 
 
@@ -129,9 +136,11 @@ def run(node: Node, expect: dict) -> list[Verdict]:
         probed = parse_probe(probe.stdout)
     except CheckError as e:
         return [fail("STORAGE_PROBE_UNREADABLE", f"the mount probe exited {probe.rc}: {e}")]
-    verdicts: list[Verdict] = []
+    verdicts, locked = locked_volumes(node, expect.get("encrypted_volumes") or [])
     for i, m in enumerate(mounts):
         path = m["path"]
+        if path in locked:
+            continue  # its volume is locked: that is the fault, and its mount cannot be made
         mounted = live.get(path)
         if mounted is None:
             verdicts.append(fail("STORAGE_MOUNTED", f"{path} ({m['type']} from {m['source']}) is not mounted: "
@@ -159,6 +168,23 @@ def run(node: Node, expect: dict) -> list[Verdict]:
     return with_passes(verdicts, ["STORAGE_MOUNTED", "STORAGE_TYPE", "STORAGE_SOURCE", "STORAGE_OPTIONS",
                                   "STORAGE_FSTAB", "STORAGE_RESPONDING", "STORAGE_WRITABLE", "STORAGE_FULL"],
                        f"{len(mounts)} mounts")
+
+
+def locked_volumes(node: Node, volumes: list[dict]) -> tuple[list[Verdict], set[str]]:
+    """STORAGE_LOCKED for each encrypted volume not opened (its /dev/mapper name absent), and the mount points
+    of those; nothing when the node has no encrypted volume."""
+    if not volumes:
+        return [], set()
+    out = node.run(MAPPER)
+    if out.rc != 0:
+        return [fail("STORAGE_LOCKED", f"{MAPPER} exited {out.rc}: {out.stderr.strip()[:160]}")], set()
+    opened = set(out.stdout.split())
+    locked = [v for v in volumes if v["name"] not in opened]
+    # a drain reason keeps 200 characters: the volume, its device and the tang servers first
+    verdicts = [fail("STORAGE_LOCKED", f"{v['path']}: {v['name']} ({v['device']}) locked: no tang answered "
+                     f"({' '.join(v.get('tang', [])) or 'none named'}); it unlocks and mounts by itself once one does")
+                for v in locked]
+    return verdicts or [ok("STORAGE_LOCKED", f"{len(volumes)} encrypted volumes open")], {v["path"] for v in locked}
 
 
 def _throughput(m: dict, out: Result, seconds: int) -> Verdict:

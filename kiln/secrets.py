@@ -18,8 +18,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from kiln import tls
-from kiln.inventory import gluster
+from kiln import disk_keys, tls
+from kiln.inventory import encryption, gluster
 from kiln.inventory.model import Cluster, Secrets
 
 MUNGE_KEY = "munge.key"
@@ -158,7 +158,7 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
                            site=_site_files(cluster, path, create=False),
                            monitoring_password=random.token_urlsafe(32),
                            remediation_key=new_ssh_key() if cluster.setting("remediation").enabled else b"",
-                           tls=_cluster_tls(cluster, path, create=False))
+                           tls=_cluster_tls(cluster, path, create=False), disks=_disk_keys(cluster, path, False))
         path.mkdir(parents=True, mode=0o700)
     os.chmod(path, 0o700)
     key_file, password_file, monitoring_file = path / MUNGE_KEY, path / DBD_PASSWORD, path / MONITORING_PASSWORD
@@ -192,7 +192,22 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
             os.chmod(f, 0o600)
     return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create),
                    monitoring_password=monitoring, remediation_key=_remediation_key(cluster, path, create),
-                   tls=_cluster_tls(cluster, path, create))
+                   tls=_cluster_tls(cluster, path, create), disks=_disk_keys(cluster, path, create))
+
+
+def _disk_keys(cluster: Cluster, path: Path, create: bool) -> disk_keys.DiskKeys | None:
+    """Tang's keys and the recovery passphrases (kiln/disk_keys.py), where any host has an encrypted volume."""
+    volumes = [(h.name, v.name) for h in encryption.encrypting_hosts(cluster.hosts) for v in h.setting("encrypted_volumes")]
+
+    def read(f: Path) -> bytes:
+        _owned_and_private(f.parent, "secrets directory")
+        _owned_and_private(f, "secret file")
+        return _read_private(f)
+
+    try:
+        return disk_keys.disk_keys(path, volumes, read, write_new_private, create)
+    except disk_keys.DiskKeysError as e:
+        raise SecretsError(f"{e}; nothing was changed on any node") from None
 
 
 def serves_tls(cluster: Cluster) -> bool:

@@ -21,6 +21,8 @@ Zones: ``access`` (login), ``management`` (slurm_controller, slurm_dbd, monitori
 + on the log host (kiln/log_host.py), systemd-journal-remote (19532) from every kiln host; and on every host, an
   output rule: only the journal's uploader (the ``systemd-journal-upload`` account's UID) may connect to that
   port, so no user of a node can add entries to the log host;
++ on the tang servers (every controller, where any host has encrypted volumes), tang (``kiln_tang_port``, 7500)
+  from the hosts with encrypted volumes only;
 + on storage servers, NFS (2049, NFSv4: NFSv3's rpcbind and mountd are not opened) and GlusterFS (24007-24008
   and its bricks' 49152-49251) from every kiln host and the other storage servers.
 """
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from kiln.inventory.firewall_schema import SRUN_PORTS
 from kiln import log_host
+from kiln.inventory import encryption
 from kiln.inventory.model import COMPUTE, CONTROLLER, DBD, LOGIN, MONITORING, STORAGE, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT)
@@ -112,6 +115,10 @@ def allows(cluster: Cluster, host: Host) -> list[Allow]:
     logs = log_host.log_host(cluster)
     if logs is not None and logs.name == host.name:
         out.append(Allow("the journals of every kiln host (systemd-journal-upload)", f"{log_host.PORT}", clients))
+    if host.name in {h.name for h in encryption.tang_servers(cluster.hosts)}:
+        out.append(Allow("tang: unlocking the encrypted volumes of the hosts that have them",
+                         f"{cluster.setting('tang_port')}",
+                         tuple(dict.fromkeys(h.address for h in encryption.encrypting_hosts(cluster.hosts)))))
     if host.in_group(STORAGE):
         out.append(Allow("NFS (v4)", f"{NFS}", clients))
         out.append(Allow("GlusterFS management", f"{GLUSTERD[0]}-{GLUSTERD[1]}", clients))

@@ -4,6 +4,7 @@ new secret names its path here."""
 
 from __future__ import annotations
 
+from kiln.disk_keys import EXCHANGE, SIGNING
 from kiln.inventory.model import Cluster
 from kiln.secrets import ceph_keyring
 
@@ -21,13 +22,17 @@ BEEGFS_CONNAUTH_FILE = "/etc/beegfs/connauthfile"
 # 10.3 logs "could not load our cert at /usr/lib/ssl/glusterfs.pem" with them in /etc/ssl), /etc/ssl for the
 # glusterfs 6 client of Rocky's repositories
 GLUSTER_TLS_KEYS = {"debian": "/usr/lib/ssl/glusterfs.key", "redhat": "/etc/ssl/glusterfs.key"}
+# tang's key directory and account per OS family (roles/disk_encryption.py), and kiln's keys in it on the
+# controllers: whoever reads them unlocks every encrypted volume of the cluster
+TANG = {"debian": ("/var/lib/tang", "_tang"), "redhat": ("/var/db/tang", "tang")}
+TANG_KEYS = [f"{directory}/{name}" for directory, _ in TANG.values() for name in (SIGNING, EXCHANGE)]
 
 
 def secret_files(cluster: Cluster) -> list[str]:
     """The paths, whichever hosts hold them (the suite reads those a host has)."""
     paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, MONITORING_TLS_KEY, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
              REMEDIATION_ALERTMANAGER_PASSWORD, REMEDIATION_BMC_PASSWORD, BEEGFS_CONNAUTH_FILE,
-             *GLUSTER_TLS_KEYS.values()]
+             *GLUSTER_TLS_KEYS.values(), *TANG_KEYS]
     ceph = cluster.setting("ceph")
     if ceph:
         paths.append(f"/etc/ceph/{ceph_keyring(ceph.client_name)}")

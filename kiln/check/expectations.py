@@ -13,6 +13,7 @@ from pathlib import Path
 from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
+from kiln.inventory import encryption
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.log_host import PORT as LOG_PORT, UPLOAD_STATE, UPLOAD_UNIT, log_host
 from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT, scheme
@@ -141,11 +142,20 @@ def _directory(cluster: Cluster) -> dict | None:
     return {"users": {u.name: t.name for t in teams for u in t.users}, "groups": [t.name for t in teams]}
 
 
+def _encrypted_mount(volume) -> dict:
+    """An encrypted volume's filesystem as the storage suite judges a mount (checks/storage.py)."""
+    return {"path": volume.path, "type": volume.filesystem, "source": f"/dev/mapper/{volume.name}",
+            "options": volume.options, "warn_percent": 80, "fail_percent": 95, "min_throughput_mbps": 0,
+            "backup_servers": [], "team_directories": []}
+
+
 def node_expectations(cluster: Cluster, host: Host) -> dict:
     custom = cluster.setting("check_kernel_log")  # a program and its words, each quoted: never shell text
     # one read for gpu and fabric; "" leaves the suites their own default (checks.parsers.kernel_log)
     kernel_log = log_command(command(*custom.split(" "))) if custom else ""
     rdma = host.gpudirect_rdma  # the same rule as the nvidia_driver role's: checked where it is set up
+    volumes = host.setting("encrypted_volumes")
+    tang = encryption.tang_urls(cluster.hosts, cluster.setting("tang_port")) if volumes else []
     return {
         "node": host.name,
         "gpu": {"count": host.gpu_count, "model": host.gpu_model or "", "driver": upstream(cluster.versions.get("nvidia_driver") or ""),
@@ -157,7 +167,8 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
                 "nccl_busbw_gbps": cluster.setting("check_nccl_busbw_gbps")},
         "fabric": {"type": host.fabric.type, "hca_count": host.fabric.hca_count, "rate_gbps": host.fabric.rate_gbps,
                    "hcas": list(host.fabric.hcas), "kernel_log": kernel_log},
-        "storage": [m.model_dump() for m in host.storage_mounts],
+        "storage": [m.model_dump() for m in host.storage_mounts] + [_encrypted_mount(v) for v in volumes],
+        "encrypted_volumes": [{"name": v.name, "device": v.device, "path": v.path, "tang": tang} for v in volumes],
         "storage_timeout": cluster.setting("check_storage_timeout"),
         "storage_throughput_mib": cluster.setting("check_storage_throughput_mib"),
         "slurm": {"node": host.name, "gpus": host.gpu_count, "compute": host.is_compute,

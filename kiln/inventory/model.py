@@ -76,6 +76,8 @@ class Host:
             roles.add("storage")
         if STORAGE in self.groups:
             roles.add("storage_server")
+        if self.settings.get("kiln_encrypted_volumes") or CONTROLLER in self.groups:
+            roles.add("disk_encryption")  # a controller serves tang where any host has encrypted volumes
         if self.gpu_count:
             roles |= {"nvidia_driver", "cuda", "nccl", "dcgm", "containers"}
         if LOGIN in self.groups:
@@ -190,11 +192,15 @@ class Secrets:
     remediation_key: bytes = b""
     # the cluster's CA and each host's certificate (kiln/tls.py), where the monitoring listeners serve TLS
     tls: ClusterTls | None = field(default=None, compare=False)
+    # tang's keys and the encrypted volumes' recovery passphrases (kiln/disk_keys.py), where any host has one
+    disks: Any = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return "Secrets(<masked>)"
 
     def mask(self, text: str) -> str:
-        for secret in (self.dbd_password, self.monitoring_password, self.remediation_key.decode(errors="replace")):
+        hidden = self.disks.hidden() if self.disks is not None else []
+        for secret in (self.dbd_password, self.monitoring_password, self.remediation_key.decode(errors="replace"),
+                       *hidden):
             text = text.replace(secret, "********") if secret else text
         return text

@@ -23,6 +23,7 @@ from kiln.inventory.formats import (AbsolutePath, QuotaSize, Address, Command, F
                                     PosixName, QosName, SlurmTime, SysctlKey, SysctlValue, Token, Url, Version, check_address,
                                     check_path, check_user)
 from kiln.inventory.directory_schema import Directory
+from kiln.inventory.encryption_schema import EncryptedVolume
 from kiln.inventory.firewall_schema import Firewall
 from kiln.inventory.monitoring_schema import Alerting, AlertThresholds, Receiver, Smtp
 from kiln.inventory.privacy_schema import (DEFAULT_PRIVATE_DATA, AccountingRetention, JobTmp, LoginUserLimits, Operators,
@@ -514,6 +515,12 @@ SETTINGS: dict[str, Setting] = {
            "GlusterFS volumes an inventory host serves speak TLS on their I/O and management paths, with each "
            "host's certificate of the cluster's CA (kiln/tls.py); a volume admits only the inventory hosts that "
            "mount it (kiln/inventory/gluster.py); off: file contents cross the network readable"),
+        _s("encrypted_volumes", list[EncryptedVolume], [], "host",
+           "node-local disks kept encrypted (LUKS2) and mounted, unlocked at boot by clevis from the tang servers "
+           "(every controller) with no person (see EncryptedVolume); not on a controller itself"),
+        _s("tang_port", Annotated[int, Field(ge=1, le=65535)], 7500, "cluster",
+           "the TCP port tang serves on each controller where any host has kiln_encrypted_volumes (opened in "
+           "kiln's firewall to those hosts only)"),
         _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),
         _s("ssh_known_hosts_file", FilePath, None, "host",
            "known_hosts file for this host (strict checking is always on; relative paths from the inventory directory)"),

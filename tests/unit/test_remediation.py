@@ -28,8 +28,12 @@ def _hist(*events) -> NodeHistory:
 
 
 def test_every_failing_check_has_a_ladder_that_ends_in_escalation():
+    """... or is only waited for: a locked encrypted volume unlocks by itself once tang answers (nothing on the
+    node repairs it, and a person is needed only for tang)."""
+    waited = {c for c, steps in repairs.LADDERS.items() if steps == (repairs.WAIT,)}
+    assert waited == {"STORAGE_LOCKED"}
     for check_id, (_, severity, *_rest) in CHECKS.items():
-        if severity != "fail":
+        if severity != "fail" or check_id in waited:
             continue
         steps = repairs.ladder(check_id.replace("<code>", "79"))
         assert steps[-1] == repairs.ESCALATE, check_id
