@@ -30,7 +30,7 @@ OS_NAMES = {"debian12": "Debian 12", "debian13": "Debian 13", "ubuntu2204": "Ubu
 TIERS = ("plan", "nspawn", "vm", "gpu")
 # The rows, in the order an operator meets them: roles, then what kiln does with a deployed cluster.
 SUBJECTS = ("base", "slurm", "slurm accounting", "gpu gres", "nvidia_driver", "cuda", "nccl", "dcgm",
-            "fabricmanager", "rdma", "storage", "storage_server", "health", "containers", "monitoring",
+            "fabricmanager", "rdma", "storage", "storage_server", "disk encryption", "health", "containers", "monitoring",
             "remediation", "firewall", "isolation", "kiln check", "kiln patch", "slurm upgrade", "images", "drift")
 
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from kiln.testbed.vm_supervise import LOCAL_DISK_SERIAL
+
 if TYPE_CHECKING:
     from kiln.testbed.nspawn import Node
     from kiln.testbed.testbed import Testbed
@@ -115,6 +117,8 @@ STORAGE_GROUP = "storage_servers"
 NFS_EXPORT, NFS_MOUNT, NFS_OPTIONS = "/srv/kiln-nfs", "/nfs", "rw,hard,vers=4.2,timeo=50,retrans=2"
 # The VM kind's GlusterFS volume: served by the controller VM, mounted on every compute VM.
 GLUSTER_VOLUME, GLUSTER_BRICK, GLUSTER_MOUNT = "kiln", "/srv/gluster/kiln", "/gluster"
+# the compute VMs' encrypted local disk (kiln/testbed/vm.py: local.qcow2)
+ENCRYPTED_VOLUME = {"name": "local", "device": f"/dev/disk/by-id/virtio-{LOCAL_DISK_SERIAL}", "path": "/local"}
 # On VMs, where the controller serves a real GlusterFS volume: vision's project directory on it is held to a
 # quota small enough for a test to reach in seconds (tests/vm/test_vm_storage.py); language has none.
 GLUSTER_QUOTA = "20MB"
@@ -249,6 +253,9 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
             "hcas": [f"mlx5_{i}" for i in range(SIM_HCAS)], "socket_ifname": "host0"},
         "kiln_storage_mounts": [
             {"path": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": "rw,size=64m"}, *shared_mounts],
+        # VMs: each one's blank local disk (kiln/testbed/vm.py) is an encrypted volume, unlocked at boot through
+        # tang on the controller (tests/vm/test_vm_storage.py); containers have no block devices of their own
+        **({"kiln_encrypted_volumes": [ENCRYPTED_VOLUME]} if network_mounts else {}),
     }, sort_keys=False))
     (tmp / "group_vars" / "all" / "versions.yml").write_text(header + yaml.safe_dump(
         {"kiln_versions": VERSIONS_BY_OS[testbed.node_os]}, sort_keys=False))

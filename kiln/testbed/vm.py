@@ -6,6 +6,8 @@ it (keys, bridge, proxy, inventory) is the same. Per node, in its state director
     disk.qcow2   the node's disk: an overlay on the base disk (kept across stop, power loss, crash)
     seed.img     its own files (name, address, host key, root's key) on an ext4 disk labelled
                  kilnseed, applied by the disk's kiln-seed unit when new (kiln/image/outputs.py)
+    local.qcow2  its node-local data disk, blank when made (a real node's NVMe scratch; serial kilnlocal:
+                 /dev/disk/by-id/virtio-kilnlocal in the VM), kept across stop, power loss and crash
     node.json    what its supervisor (kiln/testbed/vm_supervise.py) runs; qmp.sock, console.log
 
 The VM's NIC is a tap device (``kt-NODE``) on the testbed's bridge; the host's ip_forward and
@@ -35,6 +37,7 @@ SUPERVISOR_MARKER = "kiln.testbed.vm_supervise"
 VM_CPUS = 2
 VM_MEMORY_MB = 1536
 SEED_MB = 16
+LOCAL_DISK_MB = 256  # the node-local data disk (an encrypted volume in the VM tier's inventory)
 
 
 def tap_name(node: Node) -> str:
@@ -98,6 +101,11 @@ class VmNodes:
             tmp = disk.with_suffix(".tmp")
             run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(tmp)])
             tmp.rename(disk)
+        local = node.dir / "local.qcow2"
+        if not local.exists():
+            tmp = local.with_suffix(".tmp")
+            run(["qemu-img", "create", "-q", "-f", "qcow2", str(tmp), f"{LOCAL_DISK_MB}M"])
+            tmp.rename(local)
         if files or not (node.dir / "seed.img").exists():
             self._write_seed(node, files)
 
@@ -130,7 +138,7 @@ class VmNodes:
         run(["ip", "link", "set", tap, "up"])
         spec = {"name": node.name, "uuid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.testbed}.{node.name}.kiln")),
                 "cpus": VM_CPUS, "memory_mb": VM_MEMORY_MB, "disk": str(node.dir / "disk.qcow2"),
-                "seed": str(node.dir / "seed.img"), "tap": tap, "mac": mac_address(self.testbed, node.name),
+                "seed": str(node.dir / "seed.img"), "local": str(node.dir / "local.qcow2"), "tap": tap, "mac": mac_address(self.testbed, node.name),
                 "shared_host": str(self.shared_host), "console": str(node.dir / "console.log"),
                 "qmp": str(node.dir / "qmp.sock"), "pidfile": str(node.dir / "qemu.pid")}
         (node.dir / "node.json").write_text(json.dumps(spec))

@@ -104,6 +104,10 @@ def accelerator() -> str:
     return "kvm" if usable else "tcg"
 
 
+# the node-local data disk's serial: /dev/disk/by-id/virtio-kilnlocal in the VM (kiln/testbed/vm.py)
+LOCAL_DISK_SERIAL = "kilnlocal"
+
+
 def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
     accel = accelerator()
     return ["qemu-system-x86_64", "-name", node["name"], "-uuid", node["uuid"],
@@ -113,6 +117,8 @@ def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
             "-append", f"root=LABEL=kilnroot ro console=ttyS0 net.ifnames=0 {node.get('cmdline', '')}".strip(),
             "-drive", f"file={node['disk']},if=virtio,format=qcow2",
             "-drive", f"file={node['seed']},if=virtio,format=raw,readonly=on",
+            *(["-drive", f"file={node['local']},if=none,id=local,format=qcow2",
+               "-device", f"virtio-blk-pci,drive=local,serial={LOCAL_DISK_SERIAL}"] if node.get("local") else []),
             "-netdev", f"tap,id=n0,ifname={node['tap']},script=no,downscript=no",
             "-device", f"virtio-net-pci,netdev=n0,mac={node['mac']}",
             "-virtfs", f"local,path={node['shared_host']},mount_tag=kilnshared,security_model=passthrough,id=fs0",
