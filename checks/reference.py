@@ -104,6 +104,11 @@ CHECKS: dict[str, tuple[str, str, str, str, str]] = {
                        "start tang on a controller (systemctl status tangd.socket) and check the network to it: the "
                        "volume unlocks and mounts by itself once one answers; by hand, cryptsetup open with the "
                        "volume's recovery passphrase (kiln's secrets, luks/HOST.NAME)", "kiln_encrypted_volumes"),
+    "STORAGE_GLUSTER_TLS": ("storage", "fail", "GlusterFS TLS is not as kiln set it: /var/lib/glusterd/secure-access "
+                            "missing (clear text management path), or a volume kiln serves with client.ssl or "
+                            "server.ssl off (file contents readable on the network) or auth.ssl-allow other than the "
+                            "hosts that mount it", "kiln deploy (it sets them, and starts a volume that ran in clear "
+                            "text again)", "kiln_storage_gluster_tls"),
     "STORAGE_TYPE": ("storage", "fail", "a mount has another filesystem type", "fix the mount or the inventory",
                      "kiln_storage_mounts[].type"),
     "STORAGE_SOURCE": ("storage", "fail", "a mount comes from another source", "fix the mount or the inventory",

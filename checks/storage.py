@@ -16,6 +16,8 @@ An encrypted volume (``kiln_encrypted_volumes``, roles/disk_encryption.py) is a 
 like any other, and first STORAGE_LOCKED: opened (unlocked through tang) or not; a locked one's mount is not
 judged (it cannot be mounted).
 
+GlusterFS's TLS, where kiln set it, is checks/gluster_tls.py's (STORAGE_GLUSTER_TLS), run first.
+
 Expectations (``expect["storage"]``): a list of {path, type, source, options, warn_percent, fail_percent,
 min_throughput_mbps}; ``expect["storage_timeout"]``: seconds a mount has to answer (default 10);
 ``expect["storage_throughput_mib"]``: the test file's size (0: no throughput check);
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import shlex
 
+from checks import gluster_tls
 from checks.node import NO_ANSWER, Node, Result, bounded
 from checks.parsers.mounts import (PROBE_MARK, options_match, parse_dd_rate, parse_df_percent, parse_findmnt_json,
                                    parse_fstab, parse_probe)
@@ -108,6 +111,10 @@ def throughput_seconds(expect: dict, mount: dict) -> int:
 
 def commands(expect: dict) -> list[str]:
     """What ``run`` asks the node (for the remote runner to fetch at once)."""
+    return gluster_tls.commands(expect) + _mount_commands(expect)
+
+
+def _mount_commands(expect: dict) -> list[str]:
     mounts = expect.get("storage") or []
     if not mounts:
         return []
@@ -118,6 +125,10 @@ def commands(expect: dict) -> list[str]:
 
 
 def run(node: Node, expect: dict) -> list[Verdict]:
+    return gluster_tls.run(node, expect) + _mounts(node, expect)
+
+
+def _mounts(node: Node, expect: dict) -> list[Verdict]:
     mounts = expect.get("storage") or []
     if not mounts:
         return []

@@ -13,7 +13,7 @@ from pathlib import Path
 from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
-from kiln.inventory import encryption
+from kiln.inventory import encryption, gluster
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.log_host import PORT as LOG_PORT, UPLOAD_STATE, UPLOAD_UNIT, log_host
 from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT, scheme
@@ -25,6 +25,7 @@ from roles.audit import KEYS as AUDIT_KEYS
 from roles.firewall_rules import probes
 from roles.login_access import admitted_teams
 from roles.monitoring_config import CA_FILE
+from roles.gluster_tls import SECURE_ACCESS, volume_option_values
 from roles.secret_files import secret_files
 from roles.slurm_config import dbd_hosts
 
@@ -142,6 +143,16 @@ def _directory(cluster: Cluster) -> dict | None:
     return {"users": {u.name: t.name for t in teams for u in t.users}, "groups": [t.name for t in teams]}
 
 
+def _gluster_tls(cluster: Cluster, host: Host) -> dict:
+    """GlusterFS's TLS as kiln sets it on ``host`` (roles/gluster_tls.py): the storage suite's; {} where it speaks
+    none."""
+    if host.name not in gluster.tls_hosts(cluster.hosts, bool(cluster.setting("storage_gluster_tls"))):
+        return {}
+    volumes = {v.name: volume_option_values(gluster.volume_clients(cluster.hosts, host, v.name))
+               for v in host.setting("storage_gluster_volumes")}
+    return {"secure_access": SECURE_ACCESS, "volumes": volumes}
+
+
 def _encrypted_mount(volume) -> dict:
     """An encrypted volume's filesystem as the storage suite judges a mount (checks/storage.py)."""
     return {"path": volume.path, "type": volume.filesystem, "source": f"/dev/mapper/{volume.name}",
@@ -168,6 +179,7 @@ def node_expectations(cluster: Cluster, host: Host) -> dict:
         "fabric": {"type": host.fabric.type, "hca_count": host.fabric.hca_count, "rate_gbps": host.fabric.rate_gbps,
                    "hcas": list(host.fabric.hcas), "kernel_log": kernel_log},
         "storage": [m.model_dump() for m in host.storage_mounts] + [_encrypted_mount(v) for v in volumes],
+        "gluster_tls": _gluster_tls(cluster, host),
         "encrypted_volumes": [{"name": v.name, "device": v.device, "path": v.path, "tang": tang} for v in volumes],
         "storage_timeout": cluster.setting("check_storage_timeout"),
         "storage_throughput_mib": cluster.setting("check_storage_throughput_mib"),

@@ -103,6 +103,9 @@ def test_glusterfs_volume_served_by_the_controller_vm_is_shared_by_the_compute_v
     for node in vms.computes:
         shared = {c["message"].split(":")[0]: c["severity"] for c in _verdicts(data, node, "STORAGE_SHARED")}
         assert shared.get(NFS_MOUNT) == shared.get(GLUSTER_MOUNT) == "ok", data["nodes"][node]
+    # GlusterFS's TLS as kiln set it, on the server (the volume's options) and on each client (secure-access)
+    for node in (vms.controller, *vms.computes):
+        assert [c["severity"] for c in _verdicts(data, node, "STORAGE_GLUSTER_TLS")] == ["ok"], data["nodes"][node]
 
 
 @pytest.mark.skipif(shutil.which("tcpdump") is None, reason="needs tcpdump for the capture on the testbed's bridge "
@@ -169,6 +172,12 @@ def test_glusterfs_speaks_tls_only_admits_its_clients_and_a_capture_of_a_file_wr
         for node in (a, b):
             assert ok(vms, node, f"ls {GLUSTER_MOUNT}/projects").split() == ["language", "vision"]
         print(f"{vms.controller} left out of auth.ssl-allow: {why.strip()[-120:]}")
+        # kiln check's storage suite reads the volume's options on its server and names the change
+        out = kiln("check", "-i", str(vms.inventory), "--suite", "storage", "--limit", vms.controller, "--json",
+                   str(tmp_path / "tls.json"), timeout=300)
+        found = _verdicts(json.loads((tmp_path / "tls.json").read_text()), vms.controller, "STORAGE_GLUSTER_TLS")
+        assert out.returncode == 1 and [v["severity"] for v in found] == ["fail"], out.stdout + out.stderr
+        assert f"admits '{a},{b}', the hosts that mount it are '{vms.controller},{a},{b}'" in found[0]["message"], found
     finally:
         on(vms, vms.controller, "umount /mnt/kiln-tls; rmdir /mnt/kiln-tls")
         ok(vms, vms.controller, f"gluster --mode=script volume set {GLUSTER_VOLUME} auth.ssl-allow "
