@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from checks.parsers import journal
+from kiln.inventory.formats import url_host
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.shell import command
 
@@ -45,8 +46,7 @@ def log_host(cluster: Cluster) -> Host | None:
 
 def url(host: Host) -> str:
     """The log host's upload URL (an IPv6 address in brackets)."""
-    address = f"[{host.address}]" if ":" in host.address else host.address
-    return f"https://{address}:{PORT}"
+    return f"https://{url_host(host.address)}:{PORT}"
 
 
 def journal_files(host: Host) -> list[str]:

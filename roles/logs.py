@@ -31,6 +31,7 @@ from __future__ import annotations
 from pyinfra.operations import server
 
 from kiln.log_host import PORT, REMOTE_DIR, REMOTE_SOCKET, REMOTE_UNIT, UPLOAD_UNIT, UPLOADER, log_host, url
+from kiln.inventory.formats import url_host
 from kiln.shell import command, quote
 from roles import monitoring_config as conf
 from roles.context import NodeContext, changed_any, when_changed
@@ -75,7 +76,7 @@ def upload_dropin(ctx: NodeContext) -> str:
 
 
 def socket_dropin(ctx: NodeContext) -> str:
-    address = f"[{ctx.node.address}]" if ":" in ctx.node.address else ctx.node.address
+    address = url_host(ctx.node.address)
     return ("# Written by kiln (roles/logs.py): the log host listens on its inventory address only.\n"
             f"[Socket]\nListenStream=\nListenStream={address}:{PORT}\nFreeBind=yes\n")
 

@@ -16,6 +16,7 @@ import bcrypt
 import yaml
 
 from checks.parsers.exposition import Exposition
+from kiln.inventory.formats import url_host
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT, alert_rules)
@@ -87,7 +88,7 @@ def targets(cluster: Cluster) -> dict[str, list[dict]]:
         labels = {"node": h.name}
         if h.node_type:
             labels["node_type"] = h.node_type
-        return {"targets": [f"{_bracket(address(h))}:{port}"], "labels": labels}
+        return {"targets": [f"{url_host(address(h))}:{port}"], "labels": labels}
     hosts = sorted(cluster.hosts.values(), key=lambda h: h.name)
     return {"node": [entry(h, NODE_EXPORTER_PORT) for h in hosts],
             "dcgm": [entry(h, DCGM_EXPORTER_PORT) for h in hosts if scraped_gpus(cluster, h)]}
@@ -97,8 +98,6 @@ def targets_json(entries: list[dict]) -> str:
     return json.dumps(entries, indent=1, sort_keys=True) + "\n"
 
 
-def _bracket(addr: str) -> str:
-    return f"[{addr}]" if ":" in addr else addr
 
 
 def node_textfile(cluster: Cluster, host: Host) -> str:
@@ -129,7 +128,7 @@ def dcgm_exporter_dropin(host: Host) -> str:
     """NVIDIA's dcgm-exporter as kiln runs it: kiln's counters, the Xid count over 5 minutes, on the
     node's cluster address, behind the same basic auth as every other listener."""
     return ("# Written by kiln (monitoring role)\n[Service]\nExecStart=\n"
-            f"ExecStart=/usr/bin/dcgm-exporter -f {DCGM_COUNTERS} -a {_bracket(address(host))}:{DCGM_EXPORTER_PORT} "
+            f"ExecStart=/usr/bin/dcgm-exporter -f {DCGM_COUNTERS} -a {url_host(address(host))}:{DCGM_EXPORTER_PORT} "
             f"--web-config-file {WEB_CONFIG} --xid-count-window-size 300000\n")
 
 
@@ -149,14 +148,14 @@ def prometheus_yml(cluster: Cluster) -> str:
             for job in ("node", "dcgm")]
     for job, port in (("prometheus", PROMETHEUS_PORT), ("alertmanager", ALERTMANAGER_PORT)):
         jobs.append({"job_name": job, **_auth(cluster), "static_configs": [
-            {"targets": [f"{_bracket(address(h))}:{port}"], "labels": {"node": h.name}} for h in monitors]})
+            {"targets": [f"{url_host(address(h))}:{port}"], "labels": {"node": h.name}} for h in monitors]})
     return _dump({
         "global": {"scrape_interval": interval, "evaluation_interval": interval,
                    "scrape_timeout": f"{min(10, cluster.setting('monitoring_scrape_seconds'))}s",
                    "external_labels": {"cluster": cluster.name}},
         "rule_files": [RULES],
         "alerting": {"alertmanagers": [{**_auth(cluster), "static_configs": [
-            {"targets": [f"{_bracket(address(h))}:{ALERTMANAGER_PORT}" for h in monitors]}]}]},
+            {"targets": [f"{url_host(address(h))}:{ALERTMANAGER_PORT}" for h in monitors]}]}]},
         "scrape_configs": jobs,
     })
 
@@ -197,14 +196,14 @@ def _args(words: list[str]) -> str:
 
 def node_exporter_defaults(cluster: Cluster, host: Host) -> str:
     return "# Written by kiln (monitoring role)\n" + _args([
-        f"--web.listen-address={_bracket(address(host))}:{NODE_EXPORTER_PORT}", f"--web.config.file={WEB_CONFIG}",
+        f"--web.listen-address={url_host(address(host))}:{NODE_EXPORTER_PORT}", f"--web.config.file={WEB_CONFIG}",
         f"--collector.textfile.directory={cluster.setting('check_textfile_dir')}", "--collector.systemd",
         f"--collector.systemd.unit-include=({WATCHED_UNITS})[.]service"])
 
 
 def prometheus_defaults(cluster: Cluster, host: Host) -> str:
     return "# Written by kiln (monitoring role)\n" + _args([
-        f"--config.file={PROMETHEUS_YML}", f"--web.listen-address={_bracket(address(host))}:{PROMETHEUS_PORT}",
+        f"--config.file={PROMETHEUS_YML}", f"--web.listen-address={url_host(address(host))}:{PROMETHEUS_PORT}",
         f"--web.config.file={WEB_CONFIG}", "--storage.tsdb.path=/var/lib/prometheus/metrics2/",
         f"--storage.tsdb.retention.time={cluster.setting('monitoring_retention_days')}d",
         f"--storage.tsdb.retention.size={cluster.setting('monitoring_retention_gb')}GB"])
@@ -213,11 +212,11 @@ def prometheus_defaults(cluster: Cluster, host: Host) -> str:
 def alertmanager_defaults(cluster: Cluster, host: Host) -> str:
     peers = [h for h in cluster.group(MONITORING) if h.name != host.name]
     # gossip between Alertmanagers only where there are several (it would listen on every address)
-    cluster_args = ([f"--cluster.listen-address={_bracket(address(host))}:{ALERTMANAGER_CLUSTER_PORT}"]
-                    + [f"--cluster.peer={_bracket(address(p))}:{ALERTMANAGER_CLUSTER_PORT}" for p in peers]
+    cluster_args = ([f"--cluster.listen-address={url_host(address(host))}:{ALERTMANAGER_CLUSTER_PORT}"]
+                    + [f"--cluster.peer={url_host(address(p))}:{ALERTMANAGER_CLUSTER_PORT}" for p in peers]
                     if peers else ["--cluster.listen-address="])
     return "# Written by kiln (monitoring role)\n" + _args([
-        f"--config.file={ALERTMANAGER_YML}", f"--web.listen-address={_bracket(address(host))}:{ALERTMANAGER_PORT}",
+        f"--config.file={ALERTMANAGER_YML}", f"--web.listen-address={url_host(address(host))}:{ALERTMANAGER_PORT}",
         f"--web.config.file={WEB_CONFIG}", "--storage.path=/var/lib/prometheus/alertmanager", *cluster_args])
 
 

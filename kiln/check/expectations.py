@@ -14,6 +14,7 @@ from checks.parsers.kernel_log import log_command
 from checks.version import package_files, version_line
 from kiln import __version__
 from kiln.inventory import encryption, gluster
+from kiln.inventory.formats import url_host
 from kiln.inventory.model import MONITORING, Cluster, Host
 from kiln.log_host import PORT as LOG_PORT, UPLOAD_STATE, UPLOAD_UNIT, log_host
 from kiln.monitoring import ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT, scheme
@@ -38,16 +39,11 @@ def host_programs() -> str:
     return version_line(__version__, package_files(Path(str(files("checks")))))
 
 
-def _url_host(host: Host) -> str:
-    """The host's address as a URL's host part (an IPv6 address in brackets)."""
-    return f"[{host.address}]" if ":" in host.address else host.address
-
-
 def _monitoring(cluster: Cluster, host: Host) -> dict:
     """A monitoring host's Prometheus, for the monitoring suite; {} elsewhere."""
     if not host.in_group(MONITORING):
         return {}
-    address = _url_host(host)
+    address = url_host(host.address)
     rendered = rules(cluster.setting("alert_thresholds"), cluster.setting("monitoring_scrape_seconds"))
     return {"prometheus": f"{address}:{PROMETHEUS_PORT}", "url": f"{scheme(cluster)}://{address}:{PROMETHEUS_PORT}",
             "ca_file": CA_FILE if cluster.setting("monitoring_tls") else "", "rules": len(rendered["groups"][0]["rules"]),
@@ -71,7 +67,7 @@ def _logs(cluster: Cluster, host: Host) -> dict:
     logs = log_host(cluster)
     if logs is None or not host.monitored:
         return {}
-    return {"log_host": f"{_url_host(logs)}:{LOG_PORT}", "lag_seconds": LOG_LAG_SECONDS, "state": UPLOAD_STATE,
+    return {"log_host": f"{url_host(logs.address)}:{LOG_PORT}", "lag_seconds": LOG_LAG_SECONDS, "state": UPLOAD_STATE,
             "unit": UPLOAD_UNIT}
 
 
@@ -80,7 +76,7 @@ def _monitoring_endpoints(cluster: Cluster, host: Host) -> list[str]:
     node_exporter, each monitoring host's Prometheus and Alertmanager (each behind basic auth)."""
     if not host.monitored:
         return []
-    url = lambda h, port, path: f"{scheme(cluster)}://{_url_host(h)}:{port}{path}"  # noqa: E731
+    url = lambda h, port, path: f"{scheme(cluster)}://{url_host(h.address)}:{port}{path}"  # noqa: E731
     return [url(host, NODE_EXPORTER_PORT, "/metrics")] + [
         u for m in cluster.group(MONITORING) for u in (url(m, PROMETHEUS_PORT, "/api/v1/query?query=up"),
                                                        url(m, ALERTMANAGER_PORT, "/api/v2/alerts"))]

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from kiln.inventory import model
+from kiln.inventory.formats import url_host
 
 
 def encrypting_hosts(hosts: dict) -> list:
@@ -24,11 +25,7 @@ def tang_servers(hosts: dict) -> list:
 
 def tang_urls(hosts: dict, port: int) -> list[str]:
     """Each tang server's URL, by the address kiln reaches it at (the inventory's)."""
-    return [f"http://{_url_host(h.address)}:{port}" for h in tang_servers(hosts)]
-
-
-def _url_host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
+    return [f"http://{url_host(h.address)}:{port}" for h in tang_servers(hosts)]
 
 
 def check(raw, hosts: dict, values: dict[str, Any], add: Any) -> None:

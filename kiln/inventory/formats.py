@@ -114,6 +114,11 @@ def check_hostname(value: str) -> str:
     return value
 
 
+def url_host(address: str) -> str:
+    """An address as the host part of a URL or HOST:PORT: an IPv6 address in brackets, anything else as it is."""
+    return f"[{address}]" if ":" in address else address
+
+
 def ascii_digits(value: str) -> bool:
     """Digits 0-9 only: str.isdigit() is true for superscripts and other scripts' digits as well."""
     return value.isascii() and value.isdigit()
