@@ -18,8 +18,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from kiln import disk_keys, tls
-from kiln.inventory import encryption, gluster
+from kiln import disk_keys, kerberos_keys, tls
+from kiln.inventory import encryption, gluster, kerberos
 from kiln.inventory.model import Cluster, Secrets
 
 MUNGE_KEY = "munge.key"
@@ -158,7 +158,8 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
                            site=_site_files(cluster, path, create=False),
                            monitoring_password=random.token_urlsafe(32),
                            remediation_key=new_ssh_key() if cluster.setting("remediation").enabled else b"",
-                           tls=_cluster_tls(cluster, path, create=False), disks=_disk_keys(cluster, path, False))
+                           tls=_cluster_tls(cluster, path, create=False), disks=_disk_keys(cluster, path, False),
+                           kerberos=_realm_keys(cluster, path, False))
         path.mkdir(parents=True, mode=0o700)
     os.chmod(path, 0o700)
     key_file, password_file, monitoring_file = path / MUNGE_KEY, path / DBD_PASSWORD, path / MONITORING_PASSWORD
@@ -192,7 +193,8 @@ def load_or_create(cluster: Cluster, create: bool = True) -> Secrets:
             os.chmod(f, 0o600)
     return Secrets(munge_key=key, dbd_password=password, site=_site_files(cluster, path, create),
                    monitoring_password=monitoring, remediation_key=_remediation_key(cluster, path, create),
-                   tls=_cluster_tls(cluster, path, create), disks=_disk_keys(cluster, path, create))
+                   tls=_cluster_tls(cluster, path, create), disks=_disk_keys(cluster, path, create),
+                   kerberos=_realm_keys(cluster, path, create))
 
 
 def _disk_keys(cluster: Cluster, path: Path, create: bool) -> disk_keys.DiskKeys | None:
@@ -207,6 +209,26 @@ def _disk_keys(cluster: Cluster, path: Path, create: bool) -> disk_keys.DiskKeys
     try:
         return disk_keys.disk_keys(path, volumes, read, write_new_private, create)
     except disk_keys.DiskKeysError as e:
+        raise SecretsError(f"{e}; nothing was changed on any node") from None
+
+
+def realm(cluster: Cluster) -> str:
+    """The realm of kiln's KDC (kiln/inventory/kerberos.py)."""
+    return kerberos.realm(cluster.name, cluster.setting("kerberos_realm"))
+
+
+def _realm_keys(cluster: Cluster, path: Path, create: bool) -> kerberos_keys.RealmKeys | None:
+    """A password for each principal of kiln's realm (kiln/kerberos_keys.py), where NFS uses Kerberos."""
+    principals = kerberos.principals(cluster.hosts, cluster.setting("teams"), realm(cluster))
+
+    def read(f: Path) -> bytes:
+        _owned_and_private(f.parent, "secrets directory")
+        _owned_and_private(f, "secret file")
+        return _read_private(f)
+
+    try:
+        return kerberos_keys.realm_keys(path, realm(cluster), principals, read, write_new_private, create)
+    except kerberos_keys.KerberosKeysError as e:
         raise SecretsError(f"{e}; nothing was changed on any node") from None
 
 

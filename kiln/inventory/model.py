@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.inventory.schema import Fabric, Partition, StorageMount, Team
+from kiln.inventory.storage_schema import uses_kerberos
 from kiln.tls import ClusterTls
 
 CONTROLLER = "slurm_controller"
@@ -78,6 +79,9 @@ class Host:
             roles.add("storage_server")
         if self.settings.get("kiln_encrypted_volumes") or CONTROLLER in self.groups:
             roles.add("disk_encryption")  # a controller serves tang where any host has encrypted volumes
+        if CONTROLLER in self.groups or any(uses_kerberos(e.options) for e in self.settings.get("kiln_storage_nfs_exports") or []) \
+                or any(m.type == "nfs" and uses_kerberos(m.options) for m in self.storage_mounts):
+            roles.add("kerberos")  # the first controller runs the KDC where any NFS export or mount uses Kerberos
         if self.gpu_count:
             roles |= {"nvidia_driver", "cuda", "nccl", "dcgm", "containers"}
         if LOGIN in self.groups:
@@ -194,12 +198,15 @@ class Secrets:
     tls: ClusterTls | None = field(default=None, compare=False)
     # tang's keys and the encrypted volumes' recovery passphrases (kiln/disk_keys.py), where any host has one
     disks: Any = field(default=None, compare=False)
+    # the passwords of kiln's Kerberos realm (kiln/kerberos_keys.py), where an NFS export or mount uses Kerberos
+    kerberos: Any = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return "Secrets(<masked>)"
 
     def mask(self, text: str) -> str:
-        hidden = self.disks.hidden() if self.disks is not None else []
+        hidden = [*(self.disks.hidden() if self.disks is not None else []),
+                  *(self.kerberos.hidden() if self.kerberos is not None else [])]
         for secret in (self.dbd_password, self.monitoring_password, self.remediation_key.decode(errors="replace"),
                        *hidden):
             text = text.replace(secret, "********") if secret else text

@@ -509,6 +509,10 @@ SETTINGS: dict[str, Setting] = {
         _s("storage_nfs_lease_seconds", Annotated[int, Field(ge=10, le=3600)], 90, "host",
            "a storage server's nfsd lease and grace time: how long clients wait after a server restart before "
            "they may open files again"),
+        _s("storage_backports_kernel", bool, False, "host",
+           "a Debian 12 storage server runs Debian's bookworm-backports kernel (linux-image-amd64, 6.12; from the next "
+           "boot): Debian 12's own kernel (6.1) fails every NFS request with sec=krb5p as a server (the VM tier's "
+           "finding), so validation asks for this where a Debian 12 server exports krb5p"),
         _s("storage_gluster_volumes", list[GlusterVolume], [], "host",
            "GlusterFS volumes of a storage server (hosts in storage_servers only; see GlusterVolume)"),
         _s("storage_gluster_tls", bool, True, "cluster",
@@ -521,6 +525,10 @@ SETTINGS: dict[str, Setting] = {
         _s("tang_port", Annotated[int, Field(ge=1, le=65535)], 7500, "cluster",
            "the TCP port tang serves on each controller where any host has kiln_encrypted_volumes (opened in "
            "kiln's firewall to those hosts only)"),
+        _s("kerberos_realm", Annotated[str, Field(pattern=r"^$|^[A-Z0-9](?:[A-Z0-9.-]{0,62}[A-Z0-9])?$")], "",
+           "cluster", "the realm of kiln's KDC (on the first controller) where an NFS export or mount uses "
+           "sec=krb5, krb5i or krb5p (roles/kerberos.py): capitals, digits, '.', '-'; empty: the cluster's name in "
+           "capitals"),
         _s("sysctls", dict[SysctlKey, SysctlValue], {}, "host", "kernel parameters set by the base role"),
         _s("ssh_known_hosts_file", FilePath, None, "host",
            "known_hosts file for this host (strict checking is always on; relative paths from the inventory directory)"),

@@ -88,6 +88,36 @@ class StorageMount(_Strict):
 
 
 NFS_VERSIONS = ("3", "4", "4.0", "4.1", "4.2")
+# NFS security flavours (nfs(5), exports(5)): krb5* need kiln's KDC (kiln/inventory/kerberos.py)
+NFS_SECURITY = ("sys", "krb5", "krb5i", "krb5p")
+
+
+def nfs_security(options: str) -> list[str]:
+    """The security flavours of NFS ``options`` (``sec=krb5p:krb5i``: an export may list several), or ["sys"]."""
+    for option in options.split(","):
+        key, _, value = option.partition("=")
+        if key == "sec":
+            return value.split(":")
+    return ["sys"]
+
+
+def uses_kerberos(options: str) -> bool:
+    """Whether NFS ``options`` ask for Kerberos (sec=krb5, krb5i or krb5p)."""
+    return any(f.startswith("krb5") for f in nfs_security(options))
+
+
+def check_nfs_security(options: str, several: bool) -> str:
+    """What is wrong with the ``sec=`` of NFS ``options`` (an export's may list several flavours, a mount's one)."""
+    values = dict(o.partition("=")[::2] for o in options.split(","))
+    if "sec" not in values:
+        return ""
+    given = values["sec"].split(":")
+    unknown = [f for f in given if f not in NFS_SECURITY]
+    if unknown:
+        return f"sec={values['sec']}: {unknown[0]!r} is not a security flavour kiln serves: use {', '.join(NFS_SECURITY)}"
+    if len(given) > 1 and not several:
+        return f"sec={values['sec']}: a mount uses one security flavour"
+    return ""
 
 
 def check_nfs_options(options: str) -> str:
@@ -96,6 +126,9 @@ def check_nfs_options(options: str) -> str:
     if "soft" in values or "softerr" in values:
         return ("soft NFS mounts return I/O errors to running jobs when the server is slow for a moment "
                 "(a checkpoint written half): use hard (the default) and let kiln check catch a dead server")
+    security = check_nfs_security(options, several=False)
+    if security:
+        return security
     for key in ("vers", "nfsvers"):
         if key in values and values[key] not in NFS_VERSIONS:
             return f"{key}={values[key]} is not an NFS version: use one of {', '.join(NFS_VERSIONS)}"
@@ -113,6 +146,14 @@ class NfsExport(_Strict):
     clients: list[ExportClient] = Field(min_length=1, description="who may mount it, e.g. 10.0.0.0/24")
     options: MountOptions = Field("rw,sync,no_subtree_check", description="exports(5) options for every client")
     mode: Annotated[str, Field(pattern=r"^[0-7]?[0-7]{3}$")] = Field("755", description="the directory's mode")
+
+    @field_validator("options")
+    @classmethod
+    def _security(cls, options: str) -> str:
+        problem = check_nfs_security(options, several=True)
+        if problem:
+            raise ValueError(problem)
+        return options
 
 
 def brick_parent(brick: str) -> str:

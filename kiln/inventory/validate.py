@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from kiln.inventory import (cluster_checks, encryption, gluster, identities, model, monitoring_checks, nvidia_stack, quotas, ssh_config,
+from kiln.inventory import (cluster_checks, encryption, gluster, kerberos, identities, model, monitoring_checks, nvidia_stack, quotas, ssh_config,
                             tls_checks)
 from kiln.inventory.errors import InventoryError, InventoryInvalid
 from kiln.inventory.formats import CONTROL, ascii_digits
@@ -109,6 +109,7 @@ def validate(root: Path | str, vault_password_file: str | None = None
     quotas.check(raw, hosts, cluster_values, out.add)
     gluster.check(raw, hosts, cluster_values, out.add)
     encryption.check(raw, hosts, cluster_values, out.add)
+    kerberos.check(raw, hosts, cluster_values, out.add)
     versions = cluster_checks.check_versions(raw, hosts, cluster_values, out.add)
     tls_checks.check_tls(raw, cluster_values, versions, out.add)
     if not out.errors:
