@@ -14,7 +14,7 @@ from types import ModuleType
 # everything it repairs (it restarts slurmd and checks nodes with the health role's checks). The firewall
 # last: its change is confirmed over a new SSH connection right after the run (kiln/deploy/firewall_confirm.py),
 # within its rollback time, and every service it lets in is configured by then.
-ORDER = ("base", "rdma", "storage_server", "storage", "disk_encryption", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
+ORDER = ("base", "rdma", "kerberos", "storage_server", "storage", "disk_encryption", "nvidia_driver", "fabricmanager", "cuda", "nccl", "dcgm", "health", "slurm",
          "containers", "monitoring", "audit", "logs", "remediation", "firewall")
 
 

@@ -23,6 +23,8 @@ Zones: ``access`` (login), ``management`` (slurm_controller, slurm_dbd, monitori
   port, so no user of a node can add entries to the log host;
 + on the tang servers (every controller, where any host has encrypted volumes), tang (``kiln_tang_port``, 7500)
   from the hosts with encrypted volumes only;
++ on the KDC of kiln's realm (the first controller, where any NFS export or mount uses Kerberos), Kerberos (TCP
+  88) from the realm's hosts (the NFS servers and clients) only;
 + on storage servers, NFS (2049, NFSv4: NFSv3's rpcbind and mountd are not opened) and GlusterFS (24007-24008
   and its bricks' 49152-49251) from every kiln host and the other storage servers.
 """
@@ -34,8 +36,9 @@ from dataclasses import dataclass
 
 from kiln.inventory.firewall_schema import SRUN_PORTS
 from kiln import log_host
-from kiln.inventory import encryption
+from kiln.inventory import encryption, kerberos
 from kiln.inventory.model import COMPUTE, CONTROLLER, DBD, LOGIN, MONITORING, STORAGE, Cluster, Host
+from kiln.inventory.kerberos import KDC_PORT
 from kiln.monitoring import (ALERTMANAGER_CLUSTER_PORT, ALERTMANAGER_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT,
                              PROMETHEUS_PORT)
 from kiln.inventory.schema import service_uids
@@ -119,6 +122,11 @@ def allows(cluster: Cluster, host: Host) -> list[Allow]:
         out.append(Allow("tang: unlocking the encrypted volumes of the hosts that have them",
                          f"{cluster.setting('tang_port')}",
                          tuple(dict.fromkeys(h.address for h in encryption.encrypting_hosts(cluster.hosts)))))
+    kdc = kerberos.kdc(cluster.hosts)
+    if kdc is not None and kdc.name == host.name:
+        realm_hosts = [*kerberos.nfs_servers(cluster.hosts), *kerberos.nfs_clients(cluster.hosts)]
+        out.append(Allow("Kerberos: the KDC of kiln's realm, for NFS with Kerberos", f"{KDC_PORT}",
+                         tuple(dict.fromkeys(h.address for h in realm_hosts))))
     if host.in_group(STORAGE):
         out.append(Allow("NFS (v4)", f"{NFS}", clients))
         out.append(Allow("GlusterFS management", f"{GLUSTERD[0]}-{GLUSTERD[1]}", clients))

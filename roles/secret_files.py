@@ -5,6 +5,7 @@ new secret names its path here."""
 from __future__ import annotations
 
 from kiln.disk_keys import EXCHANGE, SIGNING
+from kiln.inventory import kerberos
 from kiln.inventory.model import Cluster
 from kiln.secrets import ceph_keyring
 
@@ -26,13 +27,20 @@ GLUSTER_TLS_KEYS = {"debian": "/usr/lib/ssl/glusterfs.key", "redhat": "/etc/ssl/
 # controllers: whoever reads them unlocks every encrypted volume of the cluster
 TANG = {"debian": ("/var/lib/tang", "_tang"), "redhat": ("/var/db/tang", "tang")}
 TANG_KEYS = [f"{directory}/{name}" for directory, _ in TANG.values() for name in (SIGNING, EXCHANGE)]
+# kiln's Kerberos realm (roles/kerberos.py): a host's keys (its NFS principal), the KDC's master key (its stash),
+# and on NFS clients each user's keytab (whoever reads one acts as that user on the shares)
+KRB5_KEYTAB = "/etc/krb5.keytab"
+KDC_STASH = {"debian": "/etc/krb5kdc/stash", "redhat": "/var/kerberos/krb5kdc/stash"}
+KRB5_USER_KEYTABS = "/var/lib/kiln/krb5-users"
 
 
 def secret_files(cluster: Cluster) -> list[str]:
     """The paths, whichever hosts hold them (the suite reads those a host has)."""
     paths = [MUNGE_KEY, SLURMDBD_CONF, PROMETHEUS_PASSWORD, MONITORING_TLS_KEY, JOB_SUMMARY_PASSWORD, REMEDIATION_KEY,
              REMEDIATION_ALERTMANAGER_PASSWORD, REMEDIATION_BMC_PASSWORD, BEEGFS_CONNAUTH_FILE,
-             *GLUSTER_TLS_KEYS.values(), *TANG_KEYS]
+             *GLUSTER_TLS_KEYS.values(), *TANG_KEYS, KRB5_KEYTAB, *KDC_STASH.values()]
+    if kerberos.nfs_clients(cluster.hosts):
+        paths += [f"{KRB5_USER_KEYTABS}/{user}.keytab" for user in kerberos.user_names(cluster.setting("teams"))]
     ceph = cluster.setting("ceph")
     if ceph:
         paths.append(f"/etc/ceph/{ceph_keyring(ceph.client_name)}")

@@ -42,6 +42,7 @@ from pyinfra.operations import server
 
 from kiln.inventory.gluster import mount_server
 from kiln.inventory.quotas import client_units, on_mount
+from kiln.inventory.storage_schema import nfs_security
 from kiln.shell import quote
 from roles import filesystems
 from roles.context import NodeContext, when_changed
@@ -178,19 +179,28 @@ def configure(ctx: NodeContext) -> None:
             team_directories(ctx, m)
             continue
         ctx.watch_path(m.path)
-        managed_directory(name=f"storage: mount point {m.path}", ctx=ctx, path=m.path, user="root", group="root",
-                          mode="755", only_create=True)
-        line = fstab_line(ctx, m)
         path = re.escape(m.path)
+        mounted = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} ")
+        # a mounted path is there (and one whose server refuses this host cannot even be looked at)
+        managed_directory(name=f"storage: mount point {m.path}", ctx=ctx, path=m.path, user="root", group="root",
+                          mode="755", only_create=True, _if=lambda i=mounted: i not in ctx.snapshot.lines)
+        line = fstab_line(ctx, m)
         index = ctx.watch_line("/etc/fstab", "^" + re.escape(line) + "$")
         entry = line_present(name=f"storage: /etc/fstab entry for {m.path}", ctx=ctx, path="/etc/fstab", line=line,
                              index=index, replace_regex=rf"^\S+\s+{path}\s")
-        mounted = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} ")
         server.shell(name=f"storage: mount {m.path}", commands=[mount_command(m)],
                      _if=lambda i=mounted: i not in ctx.snapshot.lines)
+        # an NFS mount's security flavour is no remount option (nfs(5)): a mount with another one is made again
+        same_security = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} nfs4? (\S*,)?sec={nfs_security(m.options)[0]}[, ]") \
+            if m.type == "nfs" else None
         server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
                      commands=[f"mount -o remount {quote(m.path)}"],
-                     _if=lambda i=mounted, e=entry: i in ctx.snapshot.lines and when_changed(e)())
+                     _if=lambda i=mounted, e=entry, s=same_security: i in ctx.snapshot.lines and when_changed(e)()
+                     and (s is None or s in ctx.snapshot.lines))
+        if same_security is not None:
+            server.shell(name=f"storage: mount {m.path} again (mounted with another security flavour)",
+                         commands=[f"umount {quote(m.path)}", mount_command(m)],
+                         _if=lambda i=mounted, s=same_security: i in ctx.snapshot.lines and s not in ctx.snapshot.lines)
         if m.type == "glusterfs" and tls and mount_server(ctx.cluster.hosts, m) is not None:
             # a FUSE client reads its certificate and secure-access when it starts: a mount made before they
             # changed (in clear text, or with the old certificate) is made again

@@ -30,6 +30,11 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
   limit-usage /projects/TEAM 500GB``), then ``QUOTAS_DIR``/VOL records what was
   set; a deploy sets them again only when that record differs. A quota taken out of the inventory stays
   (``gluster volume quota VOL remove PATH``).
++ ``kiln_storage_backports_kernel`` (Debian 12 only): Debian's bookworm-backports kernel (linux-image-amd64 from
+  bookworm-backports, 6.12; apt takes nothing else from there), which runs from the next boot: Debian 12's own
+  kernel (6.1.0-57 seen) fails every sec=krb5p request as an NFS server, with either gssproxy or rpc.svcgssd
+  (clients, 6.1 included, see an I/O error at mount; krb5 and krb5i work; a 6.12 server serves the same clients),
+  so validation asks for it where a Debian 12 server exports krb5p.
 + In a container (the nspawn testbed) nothing kernel-side is started: there is no NFS server in a
   container's kernel share. The files are still written; the VM tier serves NFS for real.
 """
@@ -76,6 +81,27 @@ def install(ctx: NodeContext) -> None:
         packages.update({"xfsprogs": None, "quota": None})
     if packages:
         pinned_packages(name="storage_server: " + ", ".join(packages), ctx=ctx, packages=packages)
+    if ctx.node.setting("storage_backports_kernel") and ctx.node.os == "debian12":
+        _backports_kernel(ctx)
+
+
+BACKPORTS_SOURCES = "/etc/apt/sources.list.d/kiln-bookworm-backports.sources"
+# Debian's own backports archive, signed by Debian's archive keys (debian-archive-keyring, on every Debian host)
+BACKPORTS = ("# Written by kiln (storage_server role): Debian's backports, for its kernel only "
+             "(kiln_storage_backports_kernel).\nTypes: deb\nURIs: http://deb.debian.org/debian\n"
+             "Suites: bookworm-backports\nComponents: main\n"
+             "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+
+
+def _backports_kernel(ctx: NodeContext) -> None:
+    """Debian's bookworm-backports kernel on a Debian 12 server (kiln_storage_backports_kernel): its own 6.1 fails
+    every sec=krb5p request as an NFS server. apt installs nothing else from backports without being asked."""
+    ctx.put(BACKPORTS_SOURCES, BACKPORTS, mode="644", name="storage_server: Debian's bookworm-backports (its kernel)")
+    ctx.watch_packages(["linux-image-amd64"])
+    server.shell(name="storage_server: Debian's bookworm-backports kernel (runs from the next boot)",
+                 commands=["apt-get update -q", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+                           "-t bookworm-backports linux-image-amd64"],
+                 _if=lambda: "bpo" not in (ctx.snapshot.packages.get("linux-image-amd64") or ""))
 
 
 def configure(ctx: NodeContext) -> None:
