@@ -85,6 +85,24 @@ def check_jwk(path: Path, data: bytes) -> None:
                             "volume must then be bound again: run kiln deploy while the old key still serves)")
 
 
+def kept_token(directory: Path, name: str, read, write_new, create: bool) -> str | None:
+    """A random token (256 bits, URL-safe base64) kept as ``name`` (``luks/HOST.VOLUME``) in the secrets
+    ``directory``: read back (``read(path)``), or made and written where missing (``write_new``, the directories
+    of ``name`` made 0700; only with ``create``: a dry run's is never written). None: the kept file is no token
+    kiln made (fewer than 32 letters, digits, '-', '_')."""
+    path = directory / name
+    if path.exists():
+        token = read(path).decode().strip()
+        made = len(token) >= 32 and token.isascii() and token.replace("-", "").replace("_", "").isalnum()
+        return token if made else None
+    token = random.token_urlsafe(32)
+    if create:
+        for parent in reversed(Path(name).parents[:-1]):  # luks, or kerberos then kerberos/host
+            (directory / parent).mkdir(mode=0o700, exist_ok=True)
+        write_new(path, token.encode())
+    return token
+
+
 def recovery_name(host: str, volume: str) -> str:
     return f"{host}.{volume}"
 
@@ -109,17 +127,10 @@ def disk_keys(directory: Path, volumes: list[tuple[str, str]], read, write_new, 
                 write_new(path, keys[name])
     passphrases = {}
     for host, volume in volumes:
-        path = directory / "luks" / recovery_name(host, volume)
-        if path.exists():
-            phrase = read(path).decode().strip()
-            if len(phrase) < 32 or not phrase.isascii() or not phrase.replace("-", "").replace("_", "").isalnum():
-                raise DiskKeysError(f"{path} is not a passphrase kiln made (32 or more letters, digits, '-', '_'): "
-                                    "restore it from your backup; a volume whose recovery passphrase is lost opens "
-                                    "only through tang")
-        else:
-            phrase = random.token_urlsafe(32)
-            if create:
-                path.parent.mkdir(mode=0o700, exist_ok=True)
-                write_new(path, phrase.encode())
+        phrase = kept_token(directory, f"luks/{recovery_name(host, volume)}", read, write_new, create)
+        if phrase is None:
+            raise DiskKeysError(f"{directory / 'luks' / recovery_name(host, volume)} is not a passphrase kiln made (32 or more letters, digits, '-', '_'): "
+                                "restore it from your backup; a volume whose recovery passphrase is lost opens "
+                                "only through tang")
         passphrases[recovery_name(host, volume)] = phrase
     return DiskKeys(tang_keys=keys, thumbprint=thumbprint(keys[SIGNING]), passphrases=passphrases)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import secrets as random
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from kiln.disk_keys import kept_token
 
 ENCTYPE = "aes256-cts-hmac-sha1-96"
 ENCTYPE_NUMBER = 18  # RFC 3962
@@ -165,18 +166,10 @@ def realm_keys(directory: Path, realm: str, principals: list[str], read, write_n
         return None
     passwords = {}
     for principal in principals:
-        path = directory / secret_name(principal)
-        if path.exists():
-            password = read(path).decode().strip()
-            if len(password) < 32 or not password.isascii() or not password.replace("-", "").replace("_", "").isalnum():
-                raise KerberosKeysError(f"{path} is not a password kiln made (32 or more letters, digits, '-', '_'): "
-                                        "delete it to make a new one (the next kiln deploy sets the new key on the "
-                                        "KDC and in every keytab)")
-        else:
-            password = random.token_urlsafe(32)
-            if create:
-                path.parent.parent.mkdir(mode=0o700, exist_ok=True)
-                path.parent.mkdir(mode=0o700, exist_ok=True)
-                write_new(path, password.encode())
+        password = kept_token(directory, secret_name(principal), read, write_new, create)
+        if password is None:
+            raise KerberosKeysError(f"{directory / secret_name(principal)} is not a password kiln made (32 or more "
+                                    "letters, digits, '-', '_'): delete it to make a new one (the next kiln deploy "
+                                    "sets the new key on the KDC and in every keytab)")
         passwords[principal] = password
     return RealmKeys(realm=realm, passwords=passwords)
