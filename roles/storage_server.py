@@ -95,12 +95,15 @@ BACKPORTS = ("# Written by kiln (storage_server role): Debian's backports, for i
 
 def _backports_kernel(ctx: NodeContext) -> None:
     """Debian's bookworm-backports kernel on a Debian 12 server (kiln_storage_backports_kernel): its own 6.1 fails
-    every sec=krb5p request as an NFS server. apt installs nothing else from backports without being asked."""
+    every sec=krb5p request as an NFS server. Only the kernel comes from backports (its dependencies from Debian 12:
+    checked in a Debian 12 tree, where ``-t bookworm-backports`` had taken systemd 254 along and broken the
+    next install of systemd-journal-remote)."""
     ctx.put(BACKPORTS_SOURCES, BACKPORTS, mode="644", name="storage_server: Debian's bookworm-backports (its kernel)")
     ctx.watch_packages(["linux-image-amd64"])
     server.shell(name="storage_server: Debian's bookworm-backports kernel (runs from the next boot)",
+                 # PACKAGE/RELEASE takes that package alone from backports (-t would take systemd and the rest too)
                  commands=["apt-get update -q", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
-                           "-t bookworm-backports linux-image-amd64"],
+                           "linux-image-amd64/bookworm-backports"],
                  _if=lambda: "bpo" not in (ctx.snapshot.packages.get("linux-image-amd64") or ""))
 
 

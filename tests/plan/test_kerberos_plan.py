@@ -92,3 +92,15 @@ def test_a_client_gets_its_host_key_each_users_key_and_rpc_gssd_asks_gssproxy(tm
     server = _plan(_cluster(tmp_path / "b"), "nas1", "debian12", monkeypatch, with_context=True)[1]
     assert [e[0] for e in kerberos_keys.read_keytab(next(f for f in server.files if f.path == "/etc/krb5.keytab")
                                                     .content)] == ["nfs/nas1@STORAGE"]
+
+
+@pytest.mark.parametrize("os", ["debian12", "debian13"])
+def test_a_debian_12_server_of_krb5p_takes_debians_backports_kernel_alone(os, tmp_path, monkeypatch):
+    plan = _plan(_cluster(tmp_path, os), "nas1", os, monkeypatch)
+    kernel = [cmds for op, cmds in plan if op == "storage_server: Debian's bookworm-backports kernel (runs from the next boot)"]
+    if os != "debian12":
+        assert kernel == []  # its own kernel serves krb5p
+        return
+    # the kernel alone from backports (-t bookworm-backports took systemd 254 along in an image build)
+    assert kernel == [["apt-get update -q", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+                       "linux-image-amd64/bookworm-backports"]]
