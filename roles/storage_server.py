@@ -34,7 +34,9 @@ Defaults, in one place (hosts in the ``storage_servers`` group):
   bookworm-backports, 6.12; apt takes nothing else from there), which runs from the next boot: Debian 12's own
   kernel (6.1.0-57 seen) fails every sec=krb5p request as an NFS server, with either gssproxy or rpc.svcgssd
   (clients, 6.1 included, see an I/O error at mount; krb5 and krb5i work; a 6.12 server serves the same clients),
-  so validation asks for it where a Debian 12 server exports krb5p.
+  so validation asks for it where a Debian 12 server exports krb5p. On 6.12 the VM tier's GlusterFS 10.3 quotad
+  (TLS on the management path) got no volume file until glusterd's third restart (214 s; 0.2 s on 6.1): a krb5p
+  server is best one without GlusterFS volumes.
 + In a container (the nspawn testbed) nothing kernel-side is started: there is no NFS server in a
   container's kernel share. The files are still written; the VM tier serves NFS for real.
 """

@@ -511,8 +511,9 @@ SETTINGS: dict[str, Setting] = {
            "they may open files again"),
         _s("storage_backports_kernel", bool, False, "host",
            "a Debian 12 storage server runs Debian's bookworm-backports kernel (linux-image-amd64, 6.12; from the next "
-           "boot): Debian 12's own kernel (6.1) fails every NFS request with sec=krb5p as a server (the VM tier's "
-           "finding), so validation asks for this where a Debian 12 server exports krb5p"),
+           "boot): Debian 12's own kernel (6.1) fails every NFS request with sec=krb5p as a server (found on a VM "
+           "cluster), so validation asks for this where a Debian 12 server exports krb5p; on 6.12 a GlusterFS quotad "
+           "with TLS took three restarts of glusterd to serve: keep GlusterFS volumes off such a server"),
         _s("storage_gluster_volumes", list[GlusterVolume], [], "host",
            "GlusterFS volumes of a storage server (hosts in storage_servers only; see GlusterVolume)"),
         _s("storage_gluster_tls", bool, True, "cluster",

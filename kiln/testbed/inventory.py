@@ -112,10 +112,9 @@ VM_FABRIC = {"type": "rxe", "hca_count": 1, "hcas": ["rxe0"], "rxe_netdev": "eth
 
 # The VM kind's NFS: exported by the controller VM, mounted on every compute VM. Hard, NFS 4.2, and a short
 # RPC timeout (timeo is in tenths of a second) so a dead server is noticed quickly in tests; the storage
-# check's own bound (kiln_check_storage_timeout) is what keeps kiln check from hanging. With Kerberos privacy
-# (sec=krb5p): every byte of it encrypted, kiln's KDC on the controller VM (roles/kerberos.py).
+# check's own bound (kiln_check_storage_timeout) is what keeps kiln check from hanging.
 STORAGE_GROUP = "storage_servers"
-NFS_EXPORT, NFS_MOUNT, NFS_OPTIONS = "/srv/kiln-nfs", "/nfs", "rw,hard,vers=4.2,timeo=50,retrans=2,sec=krb5p"
+NFS_EXPORT, NFS_MOUNT, NFS_OPTIONS = "/srv/kiln-nfs", "/nfs", "rw,hard,vers=4.2,timeo=50,retrans=2"
 # The VM kind's GlusterFS volume: served by the controller VM, mounted on every compute VM.
 GLUSTER_VOLUME, GLUSTER_BRICK, GLUSTER_MOUNT = "kiln", "/srv/gluster/kiln", "/gluster"
 # the compute VMs' encrypted local disk (kiln/testbed/vm.py: local.qcow2)
@@ -177,11 +176,9 @@ def write_inventory(path: Path, testbed: "Testbed", nodes: list["Node"]) -> None
         server = controller[0].name
         hosts["all"]["children"][STORAGE_GROUP] = {"hosts": {server: {
             "kiln_storage_nfs_exports": [{"path": NFS_EXPORT, "clients": [f"{testbed.subnet}.0/24"],
-                                          "options": "rw,sync,no_subtree_check,no_root_squash,sec=krb5p", "mode": "1777"}],
+                                          "options": "rw,sync,no_subtree_check,no_root_squash", "mode": "1777"}],
             # clients may open files again 15 s after the server returns, not the kernel's 90 s
             "kiln_storage_nfs_lease_seconds": 15,
-            # krb5p from a Debian 12 server needs Debian's backports kernel (roles/storage_server.py)
-            **({"kiln_storage_backports_kernel": True} if testbed.node_os == "debian12" else {}),
             # team quotas counted at every write: a test reaches the limit in seconds, not after gluster's 60 s
             "kiln_storage_gluster_volumes": [{"name": GLUSTER_VOLUME, "brick": GLUSTER_BRICK,
                                               "quota_soft_timeout": 0, "quota_hard_timeout": 0}]}}}
