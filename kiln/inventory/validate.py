@@ -171,7 +171,8 @@ def _check_type(setting: Setting, value: Any) -> list[tuple[str, str]]:
             elif err["type"] == "value_error":
                 problems.append((path, err["msg"].removeprefix("Value error, ")))
             else:
-                problems.append((path, f"{err['msg'].lower()}, got {err.get('input')!r}"))
+                # only the first letter lowered: the rest may quote a pattern or a value, whose case matters
+                problems.append((path, f"{err['msg'][:1].lower()}{err['msg'][1:]}, got {err.get('input')!r}"))
         return problems
 
 

@@ -145,6 +145,7 @@ def test_the_realm_is_the_setting_or_the_cluster_name_in_capitals_and_a_bad_one_
     assert kerberos.realm("gpu-a", "") == "GPU-A" and kerberos.realm("gpu-a", "HPC.EXAMPLE.ORG") == "HPC.EXAMPLE.ORG"
     errors = _errors(_inventory(tmp_path, extra={"kiln_kerberos_realm": "hpc.example.org"}))
     assert [e.key for e in errors] == ["kiln_kerberos_realm"]
+    assert "[A-Z0-9]" in errors[0].message  # the pattern as it is: a lowered one would ask for what it refuses
 
 
 def test_the_kdc_admits_the_realms_hosts_only_and_krb5_conf_names_it_by_address(tmp_path):
