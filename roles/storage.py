@@ -42,7 +42,7 @@ from pyinfra.operations import server
 
 from kiln.inventory.gluster import mount_server
 from kiln.inventory.quotas import client_units, on_mount
-from kiln.inventory.storage_schema import nfs_security
+from kiln.inventory.storage_schema import gives_security, nfs_security
 from kiln.shell import quote
 from roles import filesystems
 from roles.context import NodeContext, when_changed
@@ -190,9 +190,10 @@ def configure(ctx: NodeContext) -> None:
                              index=index, replace_regex=rf"^\S+\s+{path}\s")
         server.shell(name=f"storage: mount {m.path}", commands=[mount_command(m)],
                      _if=lambda i=mounted: i not in ctx.snapshot.lines)
-        # an NFS mount's security flavour is no remount option (nfs(5)): a mount with another one is made again
+        # an NFS mount's security flavour is no remount option (nfs(5)): a mount with another one than its sec= is
+        # made again (without sec=, the client takes what the server offers: any is its own)
         same_security = ctx.watch_line("/proc/self/mounts", rf"^\S+ {path} nfs4? (\S*,)?sec={nfs_security(m.options)[0]}[, ]") \
-            if m.type == "nfs" else None
+            if m.type == "nfs" and gives_security(m.options) else None
         server.shell(name=f"storage: remount {m.path} (if its fstab line changed)",
                      commands=[f"mount -o remount {quote(m.path)}"],
                      _if=lambda i=mounted, e=entry, s=same_security: i in ctx.snapshot.lines and when_changed(e)()

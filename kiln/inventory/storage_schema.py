@@ -101,6 +101,11 @@ def nfs_security(options: str) -> list[str]:
     return ["sys"]
 
 
+def gives_security(options: str) -> bool:
+    """Whether NFS ``options`` name their flavour (without sec=, an NFSv4 client takes what the server offers)."""
+    return any(o.partition("=")[0] == "sec" for o in options.split(","))
+
+
 def uses_kerberos(options: str) -> bool:
     """Whether NFS ``options`` ask for Kerberos (sec=krb5, krb5i or krb5p)."""
     return any(f.startswith("krb5") for f in nfs_security(options))
@@ -108,15 +113,14 @@ def uses_kerberos(options: str) -> bool:
 
 def check_nfs_security(options: str, several: bool) -> str:
     """What is wrong with the ``sec=`` of NFS ``options`` (an export's may list several flavours, a mount's one)."""
-    values = dict(o.partition("=")[::2] for o in options.split(","))
-    if "sec" not in values:
+    if not gives_security(options):
         return ""
-    given = values["sec"].split(":")
+    given = nfs_security(options)
     unknown = [f for f in given if f not in NFS_SECURITY]
     if unknown:
-        return f"sec={values['sec']}: {unknown[0]!r} is not a security flavour kiln serves: use {', '.join(NFS_SECURITY)}"
+        return f"sec={':'.join(given)}: {unknown[0]!r} is not a security flavour kiln serves: use {', '.join(NFS_SECURITY)}"
     if len(given) > 1 and not several:
-        return f"sec={values['sec']}: a mount uses one security flavour"
+        return f"sec={':'.join(given)}: a mount uses one security flavour"
     return ""
 
 

@@ -20,7 +20,7 @@ from kiln.inventory import load_cluster
 from roles.platform import PLATFORMS
 from tests.conftest import INVENTORIES
 from tests.plan.facts import fresh
-from tests.plan.harness import SECRETS, assert_reviewed, plan_host
+from tests.plan.harness import SECRETS, assert_reviewed, plan_host, role_ops
 from tests.plan.test_roles_plan import SLURM
 
 PASSWORDS = {"nfs/nas1@STORAGE": "plan-nfs-password-0123456789abcdefghijklmno",
@@ -53,7 +53,7 @@ def _plan(cluster, host, os, monkeypatch, with_context=False):
 
 
 def _ours(plan) -> list:
-    return [[op, cmds] for op, cmds in plan if op.startswith("kerberos:")]
+    return role_ops(plan, "kerberos:")
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
@@ -104,3 +104,10 @@ def test_a_debian_12_server_of_krb5p_takes_debians_backports_kernel_alone(os, tm
     # the kernel alone from backports (-t bookworm-backports took systemd 254 along in an image build)
     assert kernel == [["apt-get update -q", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
                        "linux-image-amd64/bookworm-backports"]]
+
+
+def test_a_mount_naming_its_flavour_is_made_again_when_mounted_with_another_and_one_without_never(tmp_path, monkeypatch):
+    plan = _plan(_cluster(tmp_path), "cpu01", "debian12", monkeypatch)
+    again = [op for op, _ in plan if op.startswith("storage:") and "again (mounted with another security flavour)" in op]
+    # /home names sec=krb5p; /datasets names none (an NFSv4 client takes what the server offers: any is its own)
+    assert again == ["storage: mount /home again (mounted with another security flavour)"]
