@@ -45,7 +45,7 @@ from kiln.inventory import encryption
 from kiln.shell import quote
 from roles.context import NodeContext, changed_any, when_changed
 from roles.operations import (DAEMON_RELOAD, kept_stopped_until_configured, line_present, managed_directory,
-                              pinned_packages, recorded_commands, secret_file, service_running)
+                              pinned_packages, record_differs, recorded_commands, secret_file, service_running)
 from roles.secret_files import TANG
 
 RECORDS = "/etc/kiln/encrypted-volumes"
@@ -212,13 +212,10 @@ def _volume(ctx: NodeContext, volume, urls: list[str]) -> None:
     passphrase = keys.passphrase(ctx.node.name, volume.name)
     path = f"{RECORDS}/{volume.name}"
     content = record(volume, pin_name, config, passphrase)
-    ctx.watch_path(path)
-    wanted = hashlib.sha1(content.encode()).hexdigest()
-    needed = lambda: getattr(ctx.snapshot.files.get(path), "sha1", None) != wanted  # noqa: E731
     ctx.watch_path(key_path(volume))
     secret_file(name=f"disk encryption: {volume.name}'s recovery passphrase for this run (in /run)", ctx=ctx,
                 path=key_path(volume), content=passphrase.encode(), mode="600", user="root", group="root",
-                _if=needed)
+                _if=record_differs(ctx, path, content))
     recorded_commands(ctx, name=f"disk encryption: {volume.name} on {volume.device} LUKS2, bound to tang",
                                record=path, content=content, commands=[setup_command(volume, pin_name, config, urls)])
     ctx.watch_path(volume.path)

@@ -49,7 +49,7 @@ from kiln.inventory.kerberos import KDC_PORT
 from kiln.shell import quote
 from roles.context import NodeContext, changed_any, when_changed
 from roles.operations import (answers, kept_stopped_until_configured, managed_directory, pinned_packages,
-                              recorded_commands, secret_file, service_running)
+                              record_differs, recorded_commands, secret_file, service_running)
 from roles.secret_files import KDC_STASH, KRB5_KEYTAB as KEYTAB, KRB5_USER_KEYTABS as USER_KEYTABS
 
 KRB5_CONF = "/etc/krb5.conf"
@@ -92,7 +92,7 @@ def is_kdc(ctx: NodeContext) -> bool:
 
 
 def principals_here(ctx: NodeContext) -> list[str]:
-    return kerberos.host_principals(ctx.node, realm(ctx), ctx.cluster.hosts)
+    return kerberos.host_principals(ctx.node, realm(ctx))
 
 
 def in_realm(ctx: NodeContext) -> bool:
@@ -192,14 +192,10 @@ def _kdc(ctx: NodeContext) -> None:
                       group="root", mode="700")
     conf_op = ctx.put(conf, kdc_conf(keys.realm, family), mode="600", name="kerberos: kdc.conf")
     content = record(keys)
-    wanted = hashlib.sha1(content.encode()).hexdigest()
-    needed = lambda: getattr(ctx.snapshot.files.get(RECORD), "sha1", None) != wanted  # noqa: E731
-    ctx.watch_path(RECORD)
     ctx.watch_path(KADMIN_SCRIPT)
-    managed_directory(name="kerberos: kiln's record directory", ctx=ctx, path=posixpath.dirname(RECORD), user="root",
-                      group="root", mode="755")
     secret_file(name="kerberos: the principals' passwords for this run (in /run)", ctx=ctx, path=KADMIN_SCRIPT,
-                content=kadmin_script(keys).encode(), mode="600", user="root", group="root", _if=needed)
+                content=kadmin_script(keys).encode(), mode="600", user="root", group="root",
+                _if=record_differs(ctx, RECORD, content))
     recorded_commands(ctx, name="kerberos: the KDC's database and kiln's principals", record=RECORD, content=content,
                       commands=[principals_command(keys, family)])
     watched = ctx.watch_unit(unit)

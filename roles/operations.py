@@ -611,9 +611,15 @@ def recorded_commands(ctx, name: str, record: str, content: str, commands: list[
     + content: what kiln set, as the record holds it
     + commands: shell lines, each run in order
     """
-    ctx.watch_path(record)
-    wanted = sha1(content.encode()).hexdigest()
     return server.shell(name=name, commands=[*commands, f"install -d -m 755 {quote(posixpath.dirname(record))} && "
                                                         f"printf %s {quote(content)} > {quote(record)}"],
-                        _if=lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted)
+                        _if=record_differs(ctx, record, content))
+
+
+def record_differs(ctx, record: str, content: str):
+    """The condition under which ``recorded_commands`` runs (the node's ``record`` is not ``content``), for an
+    operation that must run only then too (a secret its commands read, placed for that run alone)."""
+    ctx.watch_path(record)
+    wanted = sha1(content.encode()).hexdigest()
+    return lambda: getattr(ctx.snapshot.files.get(record), "sha1", None) != wanted
 

@@ -51,7 +51,7 @@ def realm(cluster_name: str, setting: str) -> str:
     return setting or cluster_name.upper()
 
 
-def host_principals(host, realm_name: str, hosts: dict) -> list[str]:
+def host_principals(host, realm_name: str) -> list[str]:
     """The principals whose keys ``host`` keeps in /etc/krb5.keytab."""
     out = []
     if kerberos_exports(host):
@@ -68,7 +68,7 @@ def user_names(teams) -> list[str]:
 
 def principals(hosts: dict, teams, realm_name: str) -> list[str]:
     """Every principal of the realm kiln keeps: the hosts' and, where any host mounts with Kerberos, the users'."""
-    out = [p for h in hosts.values() for p in host_principals(h, realm_name, hosts)]
+    out = [p for h in hosts.values() for p in host_principals(h, realm_name)]
     if nfs_clients(hosts):
         out += [f"{u}@{realm_name}" for u in user_names(teams)]
     return out

@@ -48,6 +48,11 @@ def plan_host(cluster: Cluster, name: str, os: str, snapshot: NodeSnapshot, monk
     return (result, ctx) if with_context else result
 
 
+def role_ops(plan: list[tuple[str, list[str]]], *prefixes: str) -> list[list]:
+    """[op name, commands] of the operations whose names begin with one of ``prefixes`` (a role's: "kerberos:")."""
+    return [[op, cmds] for op, cmds in plan if op.startswith(prefixes)]
+
+
 def converged(plan: list[tuple[str, list[str]]], ctx: NodeContext, base: NodeSnapshot) -> NodeSnapshot:
     """``base`` after ``plan`` ran: its managed files in place, its pinned packages installed and held."""
     snap = deepcopy(base)

@@ -23,7 +23,7 @@ from roles.platform import PLATFORMS
 from roles.snapshot import FileState, UnitState
 from tests.conftest import INVENTORIES
 from tests.plan.facts import fresh
-from tests.plan.harness import SECRETS, assert_reviewed, converged, plan_host
+from tests.plan.harness import SECRETS, assert_reviewed, converged, plan_host, role_ops
 from tests.plan.test_roles_plan import SLURM
 
 PASSPHRASE = "plan-recovery-passphrase-0123456789abcdefghij"
@@ -47,7 +47,7 @@ def _plan(cluster, host, os, monkeypatch, snapshot=None, with_context=False):
 
 
 def _ours(plan) -> list:
-    return [[op, cmds] for op, cmds in plan if op.startswith("disk encryption:")]
+    return role_ops(plan, "disk encryption:")
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))

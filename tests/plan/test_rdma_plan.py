@@ -16,7 +16,7 @@ from roles.nccl import nccl_conf
 from roles.platform import PLATFORMS
 from tests.conftest import INVENTORIES
 from tests.plan.facts import fresh
-from tests.plan.harness import assert_reviewed, plan_host
+from tests.plan.harness import assert_reviewed, plan_host, role_ops
 from tests.plan.test_roles_plan import SLURM
 
 HOSTS = ("ib01", "roce01", "lab01")
@@ -32,7 +32,7 @@ def commands(plan) -> str:
 
 
 def rdma_ops(plan) -> list:
-    return [[op, cmds] for op, cmds in plan if op.startswith(("rdma:", "ofed:"))]
+    return role_ops(plan, "rdma:", "ofed:")
 
 
 @pytest.mark.parametrize("os", sorted(PLATFORMS))
