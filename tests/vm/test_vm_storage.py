@@ -37,7 +37,11 @@ def _check(tb, tmp_path, inventory=None, name="check.json"):
     out = kiln("check", "-i", str(inventory or tb.inventory), "--suite", "storage", "--json", str(tmp_path / name),
                timeout=300)
     took = time.monotonic() - started
-    return out, json.loads((tmp_path / name).read_text()), took
+    report = tmp_path / name
+    # kiln check writes its report unless it could not judge at all (an unreadable inventory, no node
+    # reached): then what it said is the failure, not a missing file
+    assert report.exists(), f"kiln check (exit {out.returncode}) wrote no report:\n{out.stdout}{out.stderr}"
+    return out, json.loads(report.read_text()), took
 
 
 def _verdicts(data, node, check_id):
