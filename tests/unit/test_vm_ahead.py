@@ -100,3 +100,33 @@ def test_every_thread_of_the_testbeds_processes_is_given_back_normal_priority_an
         for proc in (ours, other):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not ahead.CPU_ROOT.is_dir(),
+                    reason="moving processes between cpu cgroups needs root and the host's cgroup v1 cpu controller")
+def test_the_low_weight_group_holds_what_it_starts_and_gives_it_all_back_to_the_root_group():
+    import subprocess
+    import sys
+    group = ahead.CPU_ROOT / f"kiln-vm-ahead-test{os.getpid()}"
+    # a process that moves itself in (as tests/prebuild.py does) and then starts a child, which inherits it
+    program = (f"import subprocess, sys; sys.path.insert(0, {str(ahead.Path(__file__).resolve().parents[2])!r}); "
+               "from pathlib import Path; from tests.vm import ahead; "
+               f"ahead.low_weight(Path({str(group)!r})); "
+               "child = subprocess.Popen(['sleep', '60']); print(child.pid, flush=True); child.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(parent.stdout.readline())
+        assert (group / "cpu.shares").read_text().strip() == str(ahead.LOW_SHARES)
+        assert sorted(int(p) for p in (group / "cgroup.procs").read_text().split()) == sorted([parent.pid, child])
+        ahead.full_weight(group)
+        assert not group.exists()
+        for pid in (parent.pid, child):
+            assert "cpu:/\n" in open(f"/proc/{pid}/cgroup").read().replace("cpu,cpuacct:/", "cpu:/"), pid
+    finally:
+        if child is not None:
+            os.kill(child, 9)
+        parent.kill()
+        parent.wait()
+        if group.exists():
+            ahead.full_weight(group)

@@ -3,13 +3,16 @@
 The VM tier runs last and alone: its QEMU VMs are bound by CPU under software emulation. Its first
 minutes went on booting three VMs and a first deploy, while the nspawn tier before it leaves about one of
 the machine's two cores idle (its tests mostly wait on Slurm, timers and reboots). ``deploy_ahead`` boots
-and deploys the same cluster during the nspawn tier, at the lowest CPU priority (nice 19, which its VMs
-inherit), so it takes only what the nspawn tier leaves. The VM tier's fixture then adopts it
-(``adopt``): only when the cluster was deployed from the very inventory the tier writes and it still
-serves (every compute VM idle, a job across them); its VMs get back normal priority first. Anything else
-(no cluster ahead, its deploy failed, another inventory, not serving) and the fixture deploys its own, as
-without this, saying why. A cluster ahead that the tier never adopts is taken down at the run's end
-(``.ci/run``: ``tests/leftovers.py``).
+and deploys the same cluster during the nspawn tier, from a cpu cgroup of low weight (``CPU_GROUP``:
+``cpu.shares`` 128 against 1024 for everything else), so it takes mostly what the nspawn tier leaves.
+Niceness alone does not do that: with the kernel's autogroups each process that starts a session (every
+testbed node's supervisor does) is weighed as a group of its own, whatever its nice value; a first try at
+nice 19 took about 1.2 of the two cores all through the nspawn tier and slowed it. The VM tier's fixture then
+adopts the cluster (``adopt``): only when it was deployed from the very inventory the tier writes and it
+still serves (every compute VM idle, a job across them); its processes go back to the root cgroup and to
+nice 0 first, as the tier runs them without a cluster ahead. Anything else (no cluster ahead, its deploy
+failed, another inventory, not serving) and the fixture deploys its own, as without this, saying why. A
+cluster ahead that the tier never adopts is taken down at the run's end (``.ci/run``: ``tests/leftovers.py``).
 
 State, in ``AHEAD``: ``state.json`` (``deploying`` with the deploying process, ``ready`` with the images
 and the first deploy's seconds and JSON, or ``failed`` with the error's end), the inventory (``testbed/``)
@@ -25,12 +28,44 @@ import tempfile
 import time
 from pathlib import Path
 
+from kiln.testbed.cpu_limit import CPU_ROOT
 from kiln.testbed.host import pid_alive
 from kiln.testbed.testbed import Testbed
 from tests.vm.cluster import VM_NODES, build_images, first_deploy, serving
 
 AHEAD = Path("/var/tmp/kiln-vm-ahead")
 STATE = AHEAD / "state.json"
+CPU_GROUP = CPU_ROOT / "kiln-vm-ahead"
+LOW_SHARES = 128  # of cpu.shares; 1024 is every other group's (an autogroup's, the root's)
+DEPLOY_TIMEOUT = 2400
+
+
+def low_weight(group: Path = CPU_GROUP) -> None:
+    """This process, and what it starts from now on, in ``group`` of ``LOW_SHARES`` (cgroup v1 cpu)."""
+    group.mkdir(exist_ok=True)
+    (group / "cpu.shares").write_text(f"{LOW_SHARES}\n")
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+
+def full_weight(group: Path = CPU_GROUP) -> None:
+    """Every process of ``group`` back in the root cgroup (each then weighed as without it), and the group
+    removed; asked again for a process forked while the others moved. Nothing to do without the group."""
+    if not group.is_dir():
+        return
+    (group / "cpu.shares").write_text("1024\n")  # at once, whatever the moves below take
+    for _ in range(10):
+        pids = (group / "cgroup.procs").read_text().split()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                (group.parent / "cgroup.procs").write_text(f"{pid}\n")
+            except ProcessLookupError:
+                pass  # gone meanwhile
+    try:
+        group.rmdir()
+    except OSError:
+        pass  # a process still in it: weighed as the root's others (1024) all the same
 
 
 def _write_state(state: dict) -> None:
@@ -54,9 +89,11 @@ def deploy_ahead(tb: Testbed) -> dict:
     _write_state({"state": "deploying", "pid": os.getpid()})
     try:
         images = build_images(tb, AHEAD / "testbed")
-        steps = first_deploy(tb, AHEAD / "testbed", images)
+        # on what the others leave: minutes more than the tier's own deploy, alone on the machine, takes
+        steps = first_deploy(tb, AHEAD / "testbed", images, deploy_timeout=DEPLOY_TIMEOUT)
     except BaseException as error:
         _write_state({"state": "failed", "error": str(error)[-3000:]})
+        tb.down()  # its VMs would go on taking CPU from the nspawn tier until the VM tier boots its own
         raise
     _write_state({"state": "ready", "images": list(images), "steps": steps})
     return steps
@@ -109,6 +146,7 @@ def adopt(tb: Testbed, say, timeout: float = 2400) -> dict | None:
             say("the VM cluster deployed ahead has another inventory than this run's: the tier deploys its own")
             return None
     tb.inventory, tb.images = AHEAD / "testbed", tuple(state["images"])
+    full_weight()
     _normal_priority(tb)
     try:
         serving(tb)

@@ -48,7 +48,7 @@ def serving(tb: Testbed) -> None:
     ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=180)
 
 
-def first_deploy(tb: Testbed, inventory: Path, images: tuple[str, str]) -> dict:
+def first_deploy(tb: Testbed, inventory: Path, images: tuple[str, str], deploy_timeout: float = 900) -> dict:
     """Boot fresh VMs from ``images`` (nothing of an earlier run's disks or Slurm state), deploy once,
     wait for every compute VM idle in sinfo and run a job across them. Returns the seconds of each
     step and the deploy's JSON; the deploy's own failure is raised with its output."""
@@ -58,7 +58,7 @@ def first_deploy(tb: Testbed, inventory: Path, images: tuple[str, str]) -> dict:
     booted = time.monotonic()
     # The isolation gate after a deploy is proven on the nspawn tier (tests/testbed/test_isolation.py); under
     # emulation it would add about 50 s to every run of this tier
-    rc, data, text = deploy_json(inventory, "--no-isolation-gate")
+    rc, data, text = deploy_json(inventory, "--no-isolation-gate", timeout=deploy_timeout)
     deployed = time.monotonic()
     assert rc == 0, text
     serving(tb)

@@ -67,4 +67,5 @@ def vms(tmp_path_factory):
     tb.first_deploy = steps["deploy_json"]
     yield tb
     tb.down(inventory_dir=tb.inventory)
-    shutil.rmtree(ahead.AHEAD, ignore_errors=True)  # a cluster ahead, adopted or not, is down with the tier's
+    ahead.full_weight()  # a cluster ahead, adopted or not, is down with the tier's: its cpu group and state too
+    shutil.rmtree(ahead.AHEAD, ignore_errors=True)
