@@ -4,9 +4,7 @@ The nspawn tier mostly waits (on Slurm, timers, reboots: about 0.6 of a core on 
 are split between two lanes, each on a shared 5-node testbed of its own (tests/testbed/conftest.py
 names it after the worker). The VM tier is bound by CPU (QEMU's software emulation): it runs after
 lane ``a``'s nspawn tests and waits until lane ``b``'s live tests are done too (``wait_for_lane_b``), so
-it never runs beside a testbed or other VMs.
-In CI its cluster is booted and deployed ahead, from a cpu cgroup of low weight, while the nspawn tier runs
-(tests/vm/ahead.py): the tier then starts on a deployed cluster. The unit and plan tests take lane ``b``'s first minutes,
+it never runs beside a testbed or other VMs. The unit and plan tests take lane ``b``'s first minutes,
 while lane ``a``'s testbed comes up and deploys; the Vagrant cluster's test takes its last, beside lane
 ``a``'s last nspawn tests.
 

@@ -45,7 +45,6 @@ def vagrant_domains() -> list[str]:
 def main() -> int:
     from kiln import vagrant as vg
     from kiln.testbed.testbed import Testbed
-    from tests.vm.ahead import AHEAD, full_weight
     for name in testbeds():
         started = time.monotonic()
         try:
@@ -63,10 +62,6 @@ def main() -> int:
                 _say(line)
         except Exception as error:  # noqa: BLE001
             _say(f"the Vagrant host's daemons and pool could not be stopped: {error}")
-    full_weight()  # the cpu group of a VM cluster deployed ahead: its processes were taken down above
-    if AHEAD.exists():  # the inventory and secrets of a VM cluster deployed ahead (its VMs are kilnvm's, above)
-        shutil.rmtree(AHEAD, ignore_errors=True)
-        _say(f"removed {AHEAD}")
     if not testbeds() and not vagrant_domains():
         return 0
     _say("something of an earlier run could not be taken down: " + ", ".join(testbeds() + vagrant_domains()))

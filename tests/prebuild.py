@@ -1,7 +1,6 @@
 """Build, ahead of the tests that boot them, what the live tiers boot from: the debootstrapped bases
 (Debian 12 and 13), then the VM tier's two qcow2 images and the Vagrant cluster's two boxes; first, the
-older images of the suite's own clusters leave the store (``prune_test_images``). Last, the VM tier's
-cluster is booted from its images and deployed ahead of its tests (``vm_cluster``, tests/vm/ahead.py).
+older images of the suite's own clusters leave the store (``prune_test_images``).
 
 ``.ci/run`` starts this in the background before the README's test command. The bases come first, at
 normal priority: the shared nspawn testbed comes up minutes into the run and waits on its base. The
@@ -11,7 +10,7 @@ goes through kiln's own image store (``kiln.image.build``): one build at a time 
 test that asks for an image this is still building waits for it and finds it built. The inventories are
 the ones the tests write (``tests/vm/cluster.py``, ``kiln vagrant box``), so the image names, which are
 digests of their recipes, are the same; a build that fails here is built again by its test, which then
-reports the failure, and a cluster ahead that fails or is not adopted is deployed again by the VM tier.
+reports the failure.
 
     python -m tests.prebuild [--bases-only]
 """
@@ -59,35 +58,6 @@ def vagrant_boxes(workdir: Path) -> None:
         _say(f"Vagrant box {target}: {result.name} ({'cached' if result.cached else f'{result.seconds:.0f} s'})")
 
 
-def _busy_cores(seconds: float) -> float:
-    """How many of the machine's cores were busy, on average, over the next ``seconds``."""
-    def sample() -> tuple[int, int]:
-        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
-    total, idle = sample()
-    time.sleep(seconds)
-    total2, idle2 = sample()
-    return (os.cpu_count() or 1) * (1 - (idle2 - idle) / max(1, total2 - total))
-
-
-def vm_cluster(workdir: Path, spare: float = 0.6, give_up: float = 1200) -> None:
-    """The VM tier's cluster booted and deployed ahead of its tests (tests/vm/ahead.py), once at least
-    ``spare`` cores have stayed idle for a minute (the unit and plan tests, which keep both busy, are over),
-    or after ``give_up`` seconds; from a cpu cgroup of low weight, so it takes mostly what the others leave
-    (tests/vm/ahead.py)."""
-    from kiln.testbed.testbed import Testbed
-    from tests.vm.ahead import deploy_ahead, low_weight
-    from tests.vm.cluster import VM_NAME, VM_OS
-    started = time.monotonic()
-    while (busy := _busy_cores(60)) > (os.cpu_count() or 1) - spare and time.monotonic() - started < give_up:
-        pass
-    _say(f"VM tier's cluster: deploying ahead (cores busy {busy:.1f}, after {time.monotonic() - started:.0f} s)")
-    low_weight()
-    steps = deploy_ahead(Testbed(VM_NAME, progress=_say, node_kind="vm", node_os=VM_OS))
-    _say(f"VM tier's cluster ready: booted in {steps['boot']:.0f} s, deployed in {steps['deploy']:.0f} s, "
-         f"idle with a job in {steps['idle_and_job']:.0f} s")
-
-
 # The clusters the suite builds images of (tests/testbed, tests/vm, the Vagrant cluster): their images only
 TEST_CLUSTERS = ("kilntest", "kilnlb", "kilnvm", "kilnvag", "kilnd13")
 KEEP = 2
@@ -118,12 +88,12 @@ def main(argv: list[str]) -> int:
     os.nice(19)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="kiln-prebuild-") as tmp:
-        for step in (vm_images, vagrant_boxes, vm_cluster):
+        for step in (vm_images, vagrant_boxes):
             try:
                 step(Path(tmp))
-            except (Exception, AssertionError) as exc:  # noqa: BLE001 - the test that boots it makes it again
+            except (Exception, AssertionError) as exc:  # noqa: BLE001 - the test that boots it builds it again
                 failed += 1
-                _say(f"{step.__name__} failed (its tests make it again): {str(exc)[-1500:]}")
+                _say(f"{step.__name__} failed (its tests build it again): {exc}")
     _say(f"done after {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 

@@ -18,8 +18,8 @@ def kiln(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def deploy_json(inventory: Path, *args: str, timeout: float = 900) -> tuple[int, dict, str]:
-    out = kiln("deploy", "-i", str(inventory), "--json", *args, timeout=timeout)
+def deploy_json(inventory: Path, *args: str) -> tuple[int, dict, str]:
+    out = kiln("deploy", "-i", str(inventory), "--json", *args)
     try:
         data = json.loads(out.stdout)
     except ValueError:

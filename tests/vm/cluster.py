@@ -33,22 +33,7 @@ def build_images(tb: Testbed, inventory: Path) -> tuple[str, str]:
             build_image(inventory, "--group", "slurm_controller"))
 
 
-def serving(tb: Testbed) -> None:
-    """Name the controller and compute VMs on ``tb``, wait for every compute VM idle in sinfo and run a job
-    across them; a VM not idle fails, saying why (node states with reasons, the compute VMs' slurmd logs)."""
-    nodes = [n.name for n in tb.recorded_nodes()]
-    tb.controller, tb.computes = nodes[0], nodes[1:]
-    try:
-        wait_for(lambda: on(tb, tb.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == len(tb.computes),
-                 timeout=180, interval=3, what="every compute VM idle in sinfo")
-    except AssertionError as timed_out:
-        why = on(tb, tb.controller, "sinfo -N -o '%N %T %E'; scontrol show nodes | grep -E 'NodeName|State|Reason'").stdout
-        logs = "".join(on(tb, n, "journalctl -u slurmd --no-pager -n 30").stdout for n in tb.computes)
-        raise AssertionError(f"{timed_out}\n{why}\n{logs}") from None
-    ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=180)
-
-
-def first_deploy(tb: Testbed, inventory: Path, images: tuple[str, str], deploy_timeout: float = 900) -> dict:
+def first_deploy(tb: Testbed, inventory: Path, images: tuple[str, str]) -> dict:
     """Boot fresh VMs from ``images`` (nothing of an earlier run's disks or Slurm state), deploy once,
     wait for every compute VM idle in sinfo and run a job across them. Returns the seconds of each
     step and the deploy's JSON; the deploy's own failure is raised with its output."""
@@ -58,10 +43,20 @@ def first_deploy(tb: Testbed, inventory: Path, images: tuple[str, str], deploy_t
     booted = time.monotonic()
     # The isolation gate after a deploy is proven on the nspawn tier (tests/testbed/test_isolation.py); under
     # emulation it would add about 50 s to every run of this tier
-    rc, data, text = deploy_json(inventory, "--no-isolation-gate", timeout=deploy_timeout)
+    rc, data, text = deploy_json(inventory, "--no-isolation-gate")
     deployed = time.monotonic()
     assert rc == 0, text
-    serving(tb)
+    nodes = [n.name for n in tb.recorded_nodes()]
+    tb.controller, tb.computes = nodes[0], nodes[1:]
+    try:
+        wait_for(lambda: on(tb, tb.controller, "sinfo -h -N -o '%N %T'").stdout.count("idle") == len(tb.computes),
+                 timeout=180, interval=3, what="every compute VM idle in sinfo")
+    except AssertionError as timed_out:
+        # Say why: the node states with their reasons, and the compute VMs' slurmd logs.
+        why = on(tb, tb.controller, "sinfo -N -o '%N %T %E'; scontrol show nodes | grep -E 'NodeName|State|Reason'").stdout
+        logs = "".join(on(tb, n, "journalctl -u slurmd --no-pager -n 30").stdout for n in tb.computes)
+        raise AssertionError(f"{timed_out}\n{why}\n{logs}") from None
+    ok(tb, tb.controller, f"srun -N{len(tb.computes)} hostname", timeout=180)
     done = time.monotonic()
     return {"boot": booted - started, "deploy": deployed - booted, "idle_and_job": done - deployed,
             "deploy_json": data}

@@ -18,7 +18,6 @@ import pytest
 from kiln.testbed.testbed import VM_TOOLS, Testbed
 from tests import lanes
 from tests.testbed.conftest import quiet, require_testbed, take_down_shared_testbed
-from tests.vm import ahead
 from tests.vm.cluster import VM_NAME, VM_NODES, VM_OS, build_images, first_deploy
 
 
@@ -47,25 +46,16 @@ LANE_B_WAITED: list[float] = []
 
 @pytest.fixture(scope="session")
 def vms(tmp_path_factory):
-    """Three VMs (controller + 2 compute) from the cluster's own images, Slurm configured, a first job run:
-    the cluster deployed ahead when there is one this run can adopt (in CI: tests/vm/ahead.py), else its own."""
+    """Three VMs (controller + 2 compute) from the cluster's own images, Slurm configured, a first job run."""
     require_vms()
     tb = Testbed(VM_NAME, progress=quiet, node_kind="vm", node_os=VM_OS)
+    inventory = tmp_path_factory.mktemp("vm-inventory") / "testbed"
     started = time.monotonic()
-    steps = ahead.adopt(tb, quiet)
-    if steps is not None:
-        print(f"VM tier: adopted the cluster deployed ahead in {time.monotonic() - started:.0f} s (its VMs booted "
-              f"in {steps['boot']:.0f} s, deployed in {steps['deploy']:.0f} s at the lowest CPU priority)")
-    else:
-        inventory = tmp_path_factory.mktemp("vm-inventory") / "testbed"
-        started = time.monotonic()
-        images = build_images(tb, inventory)
-        built = time.monotonic()
-        steps = first_deploy(tb, inventory, images)
-        print(f"VM tier: images {built - started:.0f} s, {VM_NODES} VMs booted from them {steps['boot']:.0f} s, "
-              f"deploy {steps['deploy']:.0f} s, every compute VM idle and a first job {steps['idle_and_job']:.0f} s")
+    images = build_images(tb, inventory)
+    built = time.monotonic()
+    steps = first_deploy(tb, inventory, images)
+    print(f"VM tier: images {built - started:.0f} s, {VM_NODES} VMs booted from them {steps['boot']:.0f} s, "
+          f"deploy {steps['deploy']:.0f} s, every compute VM idle and a first job {steps['idle_and_job']:.0f} s")
     tb.first_deploy = steps["deploy_json"]
     yield tb
-    tb.down(inventory_dir=tb.inventory)
-    ahead.full_weight()  # a cluster ahead, adopted or not, is down with the tier's: its cpu group and state too
-    shutil.rmtree(ahead.AHEAD, ignore_errors=True)
+    tb.down(inventory_dir=inventory)

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from kiln import vagrant as vg
-from kiln.testbed.testbed import STATE_ROOT
 from tests.prebuild import VAGRANT_COMPUTE as COMPUTE  # the cluster whose boxes CI builds beforehand
 from tests.vm.conftest import require_vms
 
@@ -82,10 +81,6 @@ def test_vagrant_up_deploy_check_and_destroy_leaves_nothing():
     print("Vagrant cluster: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()))
     assert domains == [] and networks == []
     assert not list(vg.POOL_DIR.glob("*")), "volumes left in kiln's storage pool"
-    # every process of the Vagrant cluster and of the libvirt it started is gone; a testbed's own VMs (the VM
-    # tier's cluster deployed ahead in CI: tests/vm/ahead.py) run from kiln's testbed state and are not its
-    left = [line for line in subprocess.run(["pgrep", "-fa", "qemu-system|libvirtd|virtlogd|dnsmasq"],
-                                            capture_output=True, text=True).stdout.splitlines()
-            if f"{STATE_ROOT}/" not in line]
-    assert left == [], left
+    left = subprocess.run(["pgrep", "-fa", "qemu-system|libvirtd|virtlogd|dnsmasq"], capture_output=True, text=True).stdout
+    assert left == "", left
     assert Path("/proc/sys/net/ipv4/ip_forward").read_text() == forward
