@@ -4,13 +4,14 @@ The nspawn tier mostly waits (on Slurm, timers, reboots: about 0.6 of a core on 
 are split between two lanes, each on a shared 5-node testbed of its own (tests/testbed/conftest.py
 names it after the worker). The VM tier is bound by CPU (QEMU's software emulation): it runs after
 lane ``a``'s nspawn tests and waits until lane ``b``'s live tests are done too (``wait_for_lane_b``), so
-it never runs beside a testbed or other VMs.
-(Measured at cacd6cf: the nspawn phase keeps about 1 of the 2 cores busy, the VM tier 1.7 to 2. Booting and
-deploying the VM cluster ahead on that idle core was tried and backed out, 8bb05b4: at nice 19 its VMs still
-took 1.2 cores, since the kernel's autogroups weigh each testbed supervisor's session on its own; from a
-low-weight cpu cgroup the controller's GlusterFS TLS start failed under the starvation.) The unit and plan tests take lane ``b``'s first minutes,
+it never runs beside a testbed or other VMs. The unit and plan tests take lane ``b``'s first minutes,
 while lane ``a``'s testbed comes up and deploys; the Vagrant cluster's test takes its last, beside lane
 ``a``'s last nspawn tests.
+
+Measured at cacd6cf: the nspawn phase keeps about 1 of the 2 cores busy, the VM tier 1.7 to 2. Booting and
+deploying the VM cluster ahead on that idle core was tried and backed out (8bb05b4): at nice 19 its VMs still
+took 1.2 cores, since the kernel's autogroups weigh each testbed supervisor's session on its own; from a
+low-weight cpu cgroup the controller's GlusterFS TLS start failed under the starvation.
 
     lane a: the shared testbed's Slurm, checks, monitoring, usage, isolation, firewall, rolling patches
             and images, then the VM tier (but the Vagrant cluster)

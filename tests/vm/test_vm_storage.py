@@ -33,11 +33,10 @@ SCRAPE = VM_MONITORING_SETTINGS["kiln_monitoring_scrape_seconds"]  # and its scr
 
 
 def _check(tb, tmp_path, inventory=None, name="check.json"):
-    started = time.monotonic()
-    out = kiln("check", "-i", str(inventory or tb.inventory), "--suite", "storage", "--json", str(tmp_path / name),
-               timeout=300)
-    took = time.monotonic() - started
     report = tmp_path / name
+    started = time.monotonic()
+    out = kiln("check", "-i", str(inventory or tb.inventory), "--suite", "storage", "--json", str(report), timeout=300)
+    took = time.monotonic() - started
     # kiln check writes its report unless it could not judge at all (an unreadable inventory, no node
     # reached): then what it said is the failure, not a missing file
     assert report.exists(), f"kiln check (exit {out.returncode}) wrote no report:\n{out.stdout}{out.stderr}"
