@@ -108,13 +108,22 @@ def accelerator() -> str:
 LOCAL_DISK_SERIAL = "kilnlocal"
 
 
+# Under QEMU's software emulation every guest CPU's TSC is read from the one virtual clock, so the TSCs agree;
+# but the guest kernel's check of that runs too slowly under emulation, fails, and falls back to the HPET,
+# whose every read is an emulated device access (a clock read in any guest program costs a system call and
+# an MMIO exit). ``tsc=reliable`` skips that check: the guest reads its clock from the TSC. Only the
+# testbed's boot command says it; images carry no such setting.
+TCG_CMDLINE = "tsc=reliable"
+
+
 def qemu_command(node: dict, kernel: Path, initrd: Path) -> list[str]:
     accel = accelerator()
+    cmdline = " ".join(part for part in (node.get("cmdline", ""), TCG_CMDLINE if accel == "tcg" else "") if part)
     return ["qemu-system-x86_64", "-name", node["name"], "-uuid", node["uuid"],
             "-accel", "kvm" if accel == "kvm" else "tcg,thread=multi,tb-size=256",
             "-cpu", "host" if accel == "kvm" else "max", "-smp", str(node["cpus"]), "-m", str(node["memory_mb"]),
             "-kernel", str(kernel), "-initrd", str(initrd),
-            "-append", f"root=LABEL=kilnroot ro console=ttyS0 net.ifnames=0 {node.get('cmdline', '')}".strip(),
+            "-append", f"root=LABEL=kilnroot ro console=ttyS0 net.ifnames=0 {cmdline}".strip(),
             "-drive", f"file={node['disk']},if=virtio,format=qcow2",
             "-drive", f"file={node['seed']},if=virtio,format=raw,readonly=on",
             *(["-drive", f"file={node['local']},if=none,id=local,format=qcow2",

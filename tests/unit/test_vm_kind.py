@@ -38,6 +38,18 @@ def test_qemu_boots_the_disks_own_kernel_with_no_reboot_and_the_tap_on_the_bridg
     assert "-cpu host" in " ".join(vm_supervise.qemu_command(NODE, Path("/k"), Path("/i")))
 
 
+def test_under_emulation_the_guest_reads_its_clock_from_the_tsc_and_under_kvm_its_kernel_decides(monkeypatch):
+    """The guest's TSC sync check fails under emulation (it runs too slowly) and the kernel falls back to the
+    emulated HPET; the testbed's boot command (never an image) tells it the TSCs agree."""
+    def append(accel: str, node: dict = NODE) -> list[str]:
+        monkeypatch.setenv("KILN_VM_ACCEL", accel)
+        cmd = vm_supervise.qemu_command(node, Path("/k"), Path("/i"))
+        return cmd[cmd.index("-append") + 1].split()
+    assert "tsc=reliable" in append("tcg") and "tsc=reliable" not in append("kvm")
+    assert append("tcg", {**NODE, "cmdline": "quiet"})[-2:] == ["quiet", "tsc=reliable"]
+    assert append("kvm", {**NODE, "cmdline": "quiet"})[-1] == "quiet"
+
+
 def test_accelerator_is_emulation_without_vmx_or_svm(monkeypatch):
     monkeypatch.delenv("KILN_VM_ACCEL", raising=False)
     flags = Path("/proc/cpuinfo").read_text()
