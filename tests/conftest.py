@@ -1,5 +1,5 @@
 """Shared fixtures: paths of the repository and a guard that proves no connection is opened; the run's
-two lanes (tests/lanes.py); what each tier and lane took, printed when the run ends."""
+three lanes (tests/lanes.py); what each tier and lane took, printed when the run ends."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def tier_of(nodeid: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """The two lanes, one a worker (``--dist loadscope``, pyproject.toml's default)."""
+    """The three lanes, one a worker (``--dist loadscope``, pyproject.toml's default)."""
     if config.getvalue("dist") == "loadscope":
         return lanes.LaneScheduling(config, log)
     return None
@@ -52,8 +52,15 @@ def pytest_configure(config):
     _CONFIG[:] = [config]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The lane of the test about to run, before its fixtures: the shared testbed is its lane's own."""
+    lanes.set_current(item.nodeid)
+
+
 def pytest_runtest_logfinish(nodeid, location):  # noqa: ARG001 - the hook's signature
-    """Each finished test is written to the run's shared log: the VM tier waits on lane b's (tests/lanes.py)."""
+    """Each finished test is written to the run's shared log: the VM tier waits on lanes b and c's
+    (tests/lanes.py)."""
     if _CONFIG:
         lanes.note_finished(_CONFIG[0], nodeid)
 
@@ -62,8 +69,8 @@ def pytest_terminal_summary(terminalreporter):
     """Per lane and tier: its tests' seconds summed, and from its first test's start to its last test's
     end. What to balance or cut when the run grows (CI must stay within 45 minutes on a 2-core machine).
     The nspawn tier mostly waits; the VM tier is bound by CPU (QEMU's software emulation): run beside the
-    nspawn tier on a third worker it took longer than alone (the VM tier's setup 977 s instead of 485 s),
-    so it waits for both nspawn lanes (tests/lanes.py)."""
+    nspawn tier on a worker of its own it took longer than alone (the VM tier's setup 977 s instead of 485 s),
+    so it waits for the other lanes' live tests (tests/lanes.py)."""
     spans: dict[tuple[str, str], list[float]] = defaultdict(lambda: [float("inf"), 0.0, 0.0])
     for reports in terminalreporter.stats.values():
         for report in reports:

@@ -12,10 +12,10 @@ import shutil
 import pytest
 
 from kiln.testbed.testbed import Testbed
-from tests.lanes import worker
+from tests import lanes
 from tests.testbed.slurm_helpers import deploy_json, on, wait_for
 
-SHARED_NAMES = {"main": "kilntest", "gw0": "kilntest", "gw1": "kilnlb"}  # per pytest-xdist worker (tests/lanes.py)
+SHARED_NAMES = {"a": "kilntest", "b": "kilnlb"}  # the shared testbed of each lane that has one (tests/lanes.py)
 NODES = 5  # 1 controller + 4 compute: enough for rolling patches with a node drained by a person
 TOOLS = ("debootstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "ssh", "unshare", "nsenter")
 
@@ -43,8 +43,8 @@ def quiet(message: str) -> None:
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory):
-    """A 5-node testbed (1 controller + 4 compute) shared by every end-to-end test of the run's lane (one
-    per pytest-xdist worker: tests/lanes.py)."""
+    """A 5-node testbed (1 controller + 4 compute) shared by every end-to-end test of the run's lane (lanes a
+    and b, one pytest-xdist worker each: tests/lanes.py)."""
     require_testbed()
     tb = Testbed(shared_name(), progress=quiet)
     inventory = tmp_path_factory.mktemp("inventory") / "testbed"
@@ -57,8 +57,14 @@ def testbed(tmp_path_factory):
 
 
 def shared_name() -> str:
-    """The shared testbed's name in this process: a lane's own, so that two lanes never share nodes."""
-    return SHARED_NAMES.get(worker(), f"kilnt{worker()[-3:]}")
+    """The shared testbed's name in this process: its lane's own, so that two lanes never share nodes. A test
+    of lane c (which has none) asking for it is an error: its module belongs in lanes.LANE_B or lane a."""
+    if lanes.worker() == "main":
+        return SHARED_NAMES["a"]
+    lane = lanes.current_lane()
+    if lane not in SHARED_NAMES:
+        raise AssertionError(f"lane {lane} has no shared testbed (tests/lanes.py): move its module to LANE_B or lane a")
+    return SHARED_NAMES[lane]
 
 
 SHARED_UP: list[Testbed] = []  # the shared testbed while it is up

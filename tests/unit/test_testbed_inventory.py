@@ -63,7 +63,7 @@ def test_bad_testbed_names_are_refused(name):
 
 
 def test_testbed_names_get_distinct_subnets():
-    """The testbeds one test run brings up, some at once (two lanes: tests/lanes.py), never share a subnet."""
+    """The testbeds one test run brings up, some at once (three lanes: tests/lanes.py), never share a subnet."""
     from tests.testbed.conftest import SHARED_NAMES
     names = ["kiln", *set(SHARED_NAMES.values()), "kilnapt", "kilndown", "kilnkill", "bench", "kilnd13", "wheel",
              "kilnvm"]

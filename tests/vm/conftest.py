@@ -34,14 +34,14 @@ def require_vms() -> None:
 def pytest_runtest_setup(item):
     """The VM tier runs after every nspawn test and is CPU-bound under emulation: the shared nspawn testbed
     of its lane is taken down before the first VM-tier test instead of running its five nodes (Slurm, a
-    health check every 10 s) beside the VMs until the run ends, and the first of lane a waits for lane b's
-    live tests to end, the Vagrant cluster's last among them (tests/lanes.py)."""
+    health check every 10 s) beside the VMs until the run ends, and the first of lane a waits for the live
+    tests of lanes b and c to end, the Vagrant cluster's last among them (tests/lanes.py)."""
     take_down_shared_testbed()
-    if lanes.lane_of(item.nodeid) == "a" and not LANE_B_WAITED:
-        LANE_B_WAITED.append(lanes.wait_for_lane_b(item.config, item.session.items, quiet))
+    if lanes.lane_of(item.nodeid) == "a" and not OTHER_LANES_WAITED:
+        OTHER_LANES_WAITED.append(lanes.wait_for_other_lanes(item.config, item.session.items, quiet))
 
 
-LANE_B_WAITED: list[float] = []
+OTHER_LANES_WAITED: list[float] = []
 
 
 @pytest.fixture(scope="session")
