@@ -14,6 +14,11 @@ Booting and deploying the VM cluster ahead on that idle core was tried and backe
 its VMs still took 1.2 cores, since the kernel's autogroups weigh each testbed supervisor's session on its
 own; from a low-weight cpu cgroup the controller's GlusterFS TLS start failed under the starvation.
 
+Measured at cbc2365 (three lanes, ci7, this 2-core machine): 3936 s in all (two lanes, ci5: 4244 s). Lane a's
+nspawn tests end at 2096 s (ci5: 2331 s), lane b's at 1975 s, lane c's at 1261 s (its Vagrant cluster 391 s
+beside both testbeds); the VM tier runs 1833 s after. Both shared testbeds' first deploys took 235 s beside
+the unit tests (ci5: 145 s). The cores stay about 1.1 busy from 1300 s to 2050 s: lane c is idle from 1261 s.
+
     lane a: the shared testbed's Slurm, checks, monitoring, usage, isolation, rolling patches and images,
             then the VM tier (but the Vagrant cluster)
     lane b: remediation, maintenance, power loss, login access, directory identities, the log host, a slow
